@@ -1,0 +1,1 @@
+"""The Kubernetes operator: admission mutation, failure recovery and resubmission (kopf)."""

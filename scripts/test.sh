@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, architecture contracts, then pytest (all tiers).
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/spark_lib -k atomic
+set -euo pipefail
+# The repo has a top-level operator/ folder: never let `python -m` put the cwd first on
+# sys.path, or it would shadow the standard library's operator module.
+export PYTHONSAFEPATH=1
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== ruff"
+ruff check .
+ruff format --check .
+echo "== mypy --strict"
+scripts/typecheck.sh
+echo "== import contracts"
+lint-imports --config .importlinter
+echo "== pytest"
+# pytest exits 5 when it collected no tests: that fails this script like any other failure.
+exec python -m pytest "$@"

@@ -1,0 +1,760 @@
+"""The atomic file manager: SPARK-23966's CheckpointFileManager, in Python, over fsspec.
+
+One interface, :meth:`FileManager.create_atomic`, returns a stream that publishes the whole file
+on ``close()`` (or a clean ``with`` exit) and leaves nothing visible on ``cancel()`` (or an
+exception). The rest (open, list, exists, delete, mkdirs) is shared. Backends implement only the
+primitives of publication, chosen by the fsspec protocol and overridable by configuration:
+
+* :class:`RenameFileManager` (local, and HDFS-like stores whose rename is atomic): the bytes go to
+  a temp file *in the target directory*, which is fsynced and renamed into place; with
+  ``overwrite=False`` the rename refuses to replace (``renameat2(RENAME_NOREPLACE)`` or a hard
+  link), then the directory is fsynced.
+* :class:`DirectPutFileManager` (object stores): the bytes go straight to the key; the object
+  appears only when the upload completes; ``cancel()`` aborts the multipart upload; with
+  ``overwrite=False`` the upload is conditional (``If-None-Match: *``).
+* :class:`MemoryFileManager` (fsspec's in-memory filesystem) for fast tests.
+
+Leftover temp files of a killed writer are recognisable by name (:func:`is_temp_name`) so a
+cleanup can remove them; they start with ``.``, which Spark's file listing skips anyway.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
+import enum
+import errno
+import logging
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import IO, Any, Final, Self
+
+import fsspec
+from fsspec.spec import AbstractFileSystem
+
+from sparkguard.spark_lib import errors, paths
+
+logger = logging.getLogger(__name__)
+
+TEMP_MARKER: Final = ".sg-tmp-"
+_TEMP_NAME = re.compile(r"^\..+\.sg-tmp-[0-9a-f]{12}$")
+
+
+class Kind(enum.StrEnum):
+    """How a backend publishes a file atomically."""
+
+    RENAME = "rename"
+    DIRECT_PUT = "direct-put"
+    MEMORY = "memory"
+
+
+class CreateMode(enum.StrEnum):
+    """How ``overwrite=False`` is enforced on an object store."""
+
+    #: A conditional put (``If-None-Match: *``); a store that lacks it is refused.
+    CONDITIONAL = "conditional"
+    #: Check then put: racy (two writers can both win). Only when the user opts in.
+    CHECK_THEN_PUT = "check-then-put"
+
+
+#: fsspec protocols and the backend that serves them by default.
+DEFAULT_KINDS: Final[Mapping[str, Kind]] = {
+    "file": Kind.RENAME,
+    "local": Kind.RENAME,
+    "hdfs": Kind.RENAME,
+    "viewfs": Kind.RENAME,
+    "arrow_hdfs": Kind.RENAME,
+    "s3": Kind.DIRECT_PUT,
+    "s3a": Kind.DIRECT_PUT,
+    "gs": Kind.DIRECT_PUT,
+    "gcs": Kind.DIRECT_PUT,
+    "abfs": Kind.DIRECT_PUT,
+    "az": Kind.DIRECT_PUT,
+    "memory": Kind.MEMORY,
+}
+
+#: Object stores known to honour ``If-None-Match: *`` on put (conditional create).
+CONDITIONAL_PUT_PROTOCOLS: Final = frozenset({"s3", "s3a"})
+
+
+def make_temp_name(name: str) -> str:
+    """A recognisable, unique, hidden temp name for ``name`` in the same directory."""
+    return f".{name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is a temp file left by :class:`RenameFileManager`."""
+    return bool(_TEMP_NAME.match(paths.basename(name)))
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInfo:
+    """One entry of a directory listing."""
+
+    path: str
+    size: int
+    is_dir: bool
+
+    @property
+    def name(self) -> str:
+        """The last segment of :attr:`path`."""
+        return paths.basename(self.path)
+
+
+class AtomicStream(abc.ABC):
+    """A writable stream whose content becomes visible at its path only on :meth:`close`.
+
+    ``close()`` publishes (and raises :class:`~sparkguard.spark_lib.errors.AlreadyExistsError`
+    when ``overwrite=False`` lost a race: nothing is then visible from this writer).
+    ``cancel()`` discards everything. Used as a context manager it publishes on a clean exit and
+    cancels on an exception. After either, the stream is closed; closing twice is a no-op.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._position = 0
+        self._state = "open"
+
+    # -- primitives implemented by backends --------------------------------------------------
+    @abc.abstractmethod
+    def _write(self, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _publish(self) -> None: ...
+
+    @abc.abstractmethod
+    def _discard(self) -> None: ...
+
+    # -- shared behaviour ----------------------------------------------------------------------
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data``; returns the number of bytes written."""
+        if self._state != "open":
+            raise ValueError(f"write to a {self._state} atomic stream for {self.path}")
+        chunk = bytes(data)
+        self._write(chunk)
+        self._position += len(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+        return self._position
+
+    def flush(self) -> None:  # noqa: B027 - deliberately a no-op for every backend
+        """Nothing becomes visible before :meth:`close`; flushing is a no-op."""
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    @property
+    def closed(self) -> bool:
+        return self._state != "open"
+
+    def close(self) -> None:
+        """Publish the file atomically. Nothing is visible at the path until this returns."""
+        if self._state != "open":
+            return
+        try:
+            self._publish()
+        except BaseException:
+            self._state = "cancelled"
+            with contextlib.suppress(Exception):
+                self._discard()
+            raise
+        self._state = "published"
+
+    def cancel(self) -> None:
+        """Discard everything written; nothing becomes visible. Safe to call more than once."""
+        if self._state != "open":
+            return
+        self._state = "cancelled"
+        self._discard()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.cancel()
+
+
+class FileManager(abc.ABC):
+    """Atomic publication plus the ordinary file operations, over one fsspec filesystem.
+
+    Paths are the filesystem's own (no protocol); :func:`resolve` turns a URL into a manager and
+    a path. Backends implement :meth:`_open_atomic`; everything else is shared.
+    """
+
+    kind: Kind
+
+    def __init__(self, fs: AbstractFileSystem, *, protocol: str) -> None:
+        self.fs = fs
+        self.protocol = protocol
+
+    @abc.abstractmethod
+    def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream: ...
+
+    def create_atomic(self, path: str, *, overwrite: bool = False) -> AtomicStream:
+        """Open a stream that publishes ``path`` atomically on close.
+
+        With ``overwrite=False`` publication is create-if-absent: of several racing writers
+        exactly one wins; the others get :class:`AlreadyExistsError` and leave nothing behind.
+        """
+        if isinstance(path, str) and path.endswith("/"):
+            raise errors.InvalidPathError(f"{path!r} names a directory; give a file path")
+        path = paths.validate_base(path)
+        paths.validate_segment(paths.basename(path), what="file name")
+        return self._open_atomic(path, overwrite=overwrite)
+
+    def write_bytes(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+        """Write ``data`` to ``path`` atomically (see :meth:`create_atomic`)."""
+        with self.create_atomic(path, overwrite=overwrite) as stream:
+            stream.write(data)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Write ``data`` unless ``path`` exists; returns whether this call created it."""
+        try:
+            self.write_bytes(path, data, overwrite=False)
+        except errors.AlreadyExistsError:
+            return False
+        return True
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of ``path``; :class:`FileNotFoundError` when it is missing."""
+        data = self.fs.cat_file(path)
+        return bytes(data)
+
+    def open(self, path: str, mode: str = "rb") -> IO[bytes]:
+        """Open ``path`` for reading. Writing goes through :meth:`create_atomic` only."""
+        if "r" not in mode or "+" in mode:
+            raise errors.ConfigError(
+                f"open({path!r}, {mode!r}): only read modes are allowed; write with create_atomic"
+            )
+        return self.fs.open(path, mode)  # type: ignore[no-any-return]
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at ``path``."""
+        return bool(self.fs.exists(path))
+
+    def list(self, path: str) -> list[FileInfo]:
+        """The entries directly under ``path`` (empty when the directory does not exist)."""
+        try:
+            entries = self.fs.ls(path, detail=True, refresh=True)
+        except FileNotFoundError:
+            return []
+        result = []
+        for entry in entries:
+            name = str(entry["name"]).rstrip("/")
+            if name == path.rstrip("/"):
+                continue  # some stores list a file as itself
+            result.append(
+                FileInfo(
+                    path=name,
+                    size=int(entry.get("size") or 0),
+                    is_dir=entry.get("type") == "directory",
+                )
+            )
+        return sorted(result, key=lambda info: info.path)
+
+    def delete(self, path: str) -> None:
+        """Delete a file; a missing file is not an error (deletes are idempotent)."""
+        self.delete_many([path])
+
+    def delete_many(self, file_paths: Iterable[str]) -> int:
+        """Delete files in as few requests as the store allows; returns how many were asked.
+
+        Missing files are not an error, so an interrupted delete can simply be repeated.
+        """
+        batch = [paths.validate_base(p) for p in file_paths]
+        if batch:
+            self._delete_files(batch)
+        return len(batch)
+
+    def _delete_files(self, file_paths: builtins.list[str]) -> None:
+        for path in file_paths:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
+
+    def mkdirs(self, path: str) -> None:
+        """Create ``path`` and its parents (a no-op on stores without directories)."""
+        self.fs.makedirs(path, exist_ok=True)
+
+    def find_temp_files(self, path: str) -> builtins.list[str]:
+        """Temp files a killed writer left in directory ``path`` (see :func:`is_temp_name`)."""
+        return [info.path for info in self.list(path) if is_temp_name(info.name)]
+
+
+# --------------------------------------------------------------------------------------------
+# Rename-based: local filesystem and stores with an atomic rename.
+# --------------------------------------------------------------------------------------------
+
+_RENAME_NOREPLACE: Final = 1
+_AT_FDCWD: Final = -100
+
+
+def _load_renameat2() -> Any:
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return None
+    try:
+        libc = ctypes.CDLL(libc_name, use_errno=True)
+        func = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_renameat2 = _load_renameat2()
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` atomically unless ``dst`` exists (then FileExistsError).
+
+    Uses ``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem support it, else a hard
+    link (atomic create-if-absent on POSIX) followed by unlinking ``src``.
+    """
+    if _renameat2 is not None:
+        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), dst)
+    os.link(src, dst)
+    os.unlink(src)
+
+
+def fsync_directory(path: str) -> None:
+    """Make a rename in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _LocalAtomicStream(AtomicStream):
+    def __init__(self, path: str, *, overwrite: bool) -> None:
+        super().__init__(path)
+        self._overwrite = overwrite
+        self._dir = os.path.dirname(path) or "."
+        os.makedirs(self._dir, exist_ok=True)
+        self._temp = os.path.join(self._dir, make_temp_name(os.path.basename(path)))
+        fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._file = os.fdopen(fd, "wb")
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def _publish(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        if self._overwrite:
+            os.replace(self._temp, self.path)
+        else:
+            try:
+                rename_noreplace(self._temp, self.path)
+            except FileExistsError:
+                raise errors.AlreadyExistsError(
+                    f"{self.path} already exists; nothing was written (create-if-absent lost)"
+                ) from None
+        fsync_directory(self._dir)
+
+    def _discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._temp)
+
+
+class _FsspecRenameStream(AtomicStream):
+    """Temp file in the target directory, then the store's rename (HDFS-like stores)."""
+
+    def __init__(self, fs: AbstractFileSystem, path: str, *, overwrite: bool) -> None:
+        super().__init__(path)
+        self._fs = fs
+        self._overwrite = overwrite
+        self._temp = paths.join(paths.parent(path), make_temp_name(paths.basename(path)))
+        self._file = fs.open(self._temp, "wb")
+
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def _publish(self) -> None:
+        self._file.close()
+        if not self._overwrite and self._fs.exists(self.path):
+            # HDFS's rename refuses an existing target by itself; this check only gives the
+            # clearer error before trying.
+            raise errors.AlreadyExistsError(f"{self.path} already exists; nothing was written")
+        if self._overwrite:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.rm_file(self.path)
+        self._fs.mv(self._temp, self.path)
+
+    def _discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self._file.close()
+        with contextlib.suppress(Exception):
+            self._fs.rm_file(self._temp)
+
+
+class RenameFileManager(FileManager):
+    """Publication by rename of a temp file written in the target directory."""
+
+    kind = Kind.RENAME
+
+    def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
+        if self.protocol in ("file", "local"):
+            return _LocalAtomicStream(path, overwrite=overwrite)
+        return _FsspecRenameStream(self.fs, path, overwrite=overwrite)
+
+    def mkdirs(self, path: str) -> None:
+        if self.protocol in ("file", "local"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            super().mkdirs(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Direct put: object stores.
+# --------------------------------------------------------------------------------------------
+
+
+class _DirectPutStream(AtomicStream):
+    """Bytes go straight to the key: one PUT, or a multipart upload past ``block_size``.
+
+    Nothing is visible until the PUT or the CompleteMultipartUpload succeeds. With
+    ``overwrite=False`` both carry ``If-None-Match: *``, so the store itself refuses a second
+    creator (412). A cancelled or refused multipart upload is aborted: no parts linger.
+    """
+
+    def __init__(
+        self, fs: AbstractFileSystem, path: str, *, overwrite: bool, block_size: int
+    ) -> None:
+        super().__init__(path)
+        self._fs = fs
+        self._bucket, self._key, _ = fs.split_path(path)
+        self._conditions: dict[str, str] = {} if overwrite else {"IfNoneMatch": "*"}
+        self._block_size = block_size
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        return self._fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
+
+    def _write(self, data: bytes) -> None:
+        self._buffer += data
+        while len(self._buffer) >= self._block_size:
+            self._upload_part(bytes(self._buffer[: self._block_size]))
+            del self._buffer[: self._block_size]
+
+    def _upload_part(self, chunk: bytes) -> None:
+        if self._upload_id is None:
+            self._upload_id = str(self._call("create_multipart_upload")["UploadId"])
+        number = len(self._parts) + 1
+        result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=chunk)
+        self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
+
+    def _publish(self) -> None:
+        try:
+            if self._upload_id is None:
+                self._call("put_object", Body=bytes(self._buffer), **self._conditions)
+            else:
+                if self._buffer:
+                    self._upload_part(bytes(self._buffer))
+                self._call(
+                    "complete_multipart_upload",
+                    UploadId=self._upload_id,
+                    MultipartUpload={"Parts": self._parts},
+                    **self._conditions,
+                )
+                self._upload_id = None
+        except (FileExistsError, OSError) as exc:
+            if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+                raise errors.AlreadyExistsError(
+                    f"{self.path} already exists; nothing was written (conditional put got 412)"
+                ) from None
+            if self._conditions and _is_not_implemented(exc):
+                raise errors.UnsupportedStoreError(
+                    f"the store rejected a conditional put (If-None-Match) for {self.path}; "
+                    "set spark.sparkguard.createMode=check-then-put to accept a racy "
+                    "create-if-absent, or use a store with conditional writes"
+                ) from exc
+            raise
+        finally:
+            self._buffer = bytearray()
+
+    def _discard(self) -> None:
+        self._buffer = bytearray()
+        if self._upload_id is not None:
+            upload_id, self._upload_id = self._upload_id, None
+            with contextlib.suppress(FileNotFoundError):
+                self._call("abort_multipart_upload", UploadId=upload_id)
+
+
+def _error_code(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    response = getattr(cause, "response", None) or getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _is_precondition_failed(exc: BaseException) -> bool:
+    return _error_code(exc) in ("PreconditionFailed", "412") or "PreconditionFailed" in str(exc)
+
+
+def _is_not_implemented(exc: BaseException) -> bool:
+    return _error_code(exc) in ("NotImplemented", "501") or "NotImplemented" in str(exc)
+
+
+class _CheckThenPutStream(AtomicStream):
+    """Racy create-if-absent for stores without conditional writes (explicit opt-in only)."""
+
+    def __init__(self, fs: AbstractFileSystem, path: str, *, block_size: int) -> None:
+        super().__init__(path)
+        self._inner = _DirectPutStream(fs, path, overwrite=True, block_size=block_size)
+        self._fs = fs
+
+    def _write(self, data: bytes) -> None:
+        self._inner.write(data)
+
+    def _publish(self) -> None:
+        if self._fs.exists(self.path):
+            self._inner.cancel()
+            raise errors.AlreadyExistsError(f"{self.path} already exists; nothing was written")
+        self._inner.close()
+
+    def _discard(self) -> None:
+        self._inner.cancel()
+
+
+class DirectPutFileManager(FileManager):
+    """Publication by a single (possibly multipart) upload straight to the key."""
+
+    kind = Kind.DIRECT_PUT
+
+    def __init__(
+        self,
+        fs: AbstractFileSystem,
+        *,
+        protocol: str,
+        create_mode: CreateMode = CreateMode.CONDITIONAL,
+        block_size: int = 16 * 1024 * 1024,
+    ) -> None:
+        super().__init__(fs, protocol=protocol)
+        self.create_mode = create_mode
+        self.block_size = block_size
+
+    def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
+        if overwrite:
+            return _DirectPutStream(self.fs, path, overwrite=True, block_size=self.block_size)
+        if self.create_mode is CreateMode.CHECK_THEN_PUT:
+            return _CheckThenPutStream(self.fs, path, block_size=self.block_size)
+        if self.protocol not in CONDITIONAL_PUT_PROTOCOLS:
+            raise errors.UnsupportedStoreError(
+                f"sparkguard knows no conditional put for protocol {self.protocol!r}, so "
+                "create-if-absent cannot be atomic there; set spark.sparkguard.createMode="
+                "check-then-put to accept a racy check (single writer per path only)"
+            )
+        return _DirectPutStream(self.fs, path, overwrite=False, block_size=self.block_size)
+
+    def _delete_files(self, file_paths: list[str]) -> None:
+        # One bulk request per 1,000 keys on S3; missing keys are not an error there.
+        self.fs.rm(file_paths)
+
+    def mkdirs(self, path: str) -> None:
+        """Object stores have no directories: nothing to do."""
+
+    def list_pending_uploads(self, prefix: str) -> list[dict[str, str]]:
+        """Multipart uploads under ``prefix`` that were never completed (a killed writer's)."""
+        bucket, key, _ = self.fs.split_path(prefix)
+        response = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key)
+        return [
+            {"Key": str(u["Key"]), "UploadId": str(u["UploadId"])}
+            for u in response.get("Uploads", [])
+        ]
+
+    def abort_pending_uploads(self, prefix: str) -> int:
+        """Abort every pending multipart upload under ``prefix``; returns how many."""
+        bucket, _, _ = self.fs.split_path(prefix)
+        pending = self.list_pending_uploads(prefix)
+        for upload in pending:
+            self.fs.call_s3(
+                "abort_multipart_upload",
+                Bucket=bucket,
+                Key=upload["Key"],
+                UploadId=upload["UploadId"],
+            )
+        return len(pending)
+
+
+# --------------------------------------------------------------------------------------------
+# In memory: fast tests.
+# --------------------------------------------------------------------------------------------
+
+_MEMORY_LOCK = threading.Lock()
+
+
+class _MemoryStream(AtomicStream):
+    def __init__(self, fs: AbstractFileSystem, path: str, *, overwrite: bool) -> None:
+        super().__init__(path)
+        self._fs = fs
+        self._overwrite = overwrite
+        self._chunks: list[bytes] = []
+
+    def _write(self, data: bytes) -> None:
+        self._chunks.append(data)
+
+    def _publish(self) -> None:
+        with _MEMORY_LOCK:
+            if not self._overwrite and self._fs.exists(self.path):
+                raise errors.AlreadyExistsError(f"{self.path} already exists; nothing was written")
+            self._fs.pipe_file(self.path, b"".join(self._chunks))
+
+    def _discard(self) -> None:
+        self._chunks.clear()
+
+
+class MemoryFileManager(FileManager):
+    """fsspec's in-memory filesystem; atomic within one process."""
+
+    kind = Kind.MEMORY
+
+    def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
+        return _MemoryStream(self.fs, path, overwrite=overwrite)
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing a backend.
+# --------------------------------------------------------------------------------------------
+
+_BACKENDS: Final[Mapping[Kind, type[FileManager]]] = {
+    Kind.RENAME: RenameFileManager,
+    Kind.DIRECT_PUT: DirectPutFileManager,
+    Kind.MEMORY: MemoryFileManager,
+}
+
+
+def protocol_of(url: str) -> str:
+    """The fsspec protocol of ``url`` (``file`` for plain paths)."""
+    if "://" not in url:
+        return "file"
+    return url.split("://", 1)[0].lower()
+
+
+def parse_kind(
+    value: str | Kind | None, *, key: str = "spark.sparkguard.fileManager"
+) -> Kind | None:
+    """Parse a configured backend name; ``None``/empty means "by protocol"."""
+    if value is None or value == "":
+        return None
+    try:
+        return Kind(value)
+    except ValueError:
+        choices = ", ".join(k.value for k in Kind)
+        raise errors.ConfigError(
+            f"{key}={value!r} is not a file manager; use one of {choices}"
+        ) from None
+
+
+def parse_create_mode(
+    value: str | CreateMode | None, *, key: str = "spark.sparkguard.createMode"
+) -> CreateMode:
+    """Parse the configured create-if-absent mode (default: conditional)."""
+    if value is None or value == "":
+        return CreateMode.CONDITIONAL
+    try:
+        return CreateMode(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in CreateMode)
+        raise errors.ConfigError(
+            f"{key}={value!r} is not a create mode; use one of {choices}"
+        ) from None
+
+
+def resolve(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    kind: str | Kind | None = None,
+    create_mode: str | CreateMode | None = None,
+) -> tuple[FileManager, str]:
+    """Return the file manager for ``url`` and the path inside its filesystem.
+
+    The backend comes from ``kind`` when given, else from the protocol (:data:`DEFAULT_KINDS`).
+    Filesystem instances are never shared through fsspec's instance cache (they may hold event
+    loops and connections that must not cross forks), and object-store listings are not cached,
+    so every ``list``/``exists`` sees the store as it is now.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise errors.InvalidPathError(f"storage URL must be a non-empty string, got {url!r}")
+    protocol = protocol_of(url)
+    chosen = parse_kind(kind)
+    if chosen is None:
+        if protocol not in DEFAULT_KINDS:
+            known = ", ".join(sorted(DEFAULT_KINDS))
+            raise errors.UnsupportedStoreError(
+                f"no atomic file manager is known for protocol {protocol!r} in {url!r}; "
+                f"use one of {known}, or set spark.sparkguard.fileManager to rename or direct-put"
+            )
+        chosen = DEFAULT_KINDS[protocol]
+    try:
+        fs_class = fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as exc:
+        raise errors.UnsupportedStoreError(
+            f"cannot open storage {url!r}: {exc}. Install the fsspec backend for {protocol!r}"
+        ) from exc
+    options: dict[str, Any] = {"skip_instance_cache": True}
+    if chosen is Kind.DIRECT_PUT:
+        options["use_listings_cache"] = False
+    options.update(storage_options or {})
+    fs = fs_class(**options)
+    path = paths.validate_base(fs._strip_protocol(url), what="storage URL")
+    if protocol in ("file", "local"):
+        path = os.path.abspath(path)
+    backend = _BACKENDS[chosen]
+    manager: FileManager
+    if backend is DirectPutFileManager:
+        manager = DirectPutFileManager(
+            fs, protocol=protocol, create_mode=parse_create_mode(create_mode)
+        )
+    else:
+        manager = backend(fs, protocol=protocol)
+    return manager, path
+
+
+@contextlib.contextmanager
+def atomic_writer(
+    url: str, *, overwrite: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> Iterator[AtomicStream]:
+    """Convenience: ``with atomic_writer(url) as f: f.write(...)`` for a single file."""
+    manager, path = resolve(url, storage_options=storage_options)
+    with manager.create_atomic(path, overwrite=overwrite) as stream:
+        yield stream

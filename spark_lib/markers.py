@@ -1,0 +1,218 @@
+"""Markers: a record, made *before* a data file is written, that the file may exist.
+
+Rollback deletes exactly the marked files of an uncommitted instant, so its cost grows with the
+markers, not with the table. Two formats live under ``<table>/_sparkguard/markers/<instant>/``
+(DESIGN.md, "Storage contract"):
+
+* direct: one empty file per data file, ``<file>.marker.<CREATE|MERGE|APPEND>`` (``/`` in the
+  data file's relative path kept as sub-directories);
+* batched (written by the marker sidecar): ``MARKERS.type`` holding ``TIMELINE_SERVER_BASED``,
+  and ``MARKERS0`` .. ``MARKERS<n-1>``, each a list of marker names, one per line.
+
+:func:`read_marked_files` reads either (or both, mixed) and copes with a missing or empty
+``MARKERS.type``: rollback must never break on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import re
+from collections.abc import Iterable
+from typing import Final, Protocol
+
+from sparkguard.spark_lib import errors, filemanager, paths, timeline
+
+MARKERS_DIR: Final = "markers"
+TYPE_FILE: Final = "MARKERS.type"
+BATCH_PREFIX: Final = "MARKERS"
+_BATCH_FILE: Final = re.compile(r"^MARKERS(0|[1-9][0-9]{0,5})$")
+_MARKER_SUFFIX: Final = re.compile(r"^(?P<file>.+)\.marker\.(?P<io>CREATE|MERGE|APPEND)$")
+
+
+class MarkerType(enum.StrEnum):
+    """How an instant's markers are stored."""
+
+    DIRECT = "DIRECT"
+    TIMELINE_SERVER_BASED = "TIMELINE_SERVER_BASED"
+
+
+class IOType(enum.StrEnum):
+    """What the marked write does to its file."""
+
+    CREATE = "CREATE"
+    MERGE = "MERGE"
+    APPEND = "APPEND"
+
+
+def parse_marker_type(value: str, *, key: str = "spark.sparkguard.markers.type") -> MarkerType:
+    """Parse a configured marker type (case-insensitive; ``timeline-server`` accepted)."""
+    normalised = value.strip().upper().replace("-", "_")
+    if normalised in ("TIMELINE_SERVER", "BATCHED"):
+        normalised = MarkerType.TIMELINE_SERVER_BASED.value
+    try:
+        return MarkerType(normalised)
+    except ValueError:
+        raise errors.ConfigError(
+            f"{key}={value!r} is not a marker type; use DIRECT or TIMELINE_SERVER_BASED"
+        ) from None
+
+
+def marker_dir(table: str, instant: str) -> str:
+    """The marker directory of ``instant`` in the table at path ``table``."""
+    timeline.job_of_instant(instant)
+    return paths.join(table, timeline.SPARKGUARD_DIR, MARKERS_DIR, instant)
+
+
+def marker_name(data_file: str, io_type: IOType = IOType.CREATE) -> str:
+    """The marker name of ``data_file`` (a path relative to the table)."""
+    paths.validate_relative(data_file, what="data file")
+    return f"{data_file}.marker.{io_type.value}"
+
+
+def parse_marker_name(name: str) -> tuple[str, IOType]:
+    """Split a marker name into the data file (relative path) and its IO type."""
+    match = _MARKER_SUFFIX.match(name)
+    if not match:
+        raise errors.CorruptFileError(
+            f"{name!r} is not a marker name (expected <file>.marker.CREATE|MERGE|APPEND)"
+        )
+    data_file = paths.validate_relative(match.group("file"), what="marked data file")
+    return data_file, IOType(match.group("io"))
+
+
+def parse_batch_file(content: bytes, *, source: str) -> list[str]:
+    """Marker names in one ``MARKERS<i>`` file (one per line; blank lines ignored)."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.CorruptFileError(f"{source} is not UTF-8 text") from None
+    names = [line for line in text.split("\n") if line]
+    for name in names:
+        parse_marker_name(name)
+    return names
+
+
+def render_batch_file(names: Iterable[str]) -> bytes:
+    """The content of a ``MARKERS<i>`` file holding ``names``."""
+    return "".join(f"{name}\n" for name in names).encode()
+
+
+def read_type(manager: filemanager.FileManager, directory: str) -> MarkerType | None:
+    """The type written in ``MARKERS.type``, or ``None`` when missing or empty."""
+    try:
+        content = manager.read_bytes(paths.join(directory, TYPE_FILE)).decode().strip()
+    except FileNotFoundError:
+        return None
+    if not content:
+        return None
+    return parse_marker_type(content, key=paths.join(directory, TYPE_FILE))
+
+
+def read_marker_names(manager: filemanager.FileManager, directory: str) -> set[str]:
+    """Every marker name in ``directory``, from batched files and direct markers alike.
+
+    Reads what is there rather than trusting ``MARKERS.type``, so a missing, empty or wrong
+    type file never hides a marker.
+    """
+    names: set[str] = set()
+    for info in _walk(manager, directory):
+        relative = info.path[len(directory.rstrip("/")) + 1 :]
+        base = paths.basename(relative)
+        if filemanager.is_temp_name(base) or relative == TYPE_FILE:
+            continue
+        if "/" not in relative and _BATCH_FILE.match(relative):
+            names.update(parse_batch_file(manager.read_bytes(info.path), source=info.path))
+        elif _MARKER_SUFFIX.match(relative):
+            names.add(relative)
+        else:
+            raise errors.CorruptFileError(
+                f"unexpected file {info.path} in marker directory {directory}; move it elsewhere"
+            )
+    return names
+
+
+def read_marked_files(manager: filemanager.FileManager, directory: str) -> set[str]:
+    """The data files (relative to the table) marked in ``directory``, whatever the format."""
+    return {parse_marker_name(name)[0] for name in read_marker_names(manager, directory)}
+
+
+def delete_marker_dir(manager: filemanager.FileManager, directory: str) -> int:
+    """Delete every file of a marker directory; returns how many. Idempotent."""
+    files = [info.path for info in _walk(manager, directory)]
+    # Markers first, MARKERS.type last: an interrupted delete still reads as a marker dir.
+    files.sort(key=lambda p: p.endswith("/" + TYPE_FILE))
+    manager.delete_many(files)
+    if manager.kind is not filemanager.Kind.DIRECT_PUT:
+        _remove_empty_dirs(manager, directory)
+    return len(files)
+
+
+def _walk(manager: filemanager.FileManager, directory: str) -> list[filemanager.FileInfo]:
+    found: list[filemanager.FileInfo] = []
+    pending = [directory]
+    while pending:
+        current = pending.pop()
+        for info in manager.list(current):
+            if info.is_dir:
+                pending.append(info.path)
+            else:
+                found.append(info)
+    return found
+
+
+def _remove_empty_dirs(manager: filemanager.FileManager, directory: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        manager.fs.rm(directory, recursive=True)
+
+
+class MarkerClient(Protocol):
+    """What executors use to create markers: direct files or the sidecar, same interface."""
+
+    def create(self, directory: str, data_file: str, io_type: IOType = IOType.CREATE) -> None:
+        """Durably record that ``data_file`` may be written. Must return only once durable."""
+
+    def all_marked(self, directory: str) -> set[str]:
+        """Data files marked in ``directory``."""
+
+    def delete_dir(self, directory: str) -> None:
+        """Remove the marker directory (after commit, or at the end of a rollback)."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class DirectMarkerClient:
+    """One empty file per marker, written put-if-absent through the file manager.
+
+    Marker directories may be given as URLs (``s3://b/t/_sparkguard/markers/<i>``) or as paths
+    of the manager's filesystem; both name the same place.
+    """
+
+    def __init__(self, manager: filemanager.FileManager) -> None:
+        self.manager = manager
+
+    def _path(self, directory: str) -> str:
+        return paths.validate_base(self.manager.fs._strip_protocol(directory), what="marker dir")
+
+    def create(self, directory: str, data_file: str, io_type: IOType = IOType.CREATE) -> None:
+        """Write ``<directory>/<data_file>.marker.<io>`` (already there is fine: a retry)."""
+        target = paths.join(self._path(directory), marker_name(data_file, io_type))
+        self.manager.put_if_absent(target, b"")
+
+    def all_marked(self, directory: str) -> set[str]:
+        """Data files marked in ``directory``."""
+        return read_marked_files(self.manager, self._path(directory))
+
+    def delete_dir(self, directory: str) -> None:
+        """Remove the marker directory."""
+        delete_marker_dir(self.manager, self._path(directory))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def write_type(self, directory: str) -> None:
+        """Write ``MARKERS.type`` = DIRECT (informational; readers do not depend on it)."""
+        path = self._path(directory)
+        self.manager.mkdirs(path)
+        self.manager.put_if_absent(paths.join(path, TYPE_FILE), MarkerType.DIRECT.value.encode())

@@ -1,0 +1,362 @@
+"""The timeline of a table: instants that are inflight, then decided exactly once.
+
+Layout under ``<table>/_sparkguard/timeline/`` (see DESIGN.md, "Storage contract")::
+
+    <instant>.inflight     written when a write starts (job id, attempt, marker type, started)
+    <instant>.outcome      "committed" + files | "rolled_back": put-if-absent, decided once
+    <instant>.rolledback   what a rollback deleted, written after the fact
+
+An instant id is ``<UTC yyyyMMddHHmmssSSS>-<jobId>``: it sorts by start time and names its job,
+so a rollback finds the instants of one job from a single listing. The outcome file is written
+put-if-absent by both a committing driver and a rollback: of the two, exactly one wins. A driver
+whose instant a rollback claimed first (a zombie) gets :class:`InstantDecidedError` on commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from sparkguard.spark_lib import errors, filemanager, formats, paths
+
+SPARKGUARD_DIR: Final = "_sparkguard"
+TIMELINE_DIR: Final = "timeline"
+INFLIGHT_KIND: Final = "sparkguard.instant.inflight"
+OUTCOME_KIND: Final = "sparkguard.instant.outcome"
+ROLLEDBACK_KIND: Final = "sparkguard.instant.rolledback"
+VERSION: Final = 1
+
+JOB_ID_PATTERN: Final = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,98}[a-z0-9])?$")
+_INSTANT_PATTERN: Final = re.compile(r"^(?P<ts>[0-9]{17})-(?P<job>[a-z0-9][a-z0-9.-]*)$")
+_SUFFIXES: Final = (".inflight", ".outcome", ".rolledback")
+
+
+class Outcome(enum.StrEnum):
+    """How an instant was decided."""
+
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+
+
+class State(enum.StrEnum):
+    """Where an instant stands, as derived from its files."""
+
+    INFLIGHT = "inflight"  # started, undecided: a running write, or a failed one to roll back
+    COMMITTED = "committed"
+    ROLLING_BACK = "rolling_back"  # fate decided (rolled back), cleanup not finished
+    ROLLED_BACK = "rolled_back"
+
+
+def validate_job_id(job_id: str, *, what: str = "job id") -> str:
+    """Return ``job_id`` if it is usable in file names and instant ids, else raise ConfigError.
+
+    Lower-case letters, digits, ``-`` and ``.``; starts and ends alphanumeric; at most 100.
+    """
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.match(job_id):
+        raise errors.ConfigError(
+            f"{what} {job_id!r} is not valid: use 1-100 lower-case letters, digits, '-' or '.', "
+            "starting and ending with a letter or digit (e.g. 'nightly-sales-2026-11-22')"
+        )
+    return job_id
+
+
+def job_of_instant(instant: str) -> str:
+    """The job id encoded in an instant id."""
+    match = _INSTANT_PATTERN.match(instant)
+    if not match:
+        raise errors.CorruptFileError(f"{instant!r} is not a sparkguard instant id")
+    return match.group("job")
+
+
+def _now_millis() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S%f")[:-3]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataFile:
+    """A data file an instant committed: path relative to the table, size in bytes, rows."""
+
+    path: str
+    size: int
+    rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored in an outcome file."""
+        return {"path": self.path, "size": self.size, "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, value: Any, *, source: str) -> DataFile:
+        """Parse one entry of an outcome's ``files`` list."""
+        if not isinstance(value, dict):
+            raise errors.CorruptFileError(f"{source}: a files entry is not an object")
+        return cls(
+            path=paths.validate_relative(
+                formats.require(value, "path", str, source=source), what="committed file"
+            ),
+            size=formats.require(value, "size", int, source=source),
+            rows=formats.require(value, "rows", int, source=source),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class InstantInfo:
+    """What ``<instant>.inflight`` says about a write."""
+
+    instant: str
+    job_id: str
+    attempt: int
+    marker_type: str
+    operation: str
+    started: str
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class InstantStatus:
+    """An instant and its files, read at one moment."""
+
+    instant: str
+    info: InstantInfo | None
+    outcome: Outcome | None
+    files: tuple[DataFile, ...]
+    rolledback: Mapping[str, Any] | None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def state(self) -> State:
+        """The state derived from which files exist."""
+        if self.outcome is Outcome.COMMITTED:
+            return State.COMMITTED
+        if self.outcome is Outcome.ROLLED_BACK:
+            return State.ROLLED_BACK if self.rolledback is not None else State.ROLLING_BACK
+        return State.INFLIGHT
+
+    @property
+    def job_id(self) -> str:
+        """The job that opened this instant."""
+        return job_of_instant(self.instant)
+
+
+class Timeline:
+    """The instants of one table, and the put-if-absent decisions about them."""
+
+    def __init__(self, manager: filemanager.FileManager, table: str) -> None:
+        self.manager = manager
+        self.table = paths.validate_base(table, what="table path")
+        self.directory = paths.join(self.table, SPARKGUARD_DIR, TIMELINE_DIR)
+
+    def _path(self, instant: str, suffix: str) -> str:
+        job_of_instant(instant)
+        return paths.join(self.directory, instant + suffix)
+
+    # -- writes -------------------------------------------------------------------------------
+    def start(
+        self,
+        job_id: str,
+        *,
+        attempt: int,
+        marker_type: str,
+        operation: str = "append",
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Open a new instant for ``job_id`` and write its ``.inflight``; returns the instant id.
+
+        Two writers never get the same instant: the inflight file is put-if-absent and a loser
+        retries with the next millisecond.
+        """
+        validate_job_id(job_id)
+        self.manager.mkdirs(self.directory)
+        body = {
+            "jobId": job_id,
+            "attempt": attempt,
+            "markerType": marker_type,
+            "operation": operation,
+            "started": datetime.datetime.now(datetime.UTC).isoformat(),
+            "extra": dict(extra or {}),
+        }
+        for _ in range(1000):
+            instant = f"{_now_millis()}-{job_id}"
+            data = formats.encode(INFLIGHT_KIND, VERSION, {"instant": instant, **body})
+            if self.manager.put_if_absent(self._path(instant, ".inflight"), data):
+                return instant
+            time.sleep(0.001)
+        raise errors.SparkguardError(f"could not allocate an instant for job {job_id!r}")
+
+    def commit(
+        self,
+        instant: str,
+        files: Sequence[DataFile],
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Decide ``instant`` as committed, listing its ``files`` (put-if-absent).
+
+        Raises :class:`InstantDecidedError` when the instant was already decided, e.g. by a
+        rollback that claimed it first: then nothing of this commit is published.
+        """
+        data = formats.encode(
+            OUTCOME_KIND,
+            VERSION,
+            {
+                "instant": instant,
+                "outcome": Outcome.COMMITTED.value,
+                "decided": datetime.datetime.now(datetime.UTC).isoformat(),
+                "files": [f.to_json() for f in files],
+                "extra": dict(extra or {}),
+            },
+        )
+        if not self.manager.put_if_absent(self._path(instant, ".outcome"), data):
+            decided = self.read_outcome(instant)
+            outcome = decided[0].value if decided else "unknown"
+            raise errors.InstantDecidedError(
+                f"instant {instant} of {self.table} was already decided as {outcome}; this "
+                "commit is refused and publishes nothing (a rollback or another committer won)",
+                instant=instant,
+                outcome=outcome,
+            )
+
+    def claim_rollback(self, instant: str) -> bool:
+        """Decide ``instant`` as rolled back unless a commit came first.
+
+        Returns ``True`` when the instant's fate is (now, or already was) rolled back, so the
+        caller may delete its files; ``False`` when it is committed and must be left alone.
+        """
+        data = formats.encode(
+            OUTCOME_KIND,
+            VERSION,
+            {
+                "instant": instant,
+                "outcome": Outcome.ROLLED_BACK.value,
+                "decided": datetime.datetime.now(datetime.UTC).isoformat(),
+                "files": [],
+                "extra": {},
+            },
+        )
+        if self.manager.put_if_absent(self._path(instant, ".outcome"), data):
+            return True
+        decided = self.read_outcome(instant)
+        return decided is not None and decided[0] is Outcome.ROLLED_BACK
+
+    def record_rolled_back(self, instant: str, summary: Mapping[str, Any]) -> None:
+        """Write ``<instant>.rolledback`` with what the rollback deleted (after the fact)."""
+        data = formats.encode(
+            ROLLEDBACK_KIND,
+            VERSION,
+            {
+                "instant": instant,
+                "finished": datetime.datetime.now(datetime.UTC).isoformat(),
+                **dict(summary),
+            },
+        )
+        self.manager.write_bytes(self._path(instant, ".rolledback"), data, overwrite=True)
+
+    # -- reads --------------------------------------------------------------------------------
+    def read_info(self, instant: str) -> InstantInfo | None:
+        """The parsed ``.inflight`` of ``instant``, or ``None`` when it is missing."""
+        path = self._path(instant, ".inflight")
+        try:
+            data = self.manager.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        doc = formats.decode(data, kind=INFLIGHT_KIND, versions=frozenset({VERSION}), source=path)
+        return InstantInfo(
+            instant=instant,
+            job_id=formats.require(doc, "jobId", str, source=path),
+            attempt=formats.require(doc, "attempt", int, source=path),
+            marker_type=formats.require(doc, "markerType", str, source=path),
+            operation=formats.require(doc, "operation", str, source=path),
+            started=formats.require(doc, "started", str, source=path),
+            extra=doc.get("extra") or {},
+        )
+
+    def read_outcome(
+        self, instant: str
+    ) -> tuple[Outcome, tuple[DataFile, ...], Mapping[str, Any]] | None:
+        """The decided outcome of ``instant`` with its files, or ``None`` when undecided."""
+        path = self._path(instant, ".outcome")
+        try:
+            data = self.manager.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        doc = formats.decode(data, kind=OUTCOME_KIND, versions=frozenset({VERSION}), source=path)
+        raw = formats.require(doc, "outcome", str, source=path)
+        try:
+            outcome = Outcome(raw)
+        except ValueError:
+            raise errors.CorruptFileError(f"{path} has unknown outcome {raw!r}") from None
+        files = tuple(
+            DataFile.from_json(f, source=path)
+            for f in formats.require(doc, "files", list, source=path)
+        )
+        return outcome, files, doc.get("extra") or {}
+
+    def read_rolledback(self, instant: str) -> dict[str, Any] | None:
+        """The rollback summary of ``instant``, or ``None``."""
+        path = self._path(instant, ".rolledback")
+        try:
+            data = self.manager.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        return formats.decode(
+            data, kind=ROLLEDBACK_KIND, versions=frozenset({VERSION}), source=path
+        )
+
+    def instant_ids(self, *, job_id: str | None = None) -> list[str]:
+        """Instant ids in start order (one listing), optionally only those of ``job_id``."""
+        found: set[str] = set()
+        for info in self.manager.list(self.directory):
+            name = info.name
+            if filemanager.is_temp_name(name):
+                continue
+            for suffix in _SUFFIXES:
+                if name.endswith(suffix):
+                    instant = name[: -len(suffix)]
+                    break
+            else:
+                raise errors.CorruptFileError(
+                    f"unexpected file {info.path} in timeline {self.directory}; move it elsewhere"
+                )
+            if not _INSTANT_PATTERN.match(instant):
+                raise errors.CorruptFileError(f"{info.path} is not named by an instant id")
+            found.add(instant)
+        ids = sorted(found)
+        if job_id is not None:
+            ids = [i for i in ids if job_of_instant(i) == job_id]
+        return ids
+
+    def status(self, instant: str) -> InstantStatus:
+        """Everything the timeline knows about ``instant``."""
+        decided = self.read_outcome(instant)
+        return InstantStatus(
+            instant=instant,
+            info=self.read_info(instant),
+            outcome=decided[0] if decided else None,
+            files=decided[1] if decided else (),
+            rolledback=self.read_rolledback(instant),
+            extra=decided[2] if decided else {},
+        )
+
+    def statuses(self, *, job_id: str | None = None) -> list[InstantStatus]:
+        """:meth:`status` of every instant (of ``job_id`` when given), in start order."""
+        return [self.status(i) for i in self.instant_ids(job_id=job_id)]
+
+    def committed_files(self, *, instants: Iterable[str] | None = None) -> dict[str, str]:
+        """Relative path -> committing instant, over committed instants (all, or ``instants``)."""
+        result: dict[str, str] = {}
+        for instant in self.instant_ids() if instants is None else instants:
+            decided = self.read_outcome(instant)
+            if decided and decided[0] is Outcome.COMMITTED:
+                for data_file in decided[1]:
+                    result[data_file.path] = instant
+        return result
+
+
+def timeline_for(url: str, **resolve_kwargs: Any) -> Timeline:
+    """The timeline of the table at ``url`` (see :func:`filemanager.resolve` for options)."""
+    manager, path = filemanager.resolve(url, **resolve_kwargs)
+    return Timeline(manager, path)

@@ -1,0 +1,5 @@
+"""``python -m sparkguard`` runs the command-line interface."""
+
+from sparkguard import cli
+
+raise SystemExit(cli.main())

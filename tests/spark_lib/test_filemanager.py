@@ -1,0 +1,187 @@
+"""The atomic file manager's contract, on every backend."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from sparkguard.spark_lib import errors, filemanager, paths
+from tests.spark_lib.conftest import Store
+
+
+def test_publishes_only_on_close(store: Store) -> None:
+    target = paths.join(store.base, "part-00000.bin")
+    stream = store.manager.create_atomic(target)
+    stream.write(b"hello ")
+    stream.write(b"world")
+    assert not store.manager.exists(target)
+    stream.close()
+    assert store.manager.read_bytes(target) == b"hello world"
+    assert stream.tell() == 11
+    stream.close()  # closing twice is a no-op
+
+
+def test_cancel_leaves_nothing(store: Store) -> None:
+    target = paths.join(store.base, "cancelled.bin")
+    stream = store.manager.create_atomic(target)
+    stream.write(b"x" * 1000)
+    stream.cancel()
+    stream.cancel()
+    assert not store.manager.exists(target)
+    assert [i.name for i in store.manager.list(store.base)] == []
+    with pytest.raises(ValueError, match="cancelled"):
+        stream.write(b"more")
+
+
+def test_exception_in_context_leaves_nothing(store: Store) -> None:
+    target = paths.join(store.base, "boom.bin")
+
+    def failing_task() -> None:
+        with store.manager.create_atomic(target) as stream:
+            stream.write(b"partial")
+            raise RuntimeError("task failed")
+
+    with pytest.raises(RuntimeError):
+        failing_task()
+    assert not store.manager.exists(target)
+    assert store.manager.list(store.base) == []
+
+
+def test_create_if_absent_refuses_existing(store: Store) -> None:
+    target = paths.join(store.base, "once.bin")
+    store.manager.write_bytes(target, b"first")
+    with pytest.raises(errors.AlreadyExistsError, match="already exists"):
+        store.manager.write_bytes(target, b"second")
+    with pytest.raises(FileExistsError):  # also a plain FileExistsError
+        store.manager.write_bytes(target, b"third")
+    assert store.manager.read_bytes(target) == b"first"
+    assert [i.name for i in store.manager.list(store.base)] == ["once.bin"]
+    assert store.manager.put_if_absent(target, b"fourth") is False
+
+
+def test_empty_file_create_if_absent(store: Store) -> None:
+    """Empty files (direct markers) must be exclusive too."""
+    target = paths.join(store.base, "marker")
+    assert store.manager.put_if_absent(target, b"") is True
+    assert store.manager.put_if_absent(target, b"") is False
+    assert store.manager.read_bytes(target) == b""
+
+
+def test_overwrite_replaces(store: Store) -> None:
+    target = paths.join(store.base, "replace.bin")
+    store.manager.write_bytes(target, b"old")
+    store.manager.write_bytes(target, b"new", overwrite=True)
+    assert store.manager.read_bytes(target) == b"new"
+
+
+def test_list_exists_delete_mkdirs(store: Store) -> None:
+    sub = paths.join(store.base, "a", "b")
+    store.manager.mkdirs(sub)
+    store.manager.write_bytes(paths.join(sub, "f1"), b"1")
+    store.manager.write_bytes(paths.join(sub, "f2"), b"22")
+    infos = store.manager.list(sub)
+    assert [(i.name, i.size, i.is_dir) for i in infos] == [("f1", 1, False), ("f2", 2, False)]
+    assert store.manager.exists(paths.join(sub, "f1"))
+    assert store.manager.delete_many([paths.join(sub, "f1"), paths.join(sub, "missing")]) == 2
+    store.manager.delete(paths.join(sub, "f1"))  # idempotent
+    assert [i.name for i in store.manager.list(sub)] == ["f2"]
+    assert store.manager.list(paths.join(store.base, "nowhere")) == []
+
+
+def test_open_is_read_only(store: Store) -> None:
+    target = paths.join(store.base, "r.bin")
+    store.manager.write_bytes(target, b"abc")
+    with store.manager.open(target) as f:
+        assert f.read() == b"abc"
+    with pytest.raises(errors.ConfigError, match="only read modes"):
+        store.manager.open(target, "wb")
+
+
+def test_racing_creators_exactly_one_wins(store: Store) -> None:
+    target = paths.join(store.base, "contended.bin")
+    winners: list[int] = []
+    losers: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def race(i: int) -> None:
+        stream = store.manager.create_atomic(target)
+        stream.write(f"writer-{i}".encode() * 100)
+        barrier.wait()
+        try:
+            stream.close()
+            winners.append(i)
+        except errors.AlreadyExistsError:
+            losers.append(i)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert len(losers) == 7
+    assert store.manager.read_bytes(target) == f"writer-{winners[0]}".encode() * 100
+    assert [i.name for i in store.manager.list(store.base)] == ["contended.bin"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["../escape", "a/../b", "", "a//b", "/abs/name", "nul\x00char", "back\\slash", "x" * 300],
+)
+def test_bad_relative_names_are_rejected(bad: str) -> None:
+    with pytest.raises(errors.InvalidPathError):
+        paths.join("/base", bad)
+
+
+def test_bad_paths_write_nothing(tmp_path: Path) -> None:
+    manager, base = filemanager.resolve(str(tmp_path))
+    with pytest.raises(errors.InvalidPathError, match=r"'\.\.'"):
+        manager.create_atomic(f"{base}/../evil")
+    with pytest.raises(errors.InvalidPathError):
+        manager.create_atomic(f"{base}/dir/")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_protocol_and_kind_are_clear() -> None:
+    with pytest.raises(errors.UnsupportedStoreError, match=r"no atomic file manager.*'ftp2'"):
+        filemanager.resolve("ftp2://host/x")
+    with pytest.raises(errors.ConfigError, match=r"fileManager='copy'.*rename, direct-put"):
+        filemanager.resolve("/tmp/x", kind="copy")
+    with pytest.raises(errors.ConfigError, match="createMode='maybe'"):
+        filemanager.resolve("s3://b/x", create_mode="maybe")
+    with pytest.raises(errors.InvalidPathError):
+        filemanager.resolve("")
+
+
+def test_local_leftover_temp_files_are_recognisable(tmp_path: Path) -> None:
+    manager, base = filemanager.resolve(str(tmp_path))
+    stream = manager.create_atomic(f"{base}/data.parquet")
+    stream.write(b"abc")
+    leftovers = manager.find_temp_files(base)  # as a killed writer would leave them
+    assert len(leftovers) == 1
+    assert filemanager.is_temp_name(leftovers[0])
+    assert paths.basename(leftovers[0]).startswith(".data.parquet.sg-tmp-")
+    stream.cancel()
+    assert manager.find_temp_files(base) == []
+
+
+def test_rename_noreplace_refuses_existing(tmp_path: Path) -> None:
+    (tmp_path / "src").write_bytes(b"s")
+    (tmp_path / "dst").write_bytes(b"d")
+    with pytest.raises(FileExistsError):
+        filemanager.rename_noreplace(str(tmp_path / "src"), str(tmp_path / "dst"))
+    assert (tmp_path / "dst").read_bytes() == b"d"
+    filemanager.rename_noreplace(str(tmp_path / "src"), str(tmp_path / "new"))
+    assert (tmp_path / "new").read_bytes() == b"s"
+    assert not (tmp_path / "src").exists()
+
+
+def test_plain_paths_resolve_to_rename_backend(tmp_path: Path) -> None:
+    manager, base = filemanager.resolve(str(tmp_path))
+    assert manager.kind is filemanager.Kind.RENAME
+    assert base == str(tmp_path)
+    manager2, base2 = filemanager.resolve(f"file://{tmp_path}")
+    assert manager2.kind is filemanager.Kind.RENAME
+    assert base2 == str(tmp_path)

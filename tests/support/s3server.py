@@ -1,0 +1,100 @@
+"""A real S3 API over HTTP on 127.0.0.1: moto in server mode, run as a subprocess.
+
+Tests reach it through s3fs exactly as a user's S3 would be reached: endpoint URL + keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """Where the server listens, and the options s3fs needs to reach it."""
+
+    endpoint: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+        }
+
+    def env(self) -> dict[str, str]:
+        """Environment variables for a subprocess that should reach this server."""
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+        }
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a fresh bucket; returns its name."""
+        import boto3
+
+        bucket = name or f"sg-{uuid.uuid4().hex[:12]}"
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket=bucket)
+        return bucket
+
+
+@contextlib.contextmanager
+def run_s3_server(port: int | None = None) -> Iterator[S3Server]:
+    """Start moto's server on 127.0.0.1 and stop it afterwards."""
+    port = port or free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):  # noqa: S310
+                    break
+            except OSError:
+                if process.poll() is not None:
+                    err = process.stderr.read().decode() if process.stderr else ""
+                    raise RuntimeError(f"moto server exited: {err[-2000:]}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not answer within 30 s") from None
+                time.sleep(0.1)
+        yield S3Server(endpoint=endpoint, process=process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
