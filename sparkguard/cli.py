@@ -17,6 +17,7 @@ from sparkguard import __version__
 #: subcommand -> (module that defines ``add_arguments(parser)`` and ``run(args) -> int``, help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sparkguard.spark_lib.demo", "run the local exactly-once demonstration"),
+    "bundle": ("sparkguard.spark_lib.bundle", "copy the library into a directory for Spark"),
 }
 
 

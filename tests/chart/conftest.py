@@ -1,0 +1,87 @@
+"""Render the chart with the real Helm engine (helm-python-sdk embeds Helm v4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+CHART = Path(__file__).resolve().parents[2] / "charts" / "sparkguard"
+
+#: Every toggle flipped from its default.
+FLIPPED: dict[str, Any] = {
+    "fullnameOverride": "guard",
+    "image": {
+        "repository": "registry.example.com/sparkguard",
+        "tag": "9.9.9",
+        "pullPolicy": "Always",
+    },
+    "imagePullSecrets": [{"name": "regcred"}],
+    "operator": {
+        "logLevel": "DEBUG",
+        "watchNamespaces": ["spark-a", "spark-b"],
+        "journalRoot": "s3://bucket/sparkguard/journal",
+        "maxConcurrentRollbacks": 8,
+        "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+        "podAnnotations": {"a": "b"},
+        "podLabels": {"team": "data"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "spark", "operator": "Exists", "effect": "NoSchedule"}],
+        "priorityClassName": "system-cluster-critical",
+    },
+    "serviceAccount": {"create": False, "name": "existing-sa", "annotations": {}},
+    "rbac": {"create": True, "readStorageSecrets": False},
+    "webhook": {
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": 5,
+        "namespaceSelector": {"matchLabels": {"sparkguard.io/inject": "true"}},
+        "certManager": {"enabled": True, "issuerRef": {}},
+    },
+    "sidecar": {
+        "image": {"repository": "registry.example.com/sidecar", "tag": "1.2.3"},
+        "port": 7171,
+        "batchIntervalMs": 20,
+        "batchThreads": 8,
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "128Mi"},
+        },
+        "tokenSecret": "markers-token",
+    },
+    "metrics": {
+        "enabled": True,
+        "port": 9191,
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+    },
+    "livenessPort": 8181,
+}
+
+NO_WEBHOOK_NO_METRICS: dict[str, Any] = {
+    "webhook": {"enabled": False},
+    "metrics": {"enabled": False},
+    "rbac": {"create": False},
+    "serviceAccount": {"create": False},
+}
+
+VALUE_SETS = {"default": None, "flipped": FLIPPED, "minimal": NO_WEBHOOK_NO_METRICS}
+
+
+def render(values: dict[str, Any] | None, *, namespace: str = "sparkguard") -> list[dict[str, Any]]:
+    """Render the chart offline; returns the manifests as objects (NOTES.txt left out)."""
+    import helm_python as helm
+
+    chart = helm.Chart.load(str(CHART))
+    rendered = chart.render(values, name="sg", namespace=namespace, is_install=True)
+    objects: list[dict[str, Any]] = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return objects
+
+
+@pytest.fixture(params=sorted(VALUE_SETS))
+def value_set(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any] | None]:
+    return request.param, VALUE_SETS[request.param]

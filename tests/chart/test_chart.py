@@ -1,0 +1,182 @@
+"""The chart, rendered and linted by the real Helm engine, validated against Kubernetes schemas."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from cryptography import x509
+
+from sparkguard.operator import config as operator_config
+from tests.chart.conftest import CHART, FLIPPED, render
+
+#: Kinds without a schema in kubernetes-validate (CRDs of other projects); checked by hand.
+FOREIGN_KINDS = {"ServiceMonitor", "Certificate", "Issuer"}
+
+
+def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def test_lint_strict_has_no_warnings(value_set: tuple[str, dict[str, Any] | None]) -> None:
+    import helm_python as helm
+
+    _, values = value_set
+    report = helm.lint(str(CHART), values, strict=True)
+    assert report["errors"] == []
+    serious = [m for m in report["messages"] if m["severity"] >= 2]
+    assert serious == []
+
+
+def test_rendered_manifests_pass_kubernetes_validate_strict(
+    value_set: tuple[str, dict[str, Any] | None],
+) -> None:
+    _, values = value_set
+    objects = render(values)
+    assert objects
+    version = kubernetes_validate.latest_version()
+    for obj in objects:
+        if obj["kind"] in FOREIGN_KINDS:
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_a_typo_in_a_value_key_fails_against_the_schema() -> None:
+    import helm_python as helm
+
+    chart = helm.Chart.load(str(CHART))
+    with pytest.raises(helm.HelmValuesError, match="imagee"):
+        chart.validate_schema({"imagee": {"tag": "1"}})
+    with pytest.raises(helm.HelmValuesError, match="batchIntervalMS"):
+        chart.validate_schema({"sidecar": {"batchIntervalMS": 10}})
+    with pytest.raises(helm.HelmValuesError, match="failurePolicy"):
+        chart.validate_schema({"webhook": {"failurePolicy": "Sometimes"}})
+    with pytest.raises(helm.HelmValuesError):
+        render({"operator": {"watchNamespaces": ["Not_A_Namespace"]}})
+
+
+def test_operator_pod_is_locked_down() -> None:
+    (deployment,) = _by_kind(render(None), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]
+
+
+@pytest.mark.parametrize("values", [None, FLIPPED], ids=["default", "flipped"])
+def test_operator_accepts_the_environment_the_chart_gives_it(values: dict[str, Any] | None) -> None:
+    (deployment,) = _by_kind(render(values), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    loaded = operator_config.load_config(env)
+    if values:
+        assert loaded.namespaces == ("spark-a", "spark-b")
+        assert loaded.sidecar_port == 7171
+        assert loaded.sidecar_batch_threads == 8
+        assert loaded.image == "registry.example.com/sidecar:1.2.3"
+        assert loaded.journal_root == "s3://bucket/sparkguard/journal"
+        assert loaded.metrics_port == 9191
+    else:
+        assert loaded.namespaces == ()
+        assert loaded.image == "ghcr.io/sparkguard/sparkguard:0.1.0"
+        assert loaded.webhook_port == 9443
+
+
+def test_webhook_ca_bundle_signs_the_served_certificate() -> None:
+    objects = render(None)
+    (secret,) = [o for o in _by_kind(objects, "Secret") if o["type"] == "kubernetes.io/tls"]
+    (hook,) = _by_kind(objects, "MutatingWebhookConfiguration")
+    webhook = hook["webhooks"][0]
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    service = webhook["clientConfig"]["service"]
+    assert f"{service['name']}.{service['namespace']}.svc" in names.get_values_for_type(
+        x509.DNSName
+    )
+    assert webhook["rules"][0]["resources"] == ["sparkapplications"]
+
+
+def test_cert_manager_mode_uses_a_certificate() -> None:
+    objects = render(FLIPPED)
+    (hook,) = _by_kind(objects, "MutatingWebhookConfiguration")
+    assert "caBundle" not in hook["webhooks"][0]["clientConfig"]
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert _by_kind(objects, "Certificate")
+    assert _by_kind(objects, "Issuer")  # self-signed issuer when no issuerRef is given
+    assert not [o for o in _by_kind(objects, "Secret") if o.get("type") == "kubernetes.io/tls"]
+
+
+def test_namespaced_rbac_when_namespaces_are_listed() -> None:
+    objects = render(FLIPPED)
+    assert not _by_kind(objects, "ClusterRole")
+    roles = _by_kind(objects, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["spark-a", "spark-b"]
+    resources = {res for r in roles for rule in r["rules"] for res in rule["resources"]}
+    assert "secrets" not in resources  # readStorageSecrets: false
+    assert not _by_kind(objects, "ServiceAccount")  # serviceAccount.create: false
+
+
+def test_clusterwide_rbac_by_default_and_every_rule_is_commented() -> None:
+    objects = render(None)
+    (role,) = _by_kind(objects, "ClusterRole")
+    verbs = {
+        (res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]
+    }
+    assert ("sparkapplications", "patch") in verbs
+    assert ("secrets", "get") in verbs
+    assert not any(verb in ("*", "delete", "deletecollection") for _, verb in verbs)
+    source = (CHART / "templates" / "rbac.yaml").read_text()
+    rules_block = source[source.index('define "sparkguard.rules"') :]
+    for line_no, line in enumerate(rules_block.splitlines()):
+        if line.lstrip().startswith("- apiGroups"):
+            previous = rules_block.splitlines()[line_no - 1].strip()
+            assert previous.startswith("#"), f"rule without a why-comment: {line}"
+
+
+def test_minimal_install_has_no_webhook_and_no_service() -> None:
+    objects = render({"webhook": {"enabled": False}, "metrics": {"enabled": False}})
+    kinds = {o["kind"] for o in objects}
+    assert "MutatingWebhookConfiguration" not in kinds
+    assert "Service" not in kinds
+    (deployment,) = _by_kind(objects, "Deployment")
+    env = {
+        e["name"]: e.get("value")
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["SPARKGUARD_WEBHOOK_MODE"] == "disabled"
+    assert env["SPARKGUARD_METRICS_PORT"] == "0"
+
+
+def test_values_file_documents_every_value() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if (
+            not stripped
+            or stripped.startswith("#")
+            or stripped.endswith(":")
+            and not stripped.startswith("-")
+        ):
+            continue  # comments and section headers
+        if stripped.startswith("-") or line.startswith("      "):
+            continue  # list items and nested defaults of a documented value
+        above = [ln.strip() for ln in lines[max(0, number - 3) : number]]
+        assert any(a.startswith("# --") for a in above), f"value without '# --' doc: {line}"
+
+
+def test_flipped_values_do_not_mutate_defaults() -> None:
+    before = copy.deepcopy(FLIPPED)
+    render(FLIPPED)
+    assert before == FLIPPED
