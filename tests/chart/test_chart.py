@@ -67,7 +67,8 @@ def test_operator_pod_is_locked_down() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
-    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]
 
@@ -166,8 +167,7 @@ def test_values_file_documents_every_value() -> None:
         if (
             not stripped
             or stripped.startswith("#")
-            or stripped.endswith(":")
-            and not stripped.startswith("-")
+            or (stripped.endswith(":") and not stripped.startswith("-"))
         ):
             continue  # comments and section headers
         if stripped.startswith("-") or line.startswith("      "):
