@@ -14,7 +14,7 @@ from tests.support import s3server
 # top-level operator/ folder would shadow the stdlib module there. Never prepend the cwd.
 os.environ["PYTHONSAFEPATH"] = "1"
 
-pytest_plugins: list[str] = []  # TEMP until kubebench lands: ["tests.kubebench.fixtures"]
+pytest_plugins = ["tests.kubebench.fixtures"]
 
 
 @pytest.fixture(scope="session")

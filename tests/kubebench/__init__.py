@@ -1,0 +1,1 @@
+"""A real kube-apiserver + etcd test bench, built from Go modules (see README.md)."""

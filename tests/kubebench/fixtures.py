@@ -1,0 +1,78 @@
+"""pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`).
+
+Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
+
+* Tests that request ``kube_bench`` get the ``kube`` marker automatically (``-m "not kube"``
+  deselects them); mark tests that reach the bench indirectly with ``@pytest.mark.kube``.
+* The binaries are built right after collection, when at least one selected test needs them,
+  so a cold build (minutes) never counts against a test's ``pytest-timeout``. A failed build is
+  reported at that point and then makes every bench test *error* with the build's output;
+  nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kubebench.bench import KubeBench, KubeBenchError, ensure_binaries
+
+_BUILD_ERROR = pytest.StashKey[KubeBenchError]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Also registered by the project's pytest config; repeating it is harmless and keeps this
+    # plugin usable on its own (--strict-markers).
+    config.addinivalue_line(
+        "markers", "kube: needs the real kube-apiserver test bench (tests.kubebench)"
+    )
+
+
+def _needs_bench(item: pytest.Item) -> bool:
+    fixturenames = getattr(item, "fixturenames", ())
+    return "kube_bench" in fixturenames or item.get_closest_marker("kube") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselection reads the markers
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    for item in items:
+        if "kube_bench" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
+            "kube"
+        ):
+            item.add_marker(pytest.mark.kube)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if config.option.collectonly or not any(_needs_bench(i) for i in session.items):
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    start = time.monotonic()
+    try:
+        bin_dir = ensure_binaries()
+    except KubeBenchError as exc:
+        config.stash[_BUILD_ERROR] = exc
+        if reporter is not None:
+            reporter.write_line(f"kubebench: BUILD FAILED, kube tests will error:\n{exc}", red=True)
+        return
+    took = time.monotonic() - start
+    if reporter is not None and took > 5:
+        reporter.write_line(f"kubebench: built kube-apiserver + etcd in {took:.0f}s -> {bin_dir}")
+
+
+@pytest.fixture(scope="session")
+def kube_bench(request: pytest.FixtureRequest) -> Iterator[KubeBench]:
+    """A running kube-apiserver + etcd with the SparkApplication CRD installed."""
+    build_error = request.config.stash.get(_BUILD_ERROR, None)
+    if build_error is not None:
+        raise build_error
+    bench = KubeBench()
+    try:
+        bench.start()
+        yield bench
+    finally:
+        bench.stop()

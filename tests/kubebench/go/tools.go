@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools records the binaries this module builds so that `go mod tidy`
+// keeps their dependencies in go.mod/go.sum. Build them with:
+//
+//	go build -o bin/ k8s.io/kubernetes/cmd/kube-apiserver ./cmd/etcd
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+)
