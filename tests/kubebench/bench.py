@@ -604,6 +604,12 @@ class KubeBench:
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--endpoint-reconciler-type=none",
+            # Every request, at Metadata level: lets tests list which verbs an identity used
+            # (the chart test compares them with what its RBAC grants).
+            f"--audit-policy-file={self._write_audit_policy()}",
+            f"--audit-log-path={self._workdir / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
             *self._extra_args,
         ]
         self._apiserver = proc = _Process(
@@ -620,6 +626,37 @@ class KubeBench:
             return status == 200
 
         self._wait_for(ready, deadline, "kube-apiserver /readyz", proc)
+
+    def _write_audit_policy(self) -> Path:
+        assert self._workdir is not None
+        policy = self._workdir / "audit-policy.yaml"
+        policy.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\n"
+            "omitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
+        )
+        return policy
+
+    def audit_events(self, *, user: str | None = None) -> list[dict[str, Any]]:
+        """Audit events (``ResponseComplete``) recorded so far, optionally only ``user``'s.
+
+        Service accounts appear as ``system:serviceaccount:<namespace>:<name>``.
+        """
+        self._need()
+        assert self._workdir is not None
+        events = []
+        path = self._workdir / "audit.log"
+        if not path.exists():
+            return []
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete":
+                continue
+            if user is not None and event.get("user", {}).get("username") != user:
+                continue
+            events.append(event)
+        return events
 
     def _check_alive(self, proc: _Process) -> None:
         rc = proc.exited()

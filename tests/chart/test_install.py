@@ -1,0 +1,92 @@
+"""`helm install` of the chart onto the real kube-apiserver bench."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+
+from tests.chart.conftest import CHART
+from tests.kubebench.bench import KubeBench
+
+pytestmark = pytest.mark.kube
+
+
+def _helm(bench: KubeBench, namespace: str) -> Any:
+    import helm_python as helm
+
+    return helm.Config(kubeconfig_path=bench.kubeconfig_path, namespace=namespace)
+
+
+@pytest.fixture(scope="module")
+def installed(kube_bench: KubeBench) -> dict[str, Any]:
+    """The chart installed once (release sg in namespace sparkguard-system)."""
+    namespace = "sparkguard-system"
+    api = kube_bench.api_client()
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    release = _helm(kube_bench, namespace).install(
+        str(CHART),
+        "sg",
+        {"operator": {"journalRoot": "s3://bucket/journal"}},
+        namespace=namespace,
+        timeout=120,
+    )
+    return {"namespace": namespace, "release": release, "api": api}
+
+
+def test_install_creates_every_object(installed: dict[str, Any]) -> None:
+    api = installed["api"]
+    ns = installed["namespace"]
+    apps = client.AppsV1Api(api)
+    deployment = apps.read_namespaced_deployment("sg-sparkguard", ns)
+    assert deployment.spec is not None
+    container = deployment.spec.template.spec.containers[0]  # type: ignore[union-attr]
+    assert container.args == ["--log-level", "INFO", "operator"]
+    core = client.CoreV1Api(api)
+    assert core.read_namespaced_service_account("sg-sparkguard", ns)
+    service = core.read_namespaced_service("sg-sparkguard-webhook", ns)
+    assert {p.name for p in service.spec.ports} == {"webhook", "metrics"}  # type: ignore[union-attr]
+    secret = core.read_namespaced_secret("sg-sparkguard-webhook-tls", ns)
+    rbac = client.RbacAuthorizationV1Api(api)
+    assert rbac.read_cluster_role("sg-sparkguard")
+    assert rbac.read_cluster_role_binding("sg-sparkguard")
+    hooks = client.AdmissionregistrationV1Api(api)
+    hook = hooks.read_mutating_webhook_configuration("sg-sparkguard")
+    webhook = hook.webhooks[0]  # type: ignore[index]
+    assert webhook.client_config.service.name == "sg-sparkguard-webhook"
+    ca_bundle = webhook.client_config.ca_bundle
+    if isinstance(ca_bundle, bytes):  # the typed client may decode base64 for us
+        ca_bundle = base64.b64encode(ca_bundle).decode()
+    assert ca_bundle == cast(dict[str, str], secret.data)["ca.crt"]
+
+
+def test_upgrade_keeps_the_webhook_certificate(
+    kube_bench: KubeBench, installed: dict[str, Any]
+) -> None:
+    core = client.CoreV1Api(installed["api"])
+    ns = installed["namespace"]
+    before = core.read_namespaced_secret("sg-sparkguard-webhook-tls", ns).data
+    _helm(kube_bench, ns).upgrade(
+        str(CHART), "sg", {"operator": {"journalRoot": "s3://bucket/journal2"}}, namespace=ns
+    )
+    after = core.read_namespaced_secret("sg-sparkguard-webhook-tls", ns).data
+    assert before == after  # lookup reused the CA: no webhook outage on upgrade
+
+
+def test_install_with_a_typo_fails_before_touching_the_cluster(kube_bench: KubeBench) -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match="sidecarr"):
+        _helm(kube_bench, "default").install(
+            str(CHART), "typo", {"sidecarr": {"port": 1}}, namespace="default"
+        )
+    assert _helm(kube_bench, "default").list() in ([], None) or all(
+        r.get("name") != "typo" for r in _helm(kube_bench, "default").list()
+    )
