@@ -15,7 +15,16 @@ ruff format --check .
 echo "== mypy --strict"
 scripts/typecheck.sh
 echo "== import contracts"
-lint-imports --config .importlinter
+# import-linter cannot follow the package-dir mapping either (and does not walk symlinked
+# folders): give it a copy of the installed layout.
+layout=.cache/importlint
+rm -rf "$layout" && mkdir -p "$layout/sparkguard"
+cp sparkguard/*.py "$layout/sparkguard/"
+for pkg in spark_lib sidecar operator; do
+  mkdir -p "$layout/sparkguard/$pkg" && cp "$pkg"/*.py "$layout/sparkguard/$pkg/"
+done
+# Run from inside the layout: lint-imports puts the cwd first on sys.path.
+(cd "$layout" && PYTHONPATH="$PWD" lint-imports --no-cache --config ../../.importlinter)
 echo "== pytest"
 # pytest exits 5 when it collected no tests: that fails this script like any other failure.
 exec python -m pytest "$@"

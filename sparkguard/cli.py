@@ -18,6 +18,10 @@ from sparkguard import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sparkguard.spark_lib.demo", "run the local exactly-once demonstration"),
     "bundle": ("sparkguard.spark_lib.bundle", "copy the library into a directory for Spark"),
+    "operator": (
+        "sparkguard.operator.cli",
+        "run the Kubernetes operator (admission webhook + failure recovery)",
+    ),
 }
 
 

@@ -49,6 +49,7 @@ FLIPPED: dict[str, Any] = {
             "limits": {"cpu": "1", "memory": "128Mi"},
         },
         "tokenSecret": "markers-token",
+        "allowedRoots": ["s3://warehouse/", "s3://staging/"],
     },
     "metrics": {
         "enabled": True,

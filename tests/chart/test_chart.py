@@ -86,6 +86,7 @@ def test_operator_accepts_the_environment_the_chart_gives_it(values: dict[str, A
         assert loaded.image == "registry.example.com/sidecar:1.2.3"
         assert loaded.journal_root == "s3://bucket/sparkguard/journal"
         assert loaded.metrics_port == 9191
+        assert loaded.sidecar_allowed_roots == ("s3://warehouse/", "s3://staging/")
     else:
         assert loaded.namespaces == ()
         assert loaded.image == "ghcr.io/sparkguard/sparkguard:0.1.0"

@@ -1,0 +1,474 @@
+"""Admission: what sparkguard adds to an opted-in SparkApplication, as a JSON merge patch.
+
+The additions (see docs/operator.md)::
+
+    spec.sparkConf        spark.sparkguard.{jobId,attempt,markers.type,markers.endpoint,
+                          markers.tokenFile,journal}
+    spec.driver.sidecars  the marker sidecar (timeline-server markers only)
+    spec.{driver,executor}.initContainers   the library, copied into a shared emptyDir
+    spec.driver.initContainers              a rollback of what an earlier attempt left
+    spec.volumes, volumeMounts, PYTHONPATH  the library (and the sidecar token) in every pod
+
+Everything here is pure: plain dicts in, plain dicts out. Mutating an already-mutated app
+changes nothing; fields the user set are kept; a user value that contradicts sparkguard's
+(another job id, a different image under our container's name) is a :class:`Problem`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sparkguard.operator import appmeta, errors
+from sparkguard.operator import config as config_
+
+GROUP: Final = "sparkoperator.k8s.io"
+VERSION: Final = "v1beta2"
+PLURAL: Final = "sparkapplications"
+
+CONF_JOB_ID: Final = "spark.sparkguard.jobId"
+CONF_ATTEMPT: Final = "spark.sparkguard.attempt"
+CONF_MARKERS_TYPE: Final = "spark.sparkguard.markers.type"
+CONF_MARKERS_ENDPOINT: Final = "spark.sparkguard.markers.endpoint"
+CONF_MARKERS_TOKEN_FILE: Final = "spark.sparkguard.markers.tokenFile"  # noqa: S105 - a key
+CONF_JOURNAL: Final = "spark.sparkguard.journal"
+#: substituted by the library with ``spark.driver.host`` at runtime: Spark's driver service is
+#: headless, so executors reach the driver pod (and its sidecar) on any port
+DRIVER_HOST_PLACEHOLDER: Final = "{driverHost}"
+
+SIDECAR_NAME: Final = "sparkguard-markers"
+LIB_INIT_NAME: Final = "sparkguard-lib"
+ROLLBACK_INIT_NAME: Final = "sparkguard-rollback"
+LIB_VOLUME: Final = "sparkguard-lib"
+TOKEN_VOLUME: Final = "sparkguard-token"  # noqa: S105 - a volume's name
+LIB_DIR: Final = "/opt/sparkguard/lib"
+TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Review:
+    """The admission verdict on one request: allowed or not, and the merge patch to apply."""
+
+    allowed: bool
+    patch: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    problems: tuple[appmeta.Problem, ...] = ()
+
+    @property
+    def message(self) -> str:
+        """All problems in one line, each naming its annotation or field."""
+        return "sparkguard: " + "; ".join(str(p) for p in self.problems) if self.problems else ""
+
+
+def token_file(config: config_.OperatorConfig) -> str:
+    """Where the marker sidecar's token is mounted in every pod."""
+    return f"{TOKEN_DIR}/{config.sidecar_token_key}"
+
+
+def marker_endpoint(config: config_.OperatorConfig) -> str:
+    """The marker sidecar's URL as executors see it, before the library substitutes the host."""
+    return f"http://{DRIVER_HOST_PLACEHOLDER}:{config.sidecar_port}"
+
+
+def build_sidecar(options: appmeta.Options, *, config: config_.OperatorConfig) -> dict[str, Any]:
+    """The marker sidecar container for the driver pod.
+
+    A purely computational function with no side-effects.
+    """
+    port = config.sidecar_port
+    resources: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    if config.sidecar_cpu_request:
+        resources["requests"]["cpu"] = config.sidecar_cpu_request
+    if config.sidecar_memory_request:
+        resources["requests"]["memory"] = config.sidecar_memory_request
+    if config.sidecar_cpu_limit:
+        resources["limits"]["cpu"] = config.sidecar_cpu_limit
+    if config.sidecar_memory_limit:
+        resources["limits"]["memory"] = config.sidecar_memory_limit
+    container: dict[str, Any] = {
+        "name": SIDECAR_NAME,
+        "image": config.image,
+        "command": [
+            "sparkguard",
+            "sidecar",
+            "--host",
+            "0.0.0.0",  # noqa: S104 - executors connect from other pods
+            "--port",
+            str(port),
+            "--batch-interval-ms",
+            str(config.sidecar_batch_interval_ms),
+            "--batch-threads",
+            str(config.sidecar_batch_threads),
+            "--token-file",
+            token_file(config),
+            "--allowed-roots",
+            ",".join(config.sidecar_allowed_roots),
+        ],
+        "ports": [{"name": "markers", "containerPort": port, "protocol": "TCP"}],
+        "resources": {k: v for k, v in resources.items() if v},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": port}, "periodSeconds": 2},
+        "volumeMounts": [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}],
+    }
+    _add_storage_env(container, options)
+    _add_pull_policy(container, config)
+    return container
+
+
+def build_lib_init(*, config: config_.OperatorConfig) -> dict[str, Any]:
+    """The initContainer that copies the library into the shared volume (driver and executors).
+
+    A purely computational function with no side-effects.
+    """
+    container: dict[str, Any] = {
+        "name": LIB_INIT_NAME,
+        "image": config.image,
+        "command": ["sparkguard", "bundle", "--dest", LIB_DIR],
+        "volumeMounts": [{"name": LIB_VOLUME, "mountPath": LIB_DIR}],
+    }
+    _add_pull_policy(container, config)
+    return container
+
+
+def build_rollback_init(
+    options: appmeta.Options, *, config: config_.OperatorConfig
+) -> dict[str, Any]:
+    """The driver's initContainer that rolls back whatever an earlier attempt left uncommitted.
+
+    A purely computational function with no side-effects.
+    """
+    container: dict[str, Any] = {
+        "name": ROLLBACK_INIT_NAME,
+        "image": config.image,
+        "command": [
+            "sparkguard",
+            "rollback",
+            "--job-id",
+            options.job_id,
+            "--journal",
+            options.journal,
+        ],
+    }
+    _add_storage_env(container, options)
+    _add_pull_policy(container, config)
+    return container
+
+
+def _add_storage_env(container: dict[str, Any], options: appmeta.Options) -> None:
+    if options.storage_secret:
+        container["envFrom"] = [{"secretRef": {"name": options.storage_secret}}]
+
+
+def _add_pull_policy(container: dict[str, Any], config: config_.OperatorConfig) -> None:
+    if config.image_pull_policy:
+        container["imagePullPolicy"] = config.image_pull_policy
+
+
+def build_conf(options: appmeta.Options, *, config: config_.OperatorConfig) -> dict[str, str]:
+    """The ``spark.sparkguard.*`` entries sparkguard puts in ``spec.sparkConf`` (attempt 0).
+
+    A purely computational function with no side-effects.
+    """
+    conf = {
+        CONF_JOB_ID: options.job_id,
+        CONF_ATTEMPT: "0",
+        CONF_MARKERS_TYPE: options.marker_type.conf_value,
+        CONF_JOURNAL: options.journal,
+    }
+    if options.marker_type is appmeta.MarkerType.TIMELINE_SERVER:
+        conf[CONF_MARKERS_ENDPOINT] = marker_endpoint(config)
+        conf[CONF_MARKERS_TOKEN_FILE] = token_file(config)
+    return conf
+
+
+#: conf keys that follow annotations: a different user value is a conflict, not a preference
+_STRICT_CONF: Final = {
+    CONF_JOB_ID: appmeta.JOB_ID,
+    CONF_MARKERS_TYPE: appmeta.MARKER_TYPE,
+    CONF_JOURNAL: appmeta.JOURNAL,
+}
+
+
+def mutate(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[str, Any]:
+    """A copy of ``app`` with everything sparkguard needs added (or an unchanged copy).
+
+    A purely computational function with no side-effects. Apps that did not opt in come back
+    unchanged. Raises :class:`errors.InvalidApplicationError` listing every bad annotation or
+    conflicting field. ``mutate(mutate(app)) == mutate(app)``.
+    """
+    result = copy.deepcopy(dict(app))
+    parsed = appmeta.parse(result, config=config)
+    if not parsed.enabled:
+        return result
+    if parsed.options is None:
+        raise errors.InvalidApplicationError(parsed.problems)
+    options = parsed.options
+    problems: list[appmeta.Problem] = []
+
+    meta = _dict_at(result, "metadata")
+    meta_annotations = _dict_at(meta, "annotations")
+    meta_annotations.setdefault(appmeta.JOB_ID, options.job_id)
+
+    spec = _dict_at(result, "spec")
+    _ensure_conf(_dict_at(spec, "sparkConf"), build_conf(options, config=config), problems)
+
+    timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
+    volumes = [{"name": LIB_VOLUME, "emptyDir": {}}]
+    if timeline_server:
+        volumes.append(
+            {
+                "name": TOKEN_VOLUME,
+                "secret": {
+                    "secretName": config.sidecar_token_secret,
+                    "items": [{"key": config.sidecar_token_key, "path": config.sidecar_token_key}],
+                },
+            }
+        )
+    for volume in volumes:
+        _ensure_named(
+            spec, "volumes", volume, field="spec.volumes", compare=_same_volume, problems=problems
+        )
+
+    mounts = [{"name": LIB_VOLUME, "mountPath": LIB_DIR, "readOnly": True}]
+    if timeline_server:
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+
+    for role in ("driver", "executor"):
+        pod = _dict_at(spec, role)
+        _ensure_named(
+            pod,
+            "initContainers",
+            build_lib_init(config=config),
+            field=f"spec.{role}.initContainers",
+            compare=_same_image,
+            problems=problems,
+        )
+        for mount in mounts:
+            _ensure_mount(pod, mount, field=f"spec.{role}.volumeMounts", problems=problems)
+        _ensure_pythonpath(pod, field=f"spec.{role}", problems=problems)
+
+    driver = _dict_at(spec, "driver")
+    _ensure_named(
+        driver,
+        "initContainers",
+        build_rollback_init(options, config=config),
+        field="spec.driver.initContainers",
+        compare=_same_image,
+        problems=problems,
+    )
+    if timeline_server:
+        _ensure_named(
+            driver,
+            "sidecars",
+            build_sidecar(options, config=config),
+            field="spec.driver.sidecars",
+            compare=_same_image,
+            problems=problems,
+        )
+
+    if problems:
+        raise errors.InvalidApplicationError(problems)
+    return result
+
+
+def build_patch(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``app`` into ``mutate(app)``.
+
+    A purely computational function with no side-effects. Empty when there is nothing to add,
+    in particular for an already-mutated app. Lists appear whole, as merge patches require.
+    """
+    return merge_diff(app, mutate(app, config=config))
+
+
+def review(
+    app: Mapping[str, Any],
+    *,
+    old: Mapping[str, Any] | None,
+    config: config_.OperatorConfig,
+) -> Review:
+    """Decide an admission request for ``app`` (``old`` is the stored object on UPDATE).
+
+    A purely computational function with no side-effects. Bad annotations are denied, except
+    on an UPDATE that leaves sparkguard's annotations as they were: an app stored while the
+    webhook was down must stay editable (the operator marks it Invalid instead).
+    """
+    try:
+        return Review(allowed=True, patch=build_patch(app, config=config))
+    except errors.InvalidApplicationError as exc:
+        if old is not None and _options_of(old) == _options_of(app):
+            return Review(allowed=True, problems=exc.problems)
+        return Review(allowed=False, problems=exc.problems)
+
+
+def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch that turns ``old`` into ``new`` (``None`` removes a key).
+
+    A purely computational function with no side-effects.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_diff(before, value)
+            if nested:
+                patch[key] = nested
+        elif key not in old or before != value:
+            patch[key] = copy.deepcopy(value)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
+
+
+def apply_merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``target`` with the JSON merge patch ``patch`` applied (a copy).
+
+    A purely computational function with no side-effects.
+    """
+    result = copy.deepcopy(dict(target))
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, Mapping):
+            current = result.get(key)
+            result[key] = apply_merge_patch(current if isinstance(current, Mapping) else {}, value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _options_of(app: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in appmeta.of(app).items() if k in appmeta.OPTION_KEYS}
+
+
+def _ensure_conf(
+    conf: dict[str, Any], ours: Mapping[str, str], problems: list[appmeta.Problem]
+) -> None:
+    for key, value in ours.items():
+        current = conf.get(key)
+        if current is None:
+            conf[key] = value
+        elif key in _STRICT_CONF and current != value:
+            problems.append(
+                appmeta.Problem(
+                    f"spec.sparkConf[{key}]",
+                    f"is {current!r} but {_STRICT_CONF[key]} makes it {value!r}; remove the "
+                    "sparkConf entry or change the annotation",
+                )
+            )
+        elif key == CONF_ATTEMPT and not (isinstance(current, str) and current.isdigit()):
+            problems.append(
+                appmeta.Problem(
+                    f"spec.sparkConf[{key}]",
+                    f"is {current!r}; remove it (sparkguard counts attempts from 0)",
+                )
+            )
+
+
+def _dict_at(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = {}
+        parent[key] = value
+    return value
+
+
+def _list_at(parent: dict[str, Any], key: str) -> list[Any]:
+    value = parent.get(key)
+    if not isinstance(value, list):
+        value = []
+        parent[key] = value
+    return value
+
+
+def _same_image(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+    if existing.get("image") != ours["image"]:
+        return (
+            f"has image {existing.get('image')!r}, not sparkguard's {ours['image']!r}; "
+            "rename your container or remove it"
+        )
+    return None
+
+
+def _same_volume(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+    source_keys = {k for k in existing if k != "name"}
+    ours_keys = {k for k in ours if k != "name"}
+    if source_keys != ours_keys:
+        return "is a different kind of volume than sparkguard's; rename your volume"
+    return None
+
+
+def _ensure_named(
+    parent: dict[str, Any],
+    key: str,
+    item: dict[str, Any],
+    *,
+    field: str,
+    compare: Any,
+    problems: list[appmeta.Problem],
+) -> None:
+    items = _list_at(parent, key)
+    for existing in items:
+        if isinstance(existing, Mapping) and existing.get("name") == item["name"]:
+            complaint = compare(existing, item)
+            if complaint:
+                problems.append(appmeta.Problem(f"{field}[{item['name']}]", complaint))
+            return  # a matching user entry is respected as it is
+    items.append(item)
+
+
+def _ensure_mount(
+    pod: dict[str, Any],
+    mount: dict[str, Any],
+    *,
+    field: str,
+    problems: list[appmeta.Problem],
+) -> None:
+    mounts = _list_at(pod, "volumeMounts")
+    for existing in mounts:
+        if not isinstance(existing, Mapping):
+            continue
+        same_name = existing.get("name") == mount["name"]
+        same_path = existing.get("mountPath") == mount["mountPath"]
+        if same_name and same_path:
+            return
+        if same_name or same_path:
+            problems.append(
+                appmeta.Problem(
+                    f"{field}[{existing.get('name')}]",
+                    f"mounts {existing.get('name')!r} at {existing.get('mountPath')!r}; sparkguard "
+                    f"needs {mount['name']!r} at {mount['mountPath']!r}: remove your mount",
+                )
+            )
+            return
+    mounts.append(mount)
+
+
+def _ensure_pythonpath(pod: dict[str, Any], *, field: str, problems: list[appmeta.Problem]) -> None:
+    """Append the library to PYTHONPATH, keeping whatever the user put there first."""
+    env_vars = pod.get("envVars")
+    if isinstance(env_vars, dict) and "PYTHONPATH" in env_vars:
+        env_vars["PYTHONPATH"] = _append_path(str(env_vars["PYTHONPATH"]))
+        return
+    env = _list_at(pod, "env")
+    for entry in env:
+        if isinstance(entry, dict) and entry.get("name") == "PYTHONPATH":
+            if "valueFrom" in entry:
+                problems.append(
+                    appmeta.Problem(
+                        f"{field}.env[PYTHONPATH]",
+                        "comes from valueFrom; write it as a value so sparkguard can append "
+                        f"{LIB_DIR}",
+                    )
+                )
+                return
+            entry["value"] = _append_path(str(entry.get("value") or ""))
+            return
+    env.append({"name": "PYTHONPATH", "value": LIB_DIR})
+
+
+def _append_path(value: str) -> str:
+    parts = [p for p in value.split(":") if p]
+    if LIB_DIR in parts:
+        return value
+    return ":".join([*parts, LIB_DIR])

@@ -1,0 +1,423 @@
+"""Failure recovery: what to do about a SparkApplication's state, decided from the object alone.
+
+All progress lives in ``sparkguard.io/`` annotations on the app, so an operator that restarts
+in the middle of a recovery reads where it stood and continues without acting twice::
+
+    new FAILED ─▶ Recovering ─rollback─▶ RolledBack ─backoff─▶ Resubmitted (attempt+1)
+                      │                       │
+                      │ no retries left       └─ all committed ─▶ CommittedNotResubmitted
+                      └─rollback─▶ Exhausted
+
+``handled-failure`` identifies the failure acted on (from the status spark-operator wrote), so
+the same failure seen again, e.g. after a restart, is recognised. The resubmission is one merge
+patch that bumps ``spark.sparkguard.attempt`` in the spec *and* records phase Resubmitted:
+it happens completely or not at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import config as config_
+
+FAILED_STATES: Final = frozenset({"FAILED", "SUBMISSION_FAILED"})
+SUCCEEDED_STATES: Final = frozenset({"COMPLETED"})
+#: how many instants a last-rollback annotation lists (the counts are always complete)
+_LISTED_INSTANTS: Final = 20
+
+
+class Phase(enum.StrEnum):
+    """Where sparkguard stands with an app (annotation ``sparkguard.io/phase``)."""
+
+    RECOVERING = "Recovering"
+    ROLLED_BACK = "RolledBack"
+    RESUBMITTED = "Resubmitted"
+    EXHAUSTED = "Exhausted"
+    SUCCEEDED = "Succeeded"
+    COMMITTED_NOT_RESUBMITTED = "CommittedNotResubmitted"
+    INVALID = "Invalid"
+
+
+class Action(enum.StrEnum):
+    """What the operator should do next about an app."""
+
+    NOTHING = "nothing"
+    MARK_INVALID = "mark-invalid"
+    MARK_SUCCEEDED = "mark-succeeded"
+    ROLLBACK = "rollback"  # then RolledBack (to resubmit later) or CommittedNotResubmitted
+    GIVE_UP = "give-up"  # rollback, then Exhausted: no retries left
+    WAIT = "wait"  # rolled back; the backoff has not expired
+    RESUBMIT = "resubmit"
+
+
+class Reason(enum.StrEnum):
+    """Kubernetes Event reasons the operator posts."""
+
+    ROLLBACK_STARTED = "RollbackStarted"
+    ROLLED_BACK = "RolledBack"
+    ROLLBACK_FAILED = "RollbackFailed"
+    RESUBMITTED = "Resubmitted"
+    RETRIES_EXHAUSTED = "RetriesExhausted"
+    INVALID_ANNOTATION = "InvalidAnnotation"
+    COMMITTED_NOT_RESUBMITTED = "CommittedNotResubmitted"
+
+
+#: phases after which nothing more happens for the failure they handled
+SETTLED_PHASES: Final = frozenset(
+    {Phase.RESUBMITTED, Phase.EXHAUSTED, Phase.COMMITTED_NOT_RESUBMITTED}
+)
+#: phases of an app in the middle of a recovery
+RECOVERY_PHASES: Final = frozenset({Phase.RECOVERING, Phase.ROLLED_BACK})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EventSpec:
+    """A Kubernetes Event to post about the app."""
+
+    type: str  # "Normal" | "Warning"
+    reason: Reason
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The next step for one app, with the patch that records (or performs) it.
+
+    For ``ROLLBACK``/``GIVE_UP`` the patch records phase Recovering *before* the rollback; for
+    ``RESUBMIT`` it is the resubmission itself; for ``MARK_*`` it records the phase.
+    """
+
+    action: Action
+    reason: str
+    attempt: int = 0
+    failure_id: str | None = None
+    retry_at: datetime.datetime | None = None
+    options: appmeta.Options | None = None
+    patch: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    event: EventSpec | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Conclusion:
+    """What a finished rollback means for the app: its phase, the patch, the event."""
+
+    phase: Phase
+    patch: Mapping[str, Any]
+    event: EventSpec
+
+
+def backoff_delay(attempt: int, *, base: float, cap: float) -> float:
+    """Seconds to wait before resubmitting after attempt ``attempt`` (0-based) failed.
+
+    A purely computational function with no side-effects: ``base * 2**attempt``, at most ``cap``.
+    """
+    if base <= 0:
+        return 0.0
+    return float(min(cap, base * 2 ** min(attempt, 62)))
+
+
+def failure_id(status: Mapping[str, Any]) -> str:
+    """An identifier of the failure ``status`` describes, stable while that failure stands.
+
+    A purely computational function with no side-effects. spark-operator stamps every
+    submission (submission id, attempt counters and times), so a later failure of a rerun
+    gets a different id, while re-reading the same failure gives the same one.
+    """
+    state = str((status.get("applicationState") or {}).get("state") or "")
+    fields = {
+        key: status.get(key)
+        for key in (
+            "submissionID",
+            "sparkApplicationId",
+            "submissionAttempts",
+            "executionAttempts",
+            "lastSubmissionAttemptTime",
+            "terminationTime",
+        )
+    }
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{state}-{digest[:16]}"
+
+
+def current_attempt(app: Mapping[str, Any]) -> int:
+    """The attempt the app is running (0 for the first): annotation, else sparkConf, else 0.
+
+    A purely computational function with no side-effects.
+    """
+    for raw in (
+        appmeta.of(app).get(appmeta.ATTEMPT),
+        ((app.get("spec") or {}).get("sparkConf") or {}).get(mutation.CONF_ATTEMPT),
+    ):
+        if isinstance(raw, str) and raw.strip().isdigit():
+            return int(raw.strip())
+    return 0
+
+
+def parse_time(text: str | None) -> datetime.datetime | None:
+    """An annotation timestamp (ISO 8601, UTC), or ``None`` if absent or unreadable.
+
+    A purely computational function with no side-effects.
+    """
+    if not text:
+        return None
+    try:
+        value = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+
+
+def format_time(value: datetime.datetime) -> str:
+    """The annotation form of a timestamp: ISO 8601 in UTC, whole seconds."""
+    return value.astimezone(datetime.UTC).replace(microsecond=0).isoformat()
+
+
+def _annotations_patch(values: Mapping[str, str | None]) -> dict[str, Any]:
+    return {"metadata": {"annotations": dict(values)}}
+
+
+def decide(  # noqa: PLR0911 - one return per row of the decision table
+    app: Mapping[str, Any], *, now: datetime.datetime, config: config_.OperatorConfig
+) -> Decision:
+    """The next step for ``app`` at ``now``.
+
+    A purely computational function with no side-effects. The decision table:
+
+    * not opted in → NOTHING; bad annotations → MARK_INVALID once (then NOTHING);
+    * COMPLETED → MARK_SUCCEEDED once;
+    * FAILED/SUBMISSION_FAILED, a failure not handled yet (or one whose rollback was
+      interrupted) → ROLLBACK, or GIVE_UP when the attempt reached max-retries;
+    * the handled failure, rolled back → WAIT until next-retry-at, then RESUBMIT;
+    * the handled failure, settled (Resubmitted/Exhausted/CommittedNotResubmitted) → NOTHING;
+    * any other state → NOTHING.
+    """
+    parsed = appmeta.parse(app, config=config)
+    values = appmeta.of(app)
+    phase = values.get(appmeta.PHASE)
+    if not parsed.enabled:
+        return Decision(action=Action.NOTHING, reason="not opted in")
+    if parsed.options is None:
+        if phase == Phase.INVALID.value:
+            return Decision(action=Action.NOTHING, reason="already marked Invalid")
+        message = "; ".join(str(p) for p in parsed.problems)
+        return Decision(
+            action=Action.MARK_INVALID,
+            reason="invalid annotations",
+            patch=_annotations_patch(
+                {appmeta.PHASE: Phase.INVALID.value, appmeta.MESSAGE: message[:1000]}
+            ),
+            event=EventSpec(
+                type="Warning",
+                reason=Reason.INVALID_ANNOTATION,
+                message=f"sparkguard will not protect this app: {message}",
+            ),
+        )
+    options = parsed.options
+    status = app.get("status") or {}
+    state = (status.get("applicationState") or {}).get("state")
+    attempt = current_attempt(app)
+
+    if state in SUCCEEDED_STATES:
+        if phase == Phase.SUCCEEDED.value:
+            return Decision(action=Action.NOTHING, reason="already marked Succeeded")
+        return Decision(
+            action=Action.MARK_SUCCEEDED,
+            reason=f"{state}",
+            attempt=attempt,
+            options=options,
+            patch=_annotations_patch(
+                {appmeta.PHASE: Phase.SUCCEEDED.value, appmeta.NEXT_RETRY_AT: None}
+            ),
+        )
+    if state not in FAILED_STATES:
+        return Decision(action=Action.NOTHING, reason=f"state {state or 'new'!r} needs nothing")
+
+    failure = failure_id(status)
+    handled = values.get(appmeta.HANDLED_FAILURE) == failure
+    if handled and phase in {p.value for p in SETTLED_PHASES}:
+        return Decision(
+            action=Action.NOTHING,
+            reason=f"failure {failure} already handled ({phase})",
+            attempt=attempt,
+            failure_id=failure,
+            options=options,
+        )
+    if handled and phase == Phase.ROLLED_BACK.value:
+        retry_at = parse_time(values.get(appmeta.NEXT_RETRY_AT)) or now
+        if now < retry_at:
+            return Decision(
+                action=Action.WAIT,
+                reason=f"backoff until {format_time(retry_at)}",
+                attempt=attempt,
+                failure_id=failure,
+                retry_at=retry_at,
+                options=options,
+            )
+        return _resubmit(attempt=attempt, failure=failure, options=options)
+
+    # A new failure, or one whose rollback was interrupted (phase Recovering): roll back.
+    # Rollback is idempotent, so doing it again after a restart is safe.
+    give_up = attempt >= options.max_retries
+    return Decision(
+        action=Action.GIVE_UP if give_up else Action.ROLLBACK,
+        reason=f"{state} at attempt {attempt}"
+        + (f", no retries left (max-retries {options.max_retries})" if give_up else ""),
+        attempt=attempt,
+        failure_id=failure,
+        options=options,
+        patch=_annotations_patch(
+            {
+                appmeta.PHASE: Phase.RECOVERING.value,
+                appmeta.HANDLED_FAILURE: failure,
+                appmeta.ATTEMPT: str(attempt),
+                appmeta.NEXT_RETRY_AT: None,
+                appmeta.MESSAGE: f"{state}: rolling back job {options.job_id}",
+            }
+        ),
+        event=EventSpec(
+            type="Normal",
+            reason=Reason.ROLLBACK_STARTED,
+            message=f"{state} at attempt {attempt}: rolling back the uncommitted output of job "
+            f"{options.job_id}",
+        ),
+    )
+
+
+def _resubmit(*, attempt: int, failure: str, options: appmeta.Options) -> Decision:
+    new_attempt = attempt + 1
+    patch = {
+        "metadata": {
+            "annotations": {
+                appmeta.ATTEMPT: str(new_attempt),
+                appmeta.PHASE: Phase.RESUBMITTED.value,
+                appmeta.HANDLED_FAILURE: failure,
+                appmeta.NEXT_RETRY_AT: None,
+                appmeta.MESSAGE: f"resubmitted as attempt {new_attempt}",
+            }
+        },
+        # spark-operator reruns an app whose spec changed: the attempt is that change.
+        "spec": {"sparkConf": {mutation.CONF_ATTEMPT: str(new_attempt)}},
+    }
+    return Decision(
+        action=Action.RESUBMIT,
+        reason=f"resubmitting as attempt {new_attempt} of at most {options.max_retries}",
+        attempt=new_attempt,
+        failure_id=failure,
+        options=options,
+        patch=patch,
+        event=EventSpec(
+            type="Normal",
+            reason=Reason.RESUBMITTED,
+            message=f"resubmitted job {options.job_id} as attempt {new_attempt} "
+            f"(max-retries {options.max_retries})",
+        ),
+    )
+
+
+def summarize_rollback(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A compact form of a rollback summary's JSON, small enough for an annotation.
+
+    A purely computational function with no side-effects.
+    """
+    rolled_back = list(summary.get("instants_rolled_back") or ())
+    committed = list(summary.get("instants_committed") or ())
+    return {
+        "rolledBack": len(rolled_back),
+        "committed": len(committed),
+        "filesDeleted": int(summary.get("files_deleted") or 0),
+        "filesKept": int(summary.get("files_kept") or 0),
+        "instantsRolledBack": rolled_back[:_LISTED_INSTANTS],
+        "instantsCommitted": committed[:_LISTED_INSTANTS],
+    }
+
+
+def conclude_rollback(
+    decision: Decision,
+    *,
+    summary: Mapping[str, Any],
+    now: datetime.datetime,
+) -> Conclusion:
+    """What the rollback ``summary`` means after ``decision``.
+
+    ``summary`` has the fields of the library's ``RollbackSummary`` (``instants_rolled_back``,
+    ``instants_committed``, ``files_deleted``, ``files_kept``).
+
+    A purely computational function with no side-effects:
+
+    * every instant of the job committed, none rolled back → CommittedNotResubmitted (the job
+      failed after its output was committed: rerunning it would only redo committed work);
+    * ``GIVE_UP`` → Exhausted;
+    * otherwise → RolledBack, with next-retry-at after the backoff for this attempt.
+    """
+    options = decision.options
+    if options is None:  # pragma: no cover - decide() always sets options for rollbacks
+        raise ValueError("a rollback decision carries the app's options")
+    compact = summarize_rollback(summary)
+    record = json.dumps({"at": format_time(now), "attempt": decision.attempt, **compact})
+    common = {
+        appmeta.LAST_ROLLBACK: record,
+        appmeta.HANDLED_FAILURE: decision.failure_id,
+    }
+    done = (
+        f"rolled back {compact['rolledBack']} instant(s), deleted {compact['filesDeleted']} "
+        f"file(s), kept {compact['committed']} committed instant(s)"
+    )
+    if compact["committed"] and not compact["rolledBack"]:
+        message = (
+            f"job {options.job_id} failed after committing all its output ({done}); "
+            "not resubmitted, since a rerun would only redo committed work"
+        )
+        return Conclusion(
+            phase=Phase.COMMITTED_NOT_RESUBMITTED,
+            patch=_annotations_patch(
+                {
+                    **common,
+                    appmeta.PHASE: Phase.COMMITTED_NOT_RESUBMITTED.value,
+                    appmeta.NEXT_RETRY_AT: None,
+                    appmeta.MESSAGE: message,
+                }
+            ),
+            event=EventSpec(
+                type="Warning", reason=Reason.COMMITTED_NOT_RESUBMITTED, message=message
+            ),
+        )
+    if decision.action is Action.GIVE_UP:
+        message = (
+            f"job {options.job_id} failed at attempt {decision.attempt} and max-retries is "
+            f"{options.max_retries}: {done}; not resubmitted. Fix the job, then raise "
+            f"{appmeta.MAX_RETRIES} or resubmit it yourself"
+        )
+        return Conclusion(
+            phase=Phase.EXHAUSTED,
+            patch=_annotations_patch(
+                {
+                    **common,
+                    appmeta.PHASE: Phase.EXHAUSTED.value,
+                    appmeta.NEXT_RETRY_AT: None,
+                    appmeta.MESSAGE: message,
+                }
+            ),
+            event=EventSpec(type="Warning", reason=Reason.RETRIES_EXHAUSTED, message=message),
+        )
+    delay = backoff_delay(decision.attempt, base=options.backoff, cap=options.backoff_max)
+    retry_at = now + datetime.timedelta(seconds=delay)
+    message = f"{done}; resubmitting at {format_time(retry_at)}"
+    return Conclusion(
+        phase=Phase.ROLLED_BACK,
+        patch=_annotations_patch(
+            {
+                **common,
+                appmeta.PHASE: Phase.ROLLED_BACK.value,
+                appmeta.NEXT_RETRY_AT: format_time(retry_at),
+                appmeta.MESSAGE: message,
+            }
+        ),
+        event=EventSpec(type="Normal", reason=Reason.ROLLED_BACK, message=message),
+    )

@@ -1,0 +1,146 @@
+"""The mutating webhook through kopf's admission path, with kmock as the API server."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import socket
+import uuid
+from typing import Any
+
+import aiohttp
+import kmock
+import kopf
+import pytest
+
+from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import config as config_
+from tests.operator import kmocking
+from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
+
+WEBHOOKS = kmock.resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _review(obj: dict[str, Any], *, operation: str = "CREATE", old: Any = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": GROUP, "version": VERSION, "kind": "SparkApplication"},
+            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
+            "namespace": obj["metadata"]["namespace"],
+            "name": obj["metadata"]["name"],
+            "operation": operation,
+            "userInfo": {"username": "alice"},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": False,
+        },
+    }
+
+
+@pytest.fixture
+async def webhook_url(kmock: kmock.KubernetesEmulator, config: config_.OperatorConfig) -> Any:
+    kmocking.declare_resources(kmock)
+    server = kopf.WebhookServer(addr="127.0.0.1", port=_free_port(), insecure=True)
+    managed = dataclasses.replace(config, webhook_config_name="sparkguard.io")
+    runtime = kmocking.make_runtime(
+        kmock, config=managed, rollback=kmocking.FakeRollback(), webhook_server=server
+    )
+    async with kmocking.operating(runtime):
+
+        def configured() -> str | None:
+            key = (WEBHOOKS, None, "sparkguard.io")
+            if key not in kmock.objects:
+                return None
+            hooks = dict(kmock.objects[key].raw).get("webhooks") or []
+            return hooks[0]["clientConfig"]["url"] if hooks else None
+
+        url = await kmocking.eventually(configured)
+        config_obj = dict(kmock.objects[(WEBHOOKS, None, "sparkguard.io")].raw)
+        yield url, config_obj
+
+
+async def _post(url: str, review: dict[str, Any]) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session, session.post(url, json=review) as resp:
+        assert resp.status == 200, await resp.text()
+        body: dict[str, Any] = (await resp.json())["response"]
+        return body
+
+
+def _patched(obj: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    import jsonpatch
+
+    if "patch" not in response:
+        return obj
+    assert response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    result: dict[str, Any] = jsonpatch.apply_patch(obj, ops)
+    return result
+
+
+async def test_kopf_registers_the_webhook(webhook_url: Any) -> None:
+    _, configuration = webhook_url
+    (hook,) = configuration["webhooks"]
+    assert hook["rules"][0]["resources"] == [PLURAL]
+    assert sorted(hook["rules"][0]["operations"]) == ["CREATE", "UPDATE"]
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["sideEffects"] == "None"
+
+
+async def test_annotated_app_is_mutated(webhook_url: Any, config: config_.OperatorConfig) -> None:
+    url, _ = webhook_url
+    app = spark_app("nightly", namespace="jobs")
+    response = await _post(url, _review(app))
+    assert response["allowed"] is True
+    mutated = _patched(app, response)
+    assert mutated == mutation.mutate(app, config=config)
+    assert mutated["spec"]["sparkConf"]["spark.sparkguard.jobId"] == "jobs.nightly"
+
+
+async def test_unannotated_app_passes_untouched(webhook_url: Any) -> None:
+    url, _ = webhook_url
+    response = await _post(url, _review(spark_app("plain", namespace="jobs", enabled=False)))
+    assert response["allowed"] is True
+    assert "patch" not in response
+
+
+async def test_mutated_app_is_not_patched_again(
+    webhook_url: Any, config: config_.OperatorConfig
+) -> None:
+    url, _ = webhook_url
+    once = mutation.mutate(spark_app("again", namespace="jobs"), config=config)
+    response = await _post(url, _review(once, operation="UPDATE", old=once))
+    assert response["allowed"] is True
+    assert "patch" not in response
+
+
+async def test_bad_annotation_is_denied_naming_it(webhook_url: Any) -> None:
+    url, _ = webhook_url
+    app = spark_app("bad", namespace="jobs", annotations={appmeta.MAX_RETRIES: "forever"})
+    response = await _post(url, _review(app))
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422
+    assert "sparkguard.io/max-retries" in response["status"]["message"]
+    assert "whole number 0..20" in response["status"]["message"]
+
+
+async def test_conflict_is_denied_naming_the_field(webhook_url: Any) -> None:
+    url, _ = webhook_url
+    app = spark_app(
+        "clash",
+        namespace="jobs",
+        annotations={appmeta.JOB_ID: "mine"},
+        sparkConf={"spark.sparkguard.jobId": "theirs"},
+    )
+    response = await _post(url, _review(app))
+    assert response["allowed"] is False
+    assert "spec.sparkConf[spark.sparkguard.jobId]" in response["status"]["message"]

@@ -1,0 +1,236 @@
+"""The operator against kmock: FAILED → rollback (fake) → resubmission, retries, backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import kmock
+import pytest
+
+from sparkguard.operator import appmeta
+from sparkguard.operator import config as config_
+from tests.operator import kmocking
+from tests.operator.apps import failed_status, spark_app
+
+NS = "jobs"
+
+
+@pytest.fixture
+def recovery_config(config: config_.OperatorConfig) -> config_.OperatorConfig:
+    return dataclasses.replace(
+        config, webhook_mode=config_.WebhookMode.DISABLED, error_backoff_seconds=1.0
+    )
+
+
+@pytest.fixture
+def k8s(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    kmocking.declare_resources(kmock)
+    return kmock
+
+
+async def test_failed_app_is_rolled_back_and_resubmitted(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback()
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    app = spark_app("nightly", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "nightly", {"status": failed_status()}, status=True)
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "nightly"))
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "nightly").get(appmeta.PHASE) == "Resubmitted"
+        )
+    assert rollback.calls == [("jobs.nightly", "s3://warehouse/_journal/jobs", None)]
+    assert kmocking.resubmissions(k8s, "nightly") == ["1"]
+    final = kmocking.notes(k8s, NS, "nightly")
+    assert final[appmeta.ATTEMPT] == "1"
+    assert '"rolledBack": 1' in final[appmeta.LAST_ROLLBACK]
+    assert (
+        kmocking.stored(k8s, NS, "nightly")["spec"]["sparkConf"]["spark.sparkguard.attempt"] == "1"
+    )
+    reasons = kmocking.event_reasons(k8s, "nightly")
+    assert reasons == ["RollbackStarted", "RolledBack", "Resubmitted"]
+    assert runtime.metrics.resubmissions._value.get() == 1
+
+
+async def test_max_retries_is_honoured(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback()
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1"}
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, spark_app("flaky", namespace=NS, annotations=notes))
+        await kmocking.patch_app(k8s, NS, "flaky", {"status": failed_status()}, status=True)
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "flaky").get(appmeta.PHASE) == "Resubmitted"
+        )
+        # spark-operator reruns it; the rerun fails too (a new submission, a new failure).
+        await kmocking.patch_app(
+            k8s, NS, "flaky", {"status": {"applicationState": {"state": "RUNNING"}}}, status=True
+        )
+        rerun = failed_status(submission="sub-2", terminated="2026-11-22T11:00:00Z")
+        await kmocking.patch_app(k8s, NS, "flaky", {"status": rerun}, status=True)
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "flaky").get(appmeta.PHASE) == "Exhausted"
+        )
+    assert kmocking.resubmissions(k8s, "flaky") == ["1"]
+    assert len(rollback.calls) == 2  # the last attempt's output is rolled back too
+    reasons = kmocking.event_reasons(k8s, "flaky")
+    assert reasons[-1] == "RetriesExhausted"
+    assert reasons.count("Resubmitted") == 1
+    assert "max-retries is 1" in kmocking.notes(k8s, NS, "flaky")[appmeta.MESSAGE]
+
+
+@pytest.mark.looptime
+async def test_backoff_waits_in_fake_time(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback()
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    notes = {appmeta.BACKOFF: "2m", appmeta.BACKOFF_MAX: "10m"}
+    loop = asyncio.get_running_loop()
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, spark_app("slow", namespace=NS, annotations=notes))
+        await kmocking.patch_app(k8s, NS, "slow", {"status": failed_status()}, status=True)
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "slow").get(appmeta.PHASE) == "RolledBack",
+            within=60,
+        )
+        rolled_back_at = loop.time()
+        next_retry = kmocking.notes(k8s, NS, "slow")[appmeta.NEXT_RETRY_AT]
+        assert kmocking.resubmissions(k8s, "slow") == []
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "slow"), within=600)
+        waited = loop.time() - rolled_back_at
+    assert 115 <= waited <= 130, waited  # 2m for attempt 0, in fake time
+    assert kmocking.resubmissions(k8s, "slow") == ["1"]
+    assert next_retry.endswith("+00:00")
+
+
+async def test_committed_output_is_not_resubmitted(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback(
+        summary=kmocking.FakeSummary(
+            instants_rolled_back=(), instants_committed=("20261122100000000-jobs.done",)
+        )
+    )
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, spark_app("done", namespace=NS))
+        await kmocking.patch_app(k8s, NS, "done", {"status": failed_status()}, status=True)
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "done").get(appmeta.PHASE) == "CommittedNotResubmitted"
+        )
+    assert kmocking.resubmissions(k8s, "done") == []
+    events = [e for e in kmocking.posted_events(k8s) if e["reason"] == "CommittedNotResubmitted"]
+    assert len(events) == 1
+    assert events[0]["type"] == "Warning"
+
+
+async def test_invalid_annotation_is_reported_once_and_never_crash_loops(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback()
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    bad = spark_app("typo", namespace=NS, annotations={appmeta.MARKER_TYPE: "sidecar"})
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, bad)  # as if created while the webhook was down
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "typo").get(appmeta.PHASE) == "Invalid"
+        )
+        await kmocking.patch_app(k8s, NS, "typo", {"status": failed_status()}, status=True)
+        await kmocking.patch_app(
+            k8s, NS, "typo", {"metadata": {"labels": {"x": "y"}}}, status=False
+        )
+        await asyncio.sleep(1.0)
+    events = [e for e in kmocking.posted_events(k8s) if e["reason"] == "InvalidAnnotation"]
+    assert len(events) == 1
+    assert events[0]["type"] == "Warning"
+    assert "sparkguard.io/marker-type" in events[0]["message"]
+    assert rollback.calls == []
+    assert kmocking.resubmissions(k8s, "typo") == []
+
+
+async def test_storage_secret_becomes_storage_options(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback()
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s3", "namespace": NS},
+        "data": {
+            "AWS_ACCESS_KEY_ID": kmocking.b64("AKIA"),
+            "AWS_SECRET_ACCESS_KEY": kmocking.b64("hush"),
+            "AWS_ENDPOINT_URL": kmocking.b64("http://minio:9000"),
+        },
+    }
+    async with k8s.post(f"/api/v1/namespaces/{NS}/secrets", json=secret) as resp:
+        assert resp.status < 300
+    notes = {appmeta.STORAGE_SECRET: "s3", appmeta.BACKOFF: "0"}
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, spark_app("s3job", namespace=NS, annotations=notes))
+        await kmocking.patch_app(k8s, NS, "s3job", {"status": failed_status()}, status=True)
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "s3job"))
+    assert rollback.calls[0][2] == {
+        "key": "AKIA",
+        "secret": "hush",
+        "endpoint_url": "http://minio:9000",
+    }
+
+
+async def test_failed_rollback_is_retried_with_a_warning(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    rollback = kmocking.FakeRollback(error=OSError("storage unreachable"))
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(
+            k8s, spark_app("retry", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+        )
+        await kmocking.patch_app(k8s, NS, "retry", {"status": failed_status()}, status=True)
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "retry"))
+    assert len(rollback.calls) == 2
+    assert kmocking.resubmissions(k8s, "retry") == ["1"]
+    failed = [e for e in kmocking.posted_events(k8s) if e["reason"] == "RollbackFailed"]
+    assert len(failed) == 1
+    assert "storage unreachable" in failed[0]["message"]
+    assert runtime.metrics.rollbacks.labels(outcome="error")._value.get() == 1
+
+
+async def test_restart_mid_rollback_resubmits_exactly_once(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    import threading
+
+    gate = threading.Event()
+    stuck = kmocking.FakeRollback(gate=gate)
+    first = kmocking.make_runtime(k8s, config=recovery_config, rollback=stuck)
+    app = spark_app("crashy", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    try:
+        async with kmocking.operating(first):
+            await kmocking.create_app(k8s, app)
+            await kmocking.patch_app(k8s, NS, "crashy", {"status": failed_status()}, status=True)
+            await kmocking.eventually(stuck.entered.is_set)
+            assert kmocking.notes(k8s, NS, "crashy")[appmeta.PHASE] == "Recovering"
+            # the operator stops (a crash, a rollout) while the rollback is running
+    finally:
+        gate.set()  # the abandoned worker thread ends; its result is discarded
+    assert kmocking.resubmissions(k8s, "crashy") == []
+
+    healthy = kmocking.FakeRollback()
+    second = kmocking.make_runtime(k8s, config=recovery_config, rollback=healthy)
+    async with kmocking.operating(second):
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "crashy"))
+        await asyncio.sleep(1.0)
+    async with kmocking.operating(
+        kmocking.make_runtime(k8s, config=recovery_config, rollback=healthy)
+    ):
+        await asyncio.sleep(1.0)  # a third start finds nothing to do
+    assert kmocking.resubmissions(k8s, "crashy") == ["1"]
+    assert len(healthy.calls) == 1  # the interrupted rollback is redone (idempotent)
+    assert kmocking.notes(k8s, NS, "crashy")[appmeta.PHASE] == "Resubmitted"

@@ -1,0 +1,268 @@
+"""Admission mutation: what is added, idempotence, respect for user fields, conflicts."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from sparkguard.operator import appmeta, errors, mutation
+from sparkguard.operator import config as config_
+from tests.operator.apps import spark_app
+
+IMAGE = "registry.example/sparkguard:test"
+
+
+def _named(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = [i for i in items if i.get("name") == name]
+    assert len(found) == 1, f"expected one {name!r} in {items}"
+    return found[0]
+
+
+def test_unannotated_app_is_untouched(config: config_.OperatorConfig) -> None:
+    app = spark_app(enabled=False)
+    assert mutation.build_patch(app, config=config) == {}
+    assert mutation.mutate(app, config=config) == app
+
+
+def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
+    app = spark_app("nightly", namespace="jobs", annotations={appmeta.STORAGE_SECRET: "s3"})
+    out = mutation.mutate(app, config=config)
+    spec = out["spec"]
+    assert spec["sparkConf"] == {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sparkguard.jobId": "jobs.nightly",
+        "spark.sparkguard.attempt": "0",
+        "spark.sparkguard.markers.type": "TIMELINE_SERVER_BASED",
+        "spark.sparkguard.markers.endpoint": "http://{driverHost}:7070",
+        "spark.sparkguard.markers.tokenFile": "/var/run/sparkguard/token/token",
+        "spark.sparkguard.journal": "s3://warehouse/_journal/jobs",
+    }
+    assert out["metadata"]["annotations"][appmeta.JOB_ID] == "jobs.nightly"
+
+    sidecar = _named(spec["driver"]["sidecars"], mutation.SIDECAR_NAME)
+    assert sidecar["image"] == IMAGE
+    assert sidecar["command"][:2] == ["sparkguard", "sidecar"]
+    assert "--token-file" in sidecar["command"]
+    assert sidecar["ports"] == [{"name": "markers", "containerPort": 7070, "protocol": "TCP"}]
+    assert sidecar["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+    assert sidecar["envFrom"] == [{"secretRef": {"name": "s3"}}]
+
+    for role in ("driver", "executor"):
+        pod = spec[role]
+        lib = _named(pod["initContainers"], mutation.LIB_INIT_NAME)
+        assert lib["command"] == ["sparkguard", "bundle", "--dest", "/opt/sparkguard/lib"]
+        assert {"name": "sparkguard-lib", "mountPath": "/opt/sparkguard/lib", "readOnly": True} in (
+            pod["volumeMounts"]
+        )
+        assert _named(pod["env"], "PYTHONPATH")["value"] == "/opt/sparkguard/lib"
+    rollback = _named(spec["driver"]["initContainers"], mutation.ROLLBACK_INIT_NAME)
+    assert rollback["command"] == [
+        "sparkguard",
+        "rollback",
+        "--job-id",
+        "jobs.nightly",
+        "--journal",
+        "s3://warehouse/_journal/jobs",
+    ]
+    assert rollback["envFrom"] == [{"secretRef": {"name": "s3"}}]
+    assert "rollback" not in str(spec["executor"]["initContainers"])
+    assert _named(spec["volumes"], mutation.LIB_VOLUME) == {
+        "name": "sparkguard-lib",
+        "emptyDir": {},
+    }
+    assert _named(spec["volumes"], mutation.TOKEN_VOLUME)["secret"]["secretName"] == (
+        "sparkguard-marker-token"
+    )
+    assert app["spec"]["sparkConf"] == {"spark.sql.shuffle.partitions": "4"}  # input untouched
+
+
+def test_direct_markers_need_no_sidecar(config: config_.OperatorConfig) -> None:
+    app = spark_app(annotations={appmeta.MARKER_TYPE: "direct"})
+    spec = mutation.mutate(app, config=config)["spec"]
+    assert "sidecars" not in spec["driver"]
+    assert spec["sparkConf"]["spark.sparkguard.markers.type"] == "DIRECT"
+    assert "spark.sparkguard.markers.endpoint" not in spec["sparkConf"]
+    assert [v["name"] for v in spec["volumes"]] == ["sparkguard-lib"]
+
+
+@pytest.mark.parametrize(
+    "app",
+    [
+        spark_app(),
+        spark_app(annotations={appmeta.MARKER_TYPE: "direct", appmeta.STORAGE_SECRET: "s"}),
+        spark_app(driver={"env": [{"name": "PYTHONPATH", "value": "/app"}]}),
+        spark_app(executor={"envVars": {"PYTHONPATH": "/x"}}),
+    ],
+)
+def test_mutation_is_idempotent(config: config_.OperatorConfig, app: dict[str, Any]) -> None:
+    once = mutation.mutate(app, config=config)
+    assert mutation.mutate(once, config=config) == once
+    assert mutation.build_patch(once, config=config) == {}
+    assert mutation.apply_merge_patch(app, mutation.build_patch(app, config=config)) == once
+
+
+def test_patch_only_adds(config: config_.OperatorConfig) -> None:
+    patch = mutation.build_patch(spark_app(), config=config)
+    assert set(patch) == {"metadata", "spec"}
+    assert "spark.sql.shuffle.partitions" not in patch["spec"]["sparkConf"]
+    assert "None" not in repr(patch)  # nothing is removed
+
+
+def test_user_fields_are_respected(config: config_.OperatorConfig) -> None:
+    user_sidecar = {"name": "logs", "image": "fluent-bit"}
+    user_init = {"name": "warmup", "image": "busybox"}
+    app = spark_app(
+        driver={
+            "sidecars": [user_sidecar],
+            "initContainers": [user_init],
+            "env": [{"name": "PYTHONPATH", "value": "/app:/deps"}, {"name": "A", "value": "1"}],
+        },
+        executor={"envVars": {"PYTHONPATH": "/deps"}},
+        sparkConf={
+            "spark.sparkguard.markers.endpoint": "http://custom:1234",
+            "spark.sparkguard.attempt": "2",
+        },
+    )
+    spec = mutation.mutate(app, config=config)["spec"]
+    assert spec["driver"]["sidecars"][0] == user_sidecar
+    assert spec["driver"]["initContainers"][0] == user_init
+    assert _named(spec["driver"]["env"], "PYTHONPATH")["value"] == "/app:/deps:/opt/sparkguard/lib"
+    assert spec["executor"]["envVars"]["PYTHONPATH"] == "/deps:/opt/sparkguard/lib"
+    assert "env" not in spec["executor"] or not any(
+        e["name"] == "PYTHONPATH" for e in spec["executor"]["env"]
+    )
+    assert spec["sparkConf"]["spark.sparkguard.markers.endpoint"] == "http://custom:1234"
+    assert spec["sparkConf"]["spark.sparkguard.attempt"] == "2"
+
+
+def test_our_sidecar_with_the_same_image_is_kept_as_the_user_tuned_it(
+    config: config_.OperatorConfig,
+) -> None:
+    tuned = {"name": mutation.SIDECAR_NAME, "image": IMAGE, "resources": {"limits": {"cpu": "2"}}}
+    app = spark_app(driver={"sidecars": [tuned]})
+    assert mutation.mutate(app, config=config)["spec"]["driver"]["sidecars"] == [tuned]
+
+
+@pytest.mark.parametrize(
+    ("spec_extra", "field", "hint"),
+    [
+        (
+            {"sparkConf": {"spark.sparkguard.jobId": "other"}},
+            "spec.sparkConf[spark.sparkguard.jobId]",
+            "sparkguard.io/job-id",
+        ),
+        (
+            {"sparkConf": {"spark.sparkguard.markers.type": "DIRECT"}},
+            "spec.sparkConf[spark.sparkguard.markers.type]",
+            "sparkguard.io/marker-type",
+        ),
+        (
+            {"sparkConf": {"spark.sparkguard.journal": "s3://elsewhere"}},
+            "spec.sparkConf[spark.sparkguard.journal]",
+            "sparkguard.io/journal",
+        ),
+        (
+            {"sparkConf": {"spark.sparkguard.attempt": "first"}},
+            "spec.sparkConf[spark.sparkguard.attempt]",
+            "remove it",
+        ),
+        (
+            {"driver": {"sidecars": [{"name": "sparkguard-markers", "image": "mine:1"}]}},
+            "spec.driver.sidecars[sparkguard-markers]",
+            "rename your container",
+        ),
+        (
+            {"executor": {"initContainers": [{"name": "sparkguard-lib", "image": "mine:1"}]}},
+            "spec.executor.initContainers[sparkguard-lib]",
+            "rename your container",
+        ),
+        (
+            {"volumes": [{"name": "sparkguard-lib", "hostPath": {"path": "/lib"}}]},
+            "spec.volumes[sparkguard-lib]",
+            "rename your volume",
+        ),
+        (
+            {"driver": {"volumeMounts": [{"name": "data", "mountPath": "/opt/sparkguard/lib"}]}},
+            "spec.driver.volumeMounts[data]",
+            "remove your mount",
+        ),
+        (
+            {"driver": {"env": [{"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {}}}]}},
+            "spec.driver.env[PYTHONPATH]",
+            "write it as a value",
+        ),
+    ],
+)
+def test_conflicts_are_rejected_naming_the_field(
+    config: config_.OperatorConfig, spec_extra: dict[str, Any], field: str, hint: str
+) -> None:
+    app = spark_app(**spec_extra)
+    if "sparkConf" in spec_extra:
+        app["spec"]["sparkConf"] = spec_extra["sparkConf"]
+    with pytest.raises(errors.InvalidApplicationError) as caught:
+        mutation.mutate(app, config=config)
+    assert [p.field for p in caught.value.problems] == [field]
+    assert hint in str(caught.value)
+
+
+def test_job_id_annotation_matching_the_conf_is_fine(config: config_.OperatorConfig) -> None:
+    app = spark_app(
+        annotations={appmeta.JOB_ID: "sales"}, sparkConf={"spark.sparkguard.jobId": "sales"}
+    )
+    assert mutation.mutate(app, config=config)["spec"]["sparkConf"]["spark.sparkguard.jobId"] == (
+        "sales"
+    )
+
+
+def test_review_denies_bad_annotations_on_create(config: config_.OperatorConfig) -> None:
+    verdict = mutation.review(
+        spark_app(annotations={appmeta.MAX_RETRIES: "ten"}), old=None, config=config
+    )
+    assert not verdict.allowed
+    assert verdict.message.startswith("sparkguard: sparkguard.io/max-retries: ")
+    assert verdict.patch == {}
+
+
+def test_review_allows_updates_of_an_app_stored_invalid(config: config_.OperatorConfig) -> None:
+    stored = spark_app(annotations={appmeta.MAX_RETRIES: "ten"})
+    edited = copy.deepcopy(stored)
+    edited["metadata"]["annotations"][appmeta.PHASE] = "Invalid"
+    verdict = mutation.review(edited, old=stored, config=config)
+    assert verdict.allowed
+    assert verdict.patch == {}
+    assert verdict.problems
+
+
+def test_review_denies_an_update_that_introduces_a_bad_annotation(
+    config: config_.OperatorConfig,
+) -> None:
+    stored = mutation.mutate(spark_app(), config=config)
+    edited = copy.deepcopy(stored)
+    edited["metadata"]["annotations"][appmeta.MARKER_TYPE] = "carrier-pigeon"
+    verdict = mutation.review(edited, old=stored, config=config)
+    assert not verdict.allowed
+    assert appmeta.MARKER_TYPE in verdict.message
+
+
+def test_review_of_the_operators_own_resubmission_adds_nothing(
+    config: config_.OperatorConfig,
+) -> None:
+    stored = mutation.mutate(spark_app(), config=config)
+    bumped = copy.deepcopy(stored)
+    bumped["spec"]["sparkConf"]["spark.sparkguard.attempt"] = "1"
+    verdict = mutation.review(bumped, old=stored, config=config)
+    assert verdict.allowed
+    assert verdict.patch == {}
+
+
+def test_merge_diff_round_trips() -> None:
+    old = {"a": {"b": 1, "c": [1]}, "d": 2}
+    new = {"a": {"b": 1, "c": [1, 2]}, "e": 3}
+    patch = mutation.merge_diff(old, new)
+    assert patch == {"a": {"c": [1, 2]}, "d": None, "e": 3}
+    assert mutation.apply_merge_patch(old, patch) == new

@@ -1,0 +1,237 @@
+"""The recovery decisions: a table per state, the backoff schedule, restart safety."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from sparkguard.operator import appmeta, mutation, recovery
+from sparkguard.operator import config as config_
+from tests.operator.apps import failed_status, spark_app
+
+NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
+Action, Phase = recovery.Action, recovery.Phase
+
+
+def _app(*, status: dict[str, Any] | None = None, **notes: str) -> dict[str, Any]:
+    return spark_app(annotations=dict(notes), status=status)
+
+
+def _apply(app: dict[str, Any], patch: Any) -> dict[str, Any]:
+    return mutation.apply_merge_patch(app, patch)
+
+
+def _decide(
+    app: dict[str, Any], config: config_.OperatorConfig, now: datetime.datetime = NOW
+) -> recovery.Decision:
+    return recovery.decide(app, now=now, config=config)
+
+
+@pytest.mark.parametrize("state", [None, "", "SUBMITTED", "RUNNING", "PENDING_RERUN", "UNKNOWN"])
+def test_live_states_need_nothing(config: config_.OperatorConfig, state: str | None) -> None:
+    app = spark_app(state=state) if state is not None else spark_app()
+    assert _decide(app, config).action is Action.NOTHING
+
+
+def test_not_opted_in_needs_nothing_even_when_failed(config: config_.OperatorConfig) -> None:
+    app = spark_app(enabled=False, status=failed_status())
+    assert _decide(app, config).action is Action.NOTHING
+
+
+@pytest.mark.parametrize("state", ["FAILED", "SUBMISSION_FAILED"])
+def test_a_new_failure_starts_a_rollback(config: config_.OperatorConfig, state: str) -> None:
+    decision = _decide(_app(status=failed_status(state=state)), config)
+    assert decision.action is Action.ROLLBACK
+    assert decision.attempt == 0
+    assert decision.failure_id
+    assert decision.failure_id.startswith(state)
+    notes = decision.patch["metadata"]["annotations"]
+    assert notes[appmeta.PHASE] == "Recovering"
+    assert notes[appmeta.HANDLED_FAILURE] == decision.failure_id
+    assert "spec" not in decision.patch  # nothing is resubmitted before the rollback
+    assert decision.event is not None
+    assert decision.event.reason is recovery.Reason.ROLLBACK_STARTED
+
+
+def test_completed_is_marked_succeeded_once(config: config_.OperatorConfig) -> None:
+    app = spark_app(state="COMPLETED")
+    decision = _decide(app, config)
+    assert decision.action is Action.MARK_SUCCEEDED
+    assert _decide(_apply(app, decision.patch), config).action is Action.NOTHING
+
+
+def test_invalid_annotations_are_marked_once(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(), **{appmeta.MAX_RETRIES: "lots"})
+    decision = _decide(app, config)
+    assert decision.action is Action.MARK_INVALID
+    assert decision.event is not None
+    assert decision.event.type == "Warning"
+    assert decision.event.reason is recovery.Reason.INVALID_ANNOTATION
+    assert appmeta.MAX_RETRIES in decision.event.message
+    marked = _apply(app, decision.patch)
+    assert appmeta.of(marked)[appmeta.PHASE] == "Invalid"
+    assert _decide(marked, config).action is Action.NOTHING  # no crash loop, no event storm
+
+
+def _rolled_back(
+    app: dict[str, Any], decision: recovery.Decision, **summary: Any
+) -> dict[str, Any]:
+    marked = _apply(app, decision.patch)
+    full = {
+        "instants_rolled_back": ("i1",),
+        "instants_committed": (),
+        "files_deleted": 3,
+        "files_kept": 0,
+        **summary,
+    }
+    conclusion = recovery.conclude_rollback(decision, summary=full, now=NOW)
+    return _apply(marked, conclusion.patch)
+
+
+def test_full_cycle_rollback_wait_resubmit(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(), **{appmeta.BACKOFF: "30s"})
+    first = _decide(app, config)
+    app = _rolled_back(app, first)
+    notes = appmeta.of(app)
+    assert notes[appmeta.PHASE] == "RolledBack"
+    assert notes[appmeta.NEXT_RETRY_AT] == "2026-11-22T12:00:30+00:00"
+    assert '"filesDeleted": 3' in notes[appmeta.LAST_ROLLBACK]
+
+    waiting = _decide(app, config, NOW + datetime.timedelta(seconds=10))
+    assert waiting.action is Action.WAIT
+    assert waiting.retry_at == NOW + datetime.timedelta(seconds=30)
+
+    resubmit = _decide(app, config, NOW + datetime.timedelta(seconds=30))
+    assert resubmit.action is Action.RESUBMIT
+    assert resubmit.attempt == 1
+    assert resubmit.patch["spec"] == {"sparkConf": {"spark.sparkguard.attempt": "1"}}
+    assert resubmit.patch["metadata"]["annotations"][appmeta.PHASE] == "Resubmitted"
+    assert resubmit.patch["metadata"]["annotations"][appmeta.ATTEMPT] == "1"
+
+    after = _apply(app, resubmit.patch)
+    # Restart safety: the same (stale) FAILED status read again after the resubmission.
+    assert _decide(after, config, NOW + datetime.timedelta(hours=1)).action is Action.NOTHING
+
+
+def test_the_next_failure_of_the_rerun_is_a_new_failure(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(submission="sub-1"))
+    app = _rolled_back(app, _decide(app, config))
+    app = _apply(app, _decide(app, config, NOW + datetime.timedelta(hours=1)).patch)
+    app["status"] = failed_status(submission="sub-2", terminated="2026-11-22T13:00:00Z")
+    decision = _decide(app, config, NOW + datetime.timedelta(hours=2))
+    assert decision.action is Action.ROLLBACK
+    assert decision.attempt == 1
+
+
+def test_interrupted_rollback_is_redone_not_skipped(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status())
+    first = _decide(app, config)
+    recovering = _apply(app, first.patch)  # the operator died during the rollback
+    again = _decide(recovering, config)
+    assert again.action is Action.ROLLBACK
+    assert again.failure_id == first.failure_id
+
+
+@pytest.mark.parametrize("phase", ["Resubmitted", "Exhausted", "CommittedNotResubmitted"])
+def test_the_same_failure_handled_twice_is_a_no_op(
+    config: config_.OperatorConfig, phase: str
+) -> None:
+    app = _app(status=failed_status())
+    failure = recovery.failure_id(app["status"])
+    handled = _app(
+        status=failed_status(),
+        **{appmeta.PHASE: phase, appmeta.HANDLED_FAILURE: failure, appmeta.ATTEMPT: "1"},
+    )
+    assert _decide(handled, config).action is Action.NOTHING
+
+
+def test_max_retries_gives_up_after_a_rollback(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(), **{appmeta.MAX_RETRIES: "2", appmeta.ATTEMPT: "2"})
+    decision = _decide(app, config)
+    assert decision.action is Action.GIVE_UP
+    final = _rolled_back(app, decision)
+    assert appmeta.of(final)[appmeta.PHASE] == "Exhausted"
+    assert appmeta.NEXT_RETRY_AT not in appmeta.of(final)
+    conclusion = recovery.conclude_rollback(
+        decision, summary={"instants_rolled_back": ["i"]}, now=NOW
+    )
+    assert conclusion.event.reason is recovery.Reason.RETRIES_EXHAUSTED
+    assert conclusion.event.type == "Warning"
+    assert _decide(final, config).action is Action.NOTHING
+
+
+def test_max_retries_zero_never_resubmits(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(), **{appmeta.MAX_RETRIES: "0"})
+    assert _decide(app, config).action is Action.GIVE_UP
+
+
+def test_attempt_falls_back_to_the_spark_conf(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(), **{appmeta.MAX_RETRIES: "1"})
+    app["spec"]["sparkConf"]["spark.sparkguard.attempt"] = "1"
+    assert _decide(app, config).action is Action.GIVE_UP
+
+
+def test_everything_committed_is_not_resubmitted(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status())
+    decision = _decide(app, config)
+    conclusion = recovery.conclude_rollback(
+        decision,
+        summary={"instants_rolled_back": (), "instants_committed": ("a", "b"), "files_kept": 4},
+        now=NOW,
+    )
+    assert conclusion.phase is Phase.COMMITTED_NOT_RESUBMITTED
+    assert conclusion.event.type == "Warning"
+    assert conclusion.event.reason is recovery.Reason.COMMITTED_NOT_RESUBMITTED
+    final = _apply(_apply(app, decision.patch), conclusion.patch)
+    assert _decide(final, config, NOW + datetime.timedelta(days=1)).action is Action.NOTHING
+
+
+def test_nothing_written_at_all_is_resubmitted(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status())
+    decision = _decide(app, config)
+    conclusion = recovery.conclude_rollback(decision, summary={}, now=NOW)
+    assert conclusion.phase is Phase.ROLLED_BACK
+
+
+def test_partly_committed_job_is_resubmitted(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status())
+    decision = _decide(app, config)
+    summary = {"instants_rolled_back": ("b",), "instants_committed": ("a",)}
+    assert recovery.conclude_rollback(decision, summary=summary, now=NOW).phase is (
+        Phase.ROLLED_BACK
+    )
+
+
+@pytest.mark.parametrize(
+    ("base", "cap", "expected"),
+    [
+        (30, 600, [30, 60, 120, 240, 480, 600, 600]),
+        (1, 5, [1, 2, 4, 5, 5, 5, 5]),
+        (0, 600, [0, 0, 0, 0, 0, 0, 0]),
+    ],
+)
+def test_backoff_schedule(base: float, cap: float, expected: list[float]) -> None:
+    assert [recovery.backoff_delay(a, base=base, cap=cap) for a in range(7)] == expected
+    assert recovery.backoff_delay(10_000, base=base, cap=cap) == expected[-1]
+
+
+def test_backoff_grows_with_the_attempt(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status(), **{appmeta.ATTEMPT: "2", appmeta.BACKOFF: "10s"})
+    app = _rolled_back(app, _decide(app, config))
+    assert appmeta.of(app)[appmeta.NEXT_RETRY_AT] == "2026-11-22T12:00:40+00:00"
+
+
+def test_failure_id_is_stable_and_distinguishes_reruns() -> None:
+    one = failed_status(submission="a")
+    assert recovery.failure_id(one) == recovery.failure_id(dict(one))
+    assert recovery.failure_id(one) != recovery.failure_id(failed_status(submission="b"))
+    assert recovery.failure_id(one) != recovery.failure_id(failed_status(state="SUBMISSION_FAILED"))
+
+
+def test_last_rollback_annotation_stays_small() -> None:
+    many = tuple(f"2026112212000000{i}-job" for i in range(500))
+    compact = recovery.summarize_rollback({"instants_rolled_back": many})
+    assert compact["rolledBack"] == 500
+    assert len(compact["instantsRolledBack"]) == 20
