@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -21,7 +22,7 @@ def _helm(bench: KubeBench, namespace: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def installed(kube_bench: KubeBench) -> dict[str, Any]:
+def installed(kube_bench: KubeBench) -> Iterator[dict[str, Any]]:
     """The chart installed once (release sg in namespace sparkguard-system)."""
     namespace = "sparkguard-system"
     api = kube_bench.api_client()
@@ -38,7 +39,13 @@ def installed(kube_bench: KubeBench) -> dict[str, Any]:
         namespace=namespace,
         timeout=120,
     )
-    return {"namespace": namespace, "release": release, "api": api}
+    try:
+        yield {"namespace": namespace, "release": release, "api": api}
+    finally:
+        # Uninstall: the release's webhook (failurePolicy Fail, an unreachable Service on the
+        # bench) would otherwise deny every later SparkApplication create in the session.
+        _helm(kube_bench, namespace).uninstall("sg", timeout=60)
+        api.close()
 
 
 def test_install_creates_every_object(installed: dict[str, Any]) -> None:
