@@ -21,8 +21,8 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # appended: never shadow the stdlib
 
-from sparkguard.spark_lib import filemanager, paths  # noqa: E402
-from tests.support import s3server  # noqa: E402
+from sparkguard.spark_lib import filemanager, paths
+from tests.support import s3server
 
 
 def count_requests(manager: filemanager.FileManager) -> collections.Counter[str]:
@@ -32,7 +32,7 @@ def count_requests(manager: filemanager.FileManager) -> collections.Counter[str]
     fs.connect()
 
     def on_call(event_name: str, **_: Any) -> None:
-        counter[event_name.split(".")[-1]] += 1
+        counter[event_name.rsplit(".", maxsplit=1)[-1]] += 1
 
     fs.s3.meta.events.register("before-call.s3", on_call)
     return counter

@@ -8,6 +8,7 @@ whole file from a partial one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -45,10 +46,8 @@ def main() -> None:
         data = frame(payload)
         for start in range(0, len(data), 256 * 1024):
             stream.write(data[start : start + 256 * 1024])
-        try:
+        with contextlib.suppress(errors.AlreadyExistsError):  # a lost create-if-absent race
             stream.close()
-        except errors.AlreadyExistsError:
-            pass
         print(name, flush=True)
         i += 1
 

@@ -10,11 +10,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -72,10 +74,13 @@ def run_s3_server(port: int | None = None) -> Iterator[S3Server]:
     port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    # moto logs every request: to a file, never to a pipe nobody drains (a full pipe blocks
+    # the server after a few hundred requests).
+    log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=log,
+        stderr=log,
         env=env,
     )
     try:
@@ -86,7 +91,7 @@ def run_s3_server(port: int | None = None) -> Iterator[S3Server]:
                     break
             except OSError:
                 if process.poll() is not None:
-                    err = process.stderr.read().decode() if process.stderr else ""
+                    err = Path(log.name).read_text(errors="replace")
                     raise RuntimeError(f"moto server exited: {err[-2000:]}") from None
                 if time.monotonic() > deadline:
                     raise RuntimeError("moto server did not answer within 30 s") from None
@@ -98,3 +103,5 @@ def run_s3_server(port: int | None = None) -> Iterator[S3Server]:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+        log.close()
+        Path(log.name).unlink(missing_ok=True)

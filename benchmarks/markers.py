@@ -1,0 +1,406 @@
+"""Direct vs batched (sidecar) markers on S3-like storage, plus sidecar ack latency and capacity.
+
+Storage is the moto S3 server behind benchmarks/_s3proxy.py, which adds per-request latency
+(default 20 ms) and throttles each prefix to 3,500 writes/s with 503 SlowDown, like S3.
+
+Job phase (both modes in one run): W writer threads write F small data files, creating a marker
+before each (direct: one object per marker through DirectMarkerClient; batched: HttpMarkerClient
+to a real sidecar process writing MARKERS files through the same proxy); then the commit removes
+the markers. Storage requests are counted at the proxy.
+
+Latency phase: marker ack latency p50/p99 of group-commit vs interval flushing, on the proxy.
+Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p99.
+
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --quick
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --files 100000 --writers 64
+
+The last line is: markers: requests direct/batched = <x>x, cleanup direct/batched = <c>x,
+job direct/batched = <y>x
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sparkguard.spark_lib import filemanager, markers
+from sparkguard.spark_lib.marker_http import HttpMarkerClient
+
+REPO = Path(__file__).resolve().parent.parent
+
+TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a local benchmark
+INSTANT = "20261122120000000-bench"
+PAYLOAD = b"x" * 256
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
+
+
+@contextlib.contextmanager
+def process(
+    args: list[str], env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        args,
+        env={**os.environ, "PYTHONSAFEPATH": "1", **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class S3:
+    """moto's S3 server. Its request log goes to /dev/null: an unread pipe would fill up and
+    freeze the server after ~750 requests."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.storage_options: dict[str, Any] = {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+        }
+
+    def create_bucket(self) -> str:
+        name = f"sg-bench-{uuid.uuid4().hex[:10]}"
+        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")  # noqa: S310
+        with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - 127.0.0.1 only
+            return name
+
+
+@contextlib.contextmanager
+def run_s3_server() -> Iterator[S3]:
+    port = free_port()
+    args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with process(args):
+        endpoint = f"http://127.0.0.1:{port}"
+        wait_http(f"{endpoint}/moto-api/")
+        yield S3(endpoint)
+
+
+def wait_http(url: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):  # noqa: S310 - 127.0.0.1 only
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer within {timeout_s} s") from None
+            time.sleep(0.1)
+
+
+def proxy_call(proxy: str, path: str, method: str = "GET") -> dict[str, int]:
+    request = urllib.request.Request(proxy + path, method=method)  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+        result: dict[str, int] = json.loads(answer.read())
+        return result
+
+
+@contextlib.contextmanager
+def sidecar(port: int, roots: str, env: dict[str, str], mode: str) -> Iterator[str]:
+    settings = {
+        **env,
+        "SPARKGUARD_SIDECAR_ALLOWED_ROOTS": roots,
+        "SPARKGUARD_SIDECAR_TOKEN": TOKEN,
+        "SPARKGUARD_SIDECAR_PORT": str(port),
+        "SPARKGUARD_SIDECAR_FLUSH_MODE": mode,
+        "SPARKGUARD_SIDECAR_LOG_LEVEL": "WARNING",
+    }
+    with process([sys.executable, "-m", "sparkguard.sidecar"], settings):
+        wait_http(f"http://127.0.0.1:{port}/readyz")
+        yield f"http://127.0.0.1:{port}"
+
+
+def run_threads(count: int, target: Any) -> float:
+    errors: list[BaseException] = []
+
+    def guarded(index: int) -> None:
+        try:
+            target(index)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} writers failed; first: {errors[0]!r}")
+    return time.monotonic() - started
+
+
+def run_job(
+    mode: str,
+    *,
+    files: int,
+    writers: int,
+    bucket: str,
+    options: dict[str, Any],
+    proxy: str,
+    endpoint: str | None,
+) -> dict[str, float]:
+    """One write job: markers + data files, then the commit's marker cleanup."""
+    manager, _ = filemanager.resolve(f"s3://{bucket}", storage_options=options)
+    table = f"{bucket}/tbl"
+    directory = f"s3://{table}/_sparkguard/markers/{INSTANT}"
+    latencies: list[float] = []
+    done = [0]
+    lock = threading.Lock()
+    direct = markers.DirectMarkerClient(manager)
+
+    def writer(w: int) -> None:
+        client: markers.MarkerClient = (
+            direct if endpoint is None else HttpMarkerClient(endpoint, token=TOKEN, deadline_s=120)
+        )
+        for i in range(w, files, writers):
+            name = f"part-{i:06d}-bench-c000.parquet"
+            started = time.perf_counter()
+            client.create(directory, name)
+            elapsed = time.perf_counter() - started
+            manager.write_bytes(f"{table}/{name}", PAYLOAD)
+            with lock:
+                latencies.append(elapsed)
+                done[0] += 1
+        client.close()
+
+    proxy_call(proxy, "/_proxy/reset", "POST")
+    stop = threading.Event()
+
+    def progress() -> None:
+        while not stop.wait(10):
+            log(f"  {mode}: {done[0]}/{files} files written")
+
+    reporter = threading.Thread(target=progress, daemon=True)
+    reporter.start()
+    write_s = run_threads(writers, writer)
+    stop.set()
+    written = proxy_call(proxy, "/_proxy/stats")
+    # Check (uncounted) that every file is marked, then clean up as the commit does.
+    check, check_path = filemanager.resolve(directory, storage_options=options)
+    marked = markers.read_marked_files(check, check_path)
+    assert len(marked) == files, f"{mode}: {len(marked)} files marked, expected {files}"
+    before_cleanup = proxy_call(proxy, "/_proxy/stats")
+    cleaner: markers.MarkerClient = (
+        direct if endpoint is None else HttpMarkerClient(endpoint, token=TOKEN, deadline_s=600)
+    )
+    started = time.monotonic()
+    cleaner.delete_dir(directory)
+    cleanup_s = time.monotonic() - started
+    cleaner.close()
+    after = proxy_call(proxy, "/_proxy/stats")
+    assert not markers.read_marked_files(check, check_path)
+    cleanup_requests = after.get("markers", 0) - before_cleanup.get("markers", 0)
+    result = {
+        "write_s": write_s,
+        "cleanup_s": cleanup_s,
+        "job_s": write_s + cleanup_s,
+        "marker_requests": written.get("markers", 0) + cleanup_requests,
+        "data_requests": written.get("data", 0),
+        "throttled": after.get("throttled", 0),
+        "ack_p50_ms": percentile(latencies, 0.5) * 1000,
+        "ack_p99_ms": percentile(latencies, 0.99) * 1000,
+    }
+    log(
+        f"{mode}: write {write_s:.1f} s, cleanup {cleanup_s:.2f} s, marker requests "
+        f"{result['marker_requests']:.0f} (data {result['data_requests']:.0f}, throttled 503s "
+        f"{result['throttled']:.0f}), marker p50 {result['ack_p50_ms']:.1f} ms "
+        f"p99 {result['ack_p99_ms']:.1f} ms"
+    )
+    return result
+
+
+def ack_latency(endpoint: str, directory: str, *, writers: int, per_writer: int) -> list[float]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        client = HttpMarkerClient(endpoint, token=TOKEN, deadline_s=120)
+        for i in range(per_writer):
+            started = time.perf_counter()
+            client.create(directory, f"w{w:03d}/part-{i:06d}.parquet")
+            with lock:
+                latencies.append(time.perf_counter() - started)
+        client.close()
+
+    run_threads(writers, writer)
+    return latencies
+
+
+async def _capacity_load(
+    endpoint: str, directory: str, connections: int, per: int
+) -> tuple[float, list[float]]:
+    import aiohttp
+
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections)) as session:
+
+        async def one(c: int) -> None:
+            for i in range(per):
+                params = {"markerdir": directory, "markername": f"c{c:04d}/part-{i:06d}.parquet"}
+                started = time.perf_counter()
+                async with session.post(
+                    endpoint + "/v1/markers/create", params=params, headers=headers
+                ) as answer:
+                    await answer.read()
+                    if answer.status != 200:
+                        raise RuntimeError(f"HTTP {answer.status}")
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(c) for c in range(connections)))
+        return time.perf_counter() - started, latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run (2,000 files, 16 writers)"
+    )
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--writers", type=int, default=64)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--write-rate", type=float, default=3500.0)
+    parser.add_argument(
+        "--flush-mode", default="group-commit", choices=["interval", "group-commit"]
+    )
+    parser.add_argument("--capacity-connections", type=int, default=128)
+    parser.add_argument("--capacity-per-connection", type=int, default=400)
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-capacity", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.files, args.writers = 2_000, 16
+        args.capacity_connections, args.capacity_per_connection = 64, 100
+    log(
+        f"markers benchmark: {args.files} files, {args.writers} writers, proxy latency "
+        f"{args.latency_ms:g} ms, {args.write_rate:g} writes/s per prefix, batched flush mode "
+        f"{args.flush_mode}"
+    )
+    with run_s3_server() as s3:
+        proxy_port = free_port()
+        proxy = f"http://127.0.0.1:{proxy_port}"
+        proxy_args = [
+            sys.executable, str(REPO / "benchmarks" / "_s3proxy.py"), "--port", str(proxy_port),
+            "--upstream", s3.endpoint, "--latency-ms", str(args.latency_ms),
+            "--write-rate", str(args.write_rate),
+        ]  # fmt: skip
+        with process(proxy_args):
+            wait_http(proxy + "/_proxy/stats")
+            options = {
+                **s3.storage_options,
+                "client_kwargs": {"endpoint_url": proxy, "region_name": "us-east-1"},
+            }
+            proxy_env = {**s3.env(), "AWS_ENDPOINT_URL": proxy, "AWS_ENDPOINT_URL_S3": proxy}
+            results: dict[str, dict[str, float]] = {}
+            bucket = s3.create_bucket()
+            log("direct markers ...")
+            results["direct"] = run_job(
+                "direct", files=args.files, writers=args.writers, bucket=bucket,
+                options=options, proxy=proxy, endpoint=None,
+            )  # fmt: skip
+            bucket = s3.create_bucket()
+            log(f"batched markers (sidecar, {args.flush_mode}) ...")
+            with sidecar(free_port(), f"s3://{bucket}", proxy_env, args.flush_mode) as endpoint:
+                results["batched"] = run_job(
+                    "batched", files=args.files, writers=args.writers, bucket=bucket,
+                    options=options, proxy=proxy, endpoint=endpoint,
+                )  # fmt: skip
+
+            if not args.skip_latency:
+                per = max(20, args.files // args.writers // 10)
+                for mode in ("interval", "group-commit"):
+                    bucket = s3.create_bucket()
+                    with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
+                        lat = ack_latency(
+                            endpoint, f"s3://{bucket}/lat/_sparkguard/markers/{INSTANT}",
+                            writers=args.writers, per_writer=per,
+                        )  # fmt: skip
+                    log(
+                        f"ack latency on S3 proxy, {mode} (interval 50 ms), {args.writers} writers "
+                        f"x {per}: p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
+                        f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
+                    )
+
+    if not args.skip_capacity:
+        with tempfile.TemporaryDirectory(prefix="sg-capacity-") as root:
+            for mode in ("interval", "group-commit"):
+                directory = f"{root}/{mode}/_sparkguard/markers/{INSTANT}"
+                with sidecar(free_port(), root, {}, mode) as endpoint:
+                    elapsed, lat = asyncio.run(
+                        _capacity_load(
+                            endpoint,
+                            directory,
+                            args.capacity_connections,
+                            args.capacity_per_connection,
+                        )
+                    )
+                total = len(lat)
+                log(
+                    f"capacity on local fs, {mode} (interval 50 ms), {args.capacity_connections} "
+                    f"connections: {total / elapsed:.0f} acknowledged markers/s, p50 "
+                    f"{percentile(lat, 0.5) * 1000:.1f} ms, "
+                    f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
+                )
+
+    direct, batched = results["direct"], results["batched"]
+    x = direct["marker_requests"] / max(1.0, batched["marker_requests"])
+    c = direct["cleanup_s"] / batched["cleanup_s"]
+    y = direct["job_s"] / batched["job_s"]
+    print(
+        f"markers: requests direct/batched = {x:.1f}x, "
+        f"cleanup direct/batched = {c:.1f}x, job direct/batched = {y:.2f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

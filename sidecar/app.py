@@ -1,0 +1,253 @@
+"""The aiohttp application: routes, auth, error answers and the batcher's lifecycle.
+
+:func:`create_app` is used identically by ``python -m sparkguard.sidecar`` and by the tests.
+Handlers are thin: they parse parameters (:mod:`~sparkguard.sidecar.validation`) and call the
+:class:`~sparkguard.sidecar.batcher.MarkerBatcher`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import prometheus_client
+from aiohttp import web
+
+from sparkguard.sidecar import batcher, config, errors, metrics, validation
+from sparkguard.spark_lib import markers
+
+logger = logging.getLogger(__name__)
+
+CONFIG_KEY: Final = web.AppKey("config", config.SidecarConfig)
+METRICS_KEY: Final = web.AppKey("metrics", metrics.SidecarMetrics)
+BATCHER_KEY: Final = web.AppKey("batcher", batcher.MarkerBatcher)
+READY_KEY: Final = web.AppKey("ready", list[bool])
+#: raw markerdir -> validated directory; validation is pure, so its results can be reused
+DIR_CACHE_KEY: Final = web.AppKey("dir_cache", dict[str, validation.MarkerDir])
+_DIR_CACHE_SIZE: Final = 4096
+
+PREFIX: Final = "/v1/markers/"
+_UNAUTHENTICATED: Final = frozenset({"/healthz", "/readyz", "/metrics"})
+
+routes = web.RouteTableDef()
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# -- parameters -------------------------------------------------------------------------------
+async def read_params(request: web.Request) -> dict[str, str]:
+    """``markerdir``/``markername`` from the query string and, for POST, a JSON or form body.
+
+    A parameter given twice with different values is refused rather than guessed.
+    """
+    params: dict[str, str] = {}
+    for key, value in request.query.items():
+        _put_param(params, key, value)
+    if request.method == "POST" and request.can_read_body:
+        body: Mapping[str, Any]
+        if request.content_type == "application/json":
+            try:
+                body = await request.json()
+            except json.JSONDecodeError as exc:
+                raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})") from None
+            if not isinstance(body, dict):
+                raise errors.BadRequestError(
+                    'the JSON body must be an object, e.g. {"markerdir": ..., "markername": ...}'
+                )
+        elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            body = dict(await request.post())
+        else:
+            raise errors.BadRequestError(
+                f"unsupported body type {request.content_type!r}; send application/json, a "
+                "form, or the parameters in the query string"
+            )
+        for name, field in body.items():
+            if not isinstance(field, str):
+                raise errors.BadRequestError(f"parameter {name!r} must be a string")
+            _put_param(params, name, field)
+    return params
+
+
+def _put_param(params: dict[str, str], key: str, value: str) -> None:
+    if key not in ("markerdir", "markername"):
+        raise errors.BadRequestError(
+            f"unknown parameter {key!r}; the marker routes take markerdir and markername"
+        )
+    if key in params and params[key] != value:
+        raise errors.BadRequestError(f"parameter {key!r} is given twice with different values")
+    params[key] = value
+
+
+async def _marker_dir(request: web.Request, params: Mapping[str, str]) -> validation.MarkerDir:
+    raw = params.get("markerdir")
+    cache = request.app[DIR_CACHE_KEY]
+    found = cache.get(raw) if raw is not None else None
+    if found is None:
+        found = validation.validate_marker_dir(
+            raw, allowed_roots=request.app[CONFIG_KEY].allowed_roots
+        )
+        if len(cache) >= _DIR_CACHE_SIZE:
+            cache.clear()  # executors of one job name a handful of dirs: rarely reached
+        cache[str(raw)] = found
+    return found
+
+
+# -- marker routes ----------------------------------------------------------------------------
+async def _create(request: web.Request, io_type: markers.IOType, *, any_io: bool) -> web.Response:
+    params = await read_params(request)
+    marker_dir = await _marker_dir(request, params)
+    name = validation.validate_marker_name(params.get("markername"), io_type=io_type, any_io=any_io)
+    written = await request.app[BATCHER_KEY].create(marker_dir, name)
+    return web.json_response({"markername": name, "created": written})
+
+
+@routes.post(PREFIX + "create", name="create")
+async def create(request: web.Request) -> web.Response:
+    """Record a marker (IO type from the name's suffix; CREATE for a bare data file)."""
+    return await _create(request, markers.IOType.CREATE, any_io=True)
+
+
+@routes.post(PREFIX + "create-and-merge", name="create_and_merge")
+async def create_and_merge(request: web.Request) -> web.Response:
+    """Record a MERGE marker."""
+    return await _create(request, markers.IOType.MERGE, any_io=False)
+
+
+@routes.post(PREFIX + "append", name="append")
+async def append(request: web.Request) -> web.Response:
+    """Record an APPEND marker."""
+    return await _create(request, markers.IOType.APPEND, any_io=False)
+
+
+@routes.get(PREFIX + "all", name="all")
+async def all_markers(request: web.Request) -> web.Response:
+    """Every acknowledged marker name of the directory."""
+    params = await read_params(request)
+    names = await request.app[BATCHER_KEY].all_names(await _marker_dir(request, params))
+    return web.json_response({"markers": names})
+
+
+@routes.get(PREFIX + "dir/exists", name="dir_exists")
+async def dir_exists(request: web.Request) -> web.Response:
+    """Whether the marker directory exists on storage."""
+    params = await read_params(request)
+    exists = await request.app[BATCHER_KEY].dir_exists(await _marker_dir(request, params))
+    return web.json_response({"exists": exists})
+
+
+@routes.post(PREFIX + "dir/delete", name="dir_delete")
+async def dir_delete(request: web.Request) -> web.Response:
+    """Delete the marker directory (idempotent)."""
+    params = await read_params(request)
+    deleted = await request.app[BATCHER_KEY].delete_dir(await _marker_dir(request, params))
+    return web.json_response({"deleted": deleted})
+
+
+# -- operational routes -----------------------------------------------------------------------
+@routes.get("/healthz", name="healthz")
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the event loop answers."""
+    return web.json_response({"status": "ok"})
+
+
+@routes.get("/readyz", name="readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: started and not draining."""
+    if not request.app[READY_KEY][0] or request.app[BATCHER_KEY].draining:
+        return web.json_response({"status": "not ready"}, status=503)
+    return web.json_response({"status": "ready", "pending": request.app[BATCHER_KEY].pending})
+
+
+@routes.get("/metrics", name="metrics")
+async def metrics_route(request: web.Request) -> web.Response:
+    """Prometheus text exposition of this app's registry."""
+    body = prometheus_client.generate_latest(request.app[METRICS_KEY].registry)
+    return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
+
+
+# -- middlewares ------------------------------------------------------------------------------
+def _error_response(status: int, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": message, "status": status}, status=status, headers=headers)
+
+
+@web.middleware
+async def answer_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn sidecar errors into JSON answers and count every request by route and status."""
+    route = request.match_info.route.name or "unmatched"
+    try:
+        response = await handler(request)
+    except errors.UnavailableError as exc:
+        retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+        response = _error_response(exc.status, str(exc), **{"Retry-After": retry_after})
+    except errors.SidecarError as exc:
+        if exc.status >= 500:
+            logger.error("%s %s failed: %s", request.method, request.path, exc)
+        response = _error_response(exc.status, str(exc))
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[CONFIG_KEY].max_body_bytes
+        response = _error_response(
+            413,
+            f"the request body is larger than {limit} bytes "
+            "(SPARKGUARD_SIDECAR_MAX_BODY_BYTES); send one marker per request",
+        )
+    except web.HTTPException as exc:
+        response = _error_response(exc.status, exc.reason)
+    except Exception as exc:
+        logger.exception("%s %s failed unexpectedly", request.method, request.path)
+        response = _error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+    request.app[METRICS_KEY].count_request(route, response.status)
+    return response
+
+
+@web.middleware
+async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bearer-token auth on every route but /healthz, /readyz and /metrics."""
+    settings = request.app[CONFIG_KEY]
+    if settings.auth_disabled or request.path in _UNAUTHENTICATED or settings.token is None:
+        return await handler(request)
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise errors.UnauthorizedError(
+            "missing bearer token: send 'Authorization: Bearer <token>' with the sidecar's token"
+        )
+    if not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
+        raise errors.UnauthorizedError("wrong bearer token: use the token the sidecar was given")
+    return await handler(request)
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+async def run_batcher(app: web.Application) -> AsyncIterator[None]:
+    """cleanup_ctx: start the batcher; on cleanup drain whatever is still pending."""
+    app[BATCHER_KEY].start()
+    app[READY_KEY][0] = True
+    yield
+    app[READY_KEY][0] = False
+    await app[BATCHER_KEY].drain(app[CONFIG_KEY].shutdown_timeout_s / 2)
+    await app[BATCHER_KEY].close()
+
+
+async def start_draining(app: web.Application) -> None:
+    """on_shutdown: stop taking markers, write the queued ones while their handlers wait."""
+    app[READY_KEY][0] = False
+    await app[BATCHER_KEY].drain(app[CONFIG_KEY].shutdown_timeout_s / 2)
+
+
+def create_app(settings: config.SidecarConfig) -> web.Application:
+    """The sidecar application for ``settings`` (routes, auth, metrics, batcher lifecycle)."""
+    # answer_errors is outermost so auth failures are answered and counted like the rest.
+    app = web.Application(
+        middlewares=[answer_errors, require_token], client_max_size=settings.max_body_bytes
+    )
+    app[CONFIG_KEY] = settings
+    app[METRICS_KEY] = metrics.build_metrics()
+    app[BATCHER_KEY] = batcher.MarkerBatcher(settings, app[METRICS_KEY])
+    app[READY_KEY] = [False]
+    app[DIR_CACHE_KEY] = {}
+    app.add_routes(routes)
+    app.cleanup_ctx.append(run_batcher)
+    app.on_shutdown.append(start_draining)
+    return app

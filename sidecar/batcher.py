@@ -1,0 +1,451 @@
+"""The marker batcher: queues marker requests and writes them durably in batches.
+
+Per marker directory it keeps the acknowledged names and the content of each ``MARKERS<i>``
+file. A flush takes every queued name of a directory, appends them to the next free
+``MARKERS<i>`` (round-robin over ``batch_threads`` files) and rewrites that file atomically
+through the file manager; ``MARKERS.type`` is written before the first batch file. Only once the
+write has returned are the requests answered, so an acknowledged marker is on storage.
+
+The state of a directory loads lazily from its files on first use: a restarted sidecar appends
+to what its predecessor wrote and acknowledges a re-created marker without writing it again.
+
+Two flush policies (:class:`~sparkguard.sidecar.config.FlushMode`): ``interval`` starts a flush
+of every directory with queued names each ``batch_interval_ms`` (up to ``batch_threads`` flushes
+of one directory at a time, each on its own file); ``group-commit`` starts a directory's flush
+as soon as a name is queued and none is running, so names that arrive during a write ride on the
+next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from sparkguard.sidecar import config, errors, metrics, validation
+from sparkguard.spark_lib import errors as lib_errors
+from sparkguard.spark_lib import filemanager, markers, paths
+
+logger = logging.getLogger(__name__)
+
+_BATCH_FILE: Final = re.compile(r"^MARKERS(0|[1-9][0-9]{0,5})$")
+_DIRECT_MARKER: Final = re.compile(r"\.marker\.(CREATE|MERGE|APPEND)$")
+_TYPE_CONTENT: Final = markers.MarkerType.TIMELINE_SERVER_BASED.value.encode()
+_LOCAL_PROTOCOLS: Final = frozenset({"file", "local", "memory"})
+_T = TypeVar("_T")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedDir:
+    """What a marker directory holds on storage."""
+
+    names: set[str]
+    files: dict[int, bytes]
+    type_written: bool
+
+
+def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
+    """Read a marker directory's batch files (and any direct markers) from storage.
+
+    Temp files of an interrupted rewrite are ignored: the rewrite never published, so its
+    requests were never acknowledged. Raises :class:`CorruptMarkerDirError` on unknown files.
+    """
+    names: set[str] = set()
+    files: dict[int, bytes] = {}
+    type_written = False
+    nested = False
+    try:
+        for info in manager.list(path):
+            base = info.name
+            if info.is_dir:
+                nested = True  # direct markers of nested data files
+            elif filemanager.is_temp_name(base):
+                continue
+            elif base == markers.TYPE_FILE:
+                type_written = bool(manager.read_bytes(info.path).strip())
+            elif match := _BATCH_FILE.match(base):
+                content = manager.read_bytes(info.path)
+                names.update(markers.parse_batch_file(content, source=info.path))
+                if content and not content.endswith(b"\n"):
+                    content += b"\n"
+                files[int(match.group(1))] = content
+            elif _DIRECT_MARKER.search(base):
+                names.add(base)
+            else:
+                raise lib_errors.CorruptFileError(f"unexpected file {info.path}")
+        if nested:
+            names |= markers.read_marker_names(manager, path)
+    except lib_errors.CorruptFileError as exc:
+        raise errors.CorruptMarkerDirError(
+            f"marker directory {path} cannot be read ({exc}); the sidecar will not append to "
+            "it. Move the offending file away, or roll the instant back"
+        ) from None
+    return LoadedDir(names=names, files=files, type_written=type_written)
+
+
+def write_type_file(manager: filemanager.FileManager, path: str) -> None:
+    """Write ``MARKERS.type`` = ``TIMELINE_SERVER_BASED`` atomically (rewriting is harmless)."""
+    manager.mkdirs(path)
+    manager.write_bytes(paths.join(path, markers.TYPE_FILE), _TYPE_CONTENT, overwrite=True)
+
+
+def write_batch_file(
+    manager: filemanager.FileManager, path: str, index: int, content: bytes
+) -> None:
+    """Rewrite ``MARKERS<index>`` with ``content`` atomically."""
+    manager.write_bytes(paths.join(path, f"{markers.BATCH_PREFIX}{index}"), content, overwrite=True)
+
+
+class _DirState:
+    """In-memory state of one marker directory. Touched only from the event loop."""
+
+    def __init__(self, marker_dir: validation.MarkerDir, manager: filemanager.FileManager) -> None:
+        self.dir = marker_dir
+        self.manager = manager
+        self.path = marker_dir.path
+        self.loaded = False
+        self.load_lock = asyncio.Lock()
+        self.type_lock = asyncio.Lock()
+        self.type_written = False
+        self.known: set[str] = set()
+        self.files: dict[int, bytes] = {}
+        #: name -> future resolved when durable; names queued or being written
+        self.waiting: dict[str, asyncio.Future[None]] = {}
+        self.queue: list[str] = []
+        self.busy: set[int] = set()
+        self.next_index = 0
+        self.deleting = 0
+        self.users = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def evictable(self) -> bool:
+        return (
+            not self.waiting
+            and not self.busy
+            and not self.deleting
+            and not self.users
+            and not self.load_lock.locked()
+        )
+
+
+class MarkerBatcher:
+    """Queues marker requests per directory and acknowledges them once durable."""
+
+    def __init__(self, settings: config.SidecarConfig, instruments: metrics.SidecarMetrics) -> None:
+        self._settings = settings
+        self._metrics = instruments
+        self._dirs: collections.OrderedDict[str, _DirState] = collections.OrderedDict()
+        self._managers: dict[str, filemanager.FileManager] = {}
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=settings.batch_threads + 4, thread_name_prefix="sidecar-io"
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._pending = 0
+        self._draining = False
+        self._group_commit = settings.flush_mode is config.FlushMode.GROUP_COMMIT
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def draining(self) -> bool:
+        """Whether the batcher refuses new markers because the sidecar is stopping."""
+        return self._draining
+
+    @property
+    def pending(self) -> int:
+        """Markers queued or being written."""
+        return self._pending
+
+    def start(self) -> None:
+        """Start the interval ticker (interval mode); group-commit needs no background task."""
+        if not self._group_commit and self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def drain(self, timeout_s: float) -> int:
+        """Refuse new markers, write what is queued within ``timeout_s``, fail the rest.
+
+        Returns how many waiting markers were failed with :class:`ShuttingDownError` (503);
+        none is ever dropped without an answer.
+        """
+        self._draining = True
+        deadline = time.monotonic() + timeout_s
+        while self._pending and time.monotonic() < deadline:
+            for state in list(self._dirs.values()):
+                self._schedule(state)
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=max(0.0, deadline - time.monotonic()))
+            else:
+                await asyncio.sleep(0.01)
+        failed = 0
+        for state in self._dirs.values():
+            error = errors.ShuttingDownError(
+                f"the sidecar stopped before the marker could be written to {state.dir.key}; "
+                "nothing was acknowledged, retry against the restarted sidecar"
+            )
+            for name in state.queue:
+                future = state.waiting.pop(name, None)
+                if future is not None and not future.done():
+                    future.set_exception(error)
+                    failed += 1
+                    self._pending -= 1
+            state.queue.clear()
+            for future in state.waiting.values():
+                if not future.done():
+                    future.set_exception(error)
+                    failed += 1
+        self._metrics.pending.set(self._pending)
+        if failed:
+            logger.warning("shutdown: %s pending markers were refused with 503", failed)
+        return failed
+
+    async def close(self) -> None:
+        """Stop background work and release the I/O threads (after :meth:`drain`)."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=self._settings.shutdown_timeout_s)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- operations -----------------------------------------------------------------------------
+    async def create(self, marker_dir: validation.MarkerDir, name: str) -> bool:
+        """Return once ``name`` is durable in ``marker_dir``; whether this sidecar wrote it.
+
+        ``False`` means the marker was already on storage (a retry, or a restarted sidecar):
+        acknowledged without a new write.
+        """
+        if self._draining:
+            raise errors.ShuttingDownError("the sidecar is stopping; retry in a moment")
+        state = await self._state(marker_dir)
+        state.users += 1
+        try:
+            if name in state.known:
+                self._metrics.acknowledged_known.inc()
+                return False
+            future = state.waiting.get(name)
+            if future is None:
+                if self._pending >= self._settings.max_pending:
+                    raise errors.QueueFullError(
+                        f"{self._pending} markers are already waiting to be written (limit "
+                        f"{self._settings.max_pending}, SPARKGUARD_SIDECAR_MAX_PENDING); retry "
+                        "after a short wait",
+                        retry_after_s=max(self._settings.batch_interval_ms / 1000, 0.1),
+                    )
+                future = asyncio.get_running_loop().create_future()
+                future.add_done_callback(_consume_exception)
+                state.waiting[name] = future
+                state.queue.append(name)
+                self._pending += 1
+                self._metrics.pending.set(self._pending)
+                if self._group_commit:
+                    self._schedule(state)
+            await asyncio.shield(future)
+            self._metrics.acknowledged_written.inc()
+            return True
+        finally:
+            state.users -= 1
+
+    async def all_names(self, marker_dir: validation.MarkerDir) -> list[str]:
+        """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed)."""
+        state = await self._state(marker_dir)
+        return sorted(state.known)
+
+    async def dir_exists(self, marker_dir: validation.MarkerDir) -> bool:
+        """Whether the marker directory exists on storage."""
+        state = await self._state(marker_dir, load=False)
+        return await self._run(state.manager.exists, state.path)
+
+    async def delete_dir(self, marker_dir: validation.MarkerDir) -> int:
+        """Delete the directory's files once running flushes end; returns how many were deleted.
+
+        Names still queued are written afterwards (they were asked for after the delete began).
+        """
+        state = await self._state(marker_dir, load=False)
+        state.deleting += 1
+        state.users += 1
+        try:
+            await state.idle.wait()
+            async with state.load_lock:
+                count = await self._run(markers.delete_marker_dir, state.manager, state.path)
+                state.known.clear()
+                state.files.clear()
+                state.type_written = False
+                state.loaded = True
+        except OSError as exc:
+            raise errors.StorageError(
+                f"could not delete marker directory {marker_dir.key}: {exc}; retry"
+            ) from exc
+        finally:
+            state.deleting -= 1
+            state.users -= 1
+        self._schedule(state)
+        return count
+
+    # -- internals ------------------------------------------------------------------------------
+    async def _run(self, func: Callable[..., _T], *args: object) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(func, *args))
+
+    def _manager(self, marker_dir: validation.MarkerDir) -> filemanager.FileManager:
+        # One filesystem per protocol, shared by every directory (and thread) of that store.
+        protocol = marker_dir.protocol
+        manager = self._managers.get(protocol)
+        if manager is None:
+            options = {} if protocol in _LOCAL_PROTOCOLS else dict(self._settings.storage_options)
+            url = marker_dir.path if protocol == "file" else f"{protocol}://{marker_dir.path}"
+            try:
+                manager, _ = filemanager.resolve(url, storage_options=options)
+            except lib_errors.SparkguardError as exc:
+                raise errors.BadRequestError(f"markerdir {url!r} cannot be opened: {exc}") from None
+            self._managers[protocol] = manager
+        return manager
+
+    async def _state(self, marker_dir: validation.MarkerDir, *, load: bool = True) -> _DirState:
+        state = self._dirs.get(marker_dir.key)
+        if state is None:
+            manager = self._manager(marker_dir)
+            path = marker_dir.path
+            if marker_dir.protocol != "file":
+                path = manager.fs._strip_protocol(f"{marker_dir.protocol}://{marker_dir.path}")
+            state = _DirState(dataclasses.replace(marker_dir, path=path), manager)
+            self._dirs[marker_dir.key] = state
+            self._evict()
+        else:
+            self._dirs.move_to_end(marker_dir.key)
+        if load and not state.loaded:
+            state.users += 1
+            try:
+                async with state.load_lock:
+                    if not state.loaded:
+                        loaded = await self._load(state)
+                        state.known |= loaded.names
+                        state.files = loaded.files
+                        state.type_written = loaded.type_written
+                        state.loaded = True
+            finally:
+                state.users -= 1
+        return state
+
+    async def _load(self, state: _DirState) -> LoadedDir:
+        try:
+            loaded = await self._run(load_marker_dir, state.manager, state.path)
+        except OSError as exc:
+            raise errors.StorageError(
+                f"could not read marker directory {state.dir.key}: {exc}; retry"
+            ) from exc
+        logger.info(
+            "loaded marker dir %s: %s markers in %s batch files",
+            state.dir.key,
+            len(loaded.names),
+            len(loaded.files),
+        )
+        return loaded
+
+    def _evict(self) -> None:
+        excess = len(self._dirs) - self._settings.max_cached_dirs
+        if excess > 0:
+            for key in [key for key, state in self._dirs.items() if state.evictable()][:excess]:
+                del self._dirs[key]
+        self._metrics.cached_dirs.set(len(self._dirs))
+
+    async def _tick_forever(self) -> None:
+        interval = self._settings.batch_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for state in list(self._dirs.values()):
+                if state.queue:
+                    self._schedule(state)
+
+    def _schedule(self, state: _DirState) -> None:
+        """Start a flush of ``state`` if names are queued and a batch file is free."""
+        if not state.queue or state.deleting or not state.loaded:
+            return
+        threads = self._settings.batch_threads
+        limit = 1 if self._group_commit and not self._draining else threads
+        if len(state.busy) >= limit:
+            return
+        index = state.next_index
+        while index in state.busy:
+            index = (index + 1) % threads
+        state.next_index = (index + 1) % threads
+        state.busy.add(index)
+        state.idle.clear()
+        task = asyncio.get_running_loop().create_task(self._flush(state, index))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, state: _DirState, index: int) -> None:
+        # Names are taken when the task runs, not when it was scheduled: requests that arrived
+        # in between join this batch.
+        batch, state.queue = state.queue, []
+        started = time.monotonic()
+        try:
+            if batch:
+                await self._write(state, index, batch)
+        finally:
+            state.busy.discard(index)
+            if not state.busy:
+                state.idle.set()
+            if batch:
+                self._metrics.flush_duration.observe(time.monotonic() - started)
+            self._metrics.pending.set(self._pending)
+            if self._group_commit or self._draining:
+                self._schedule(state)
+
+    async def _write(self, state: _DirState, index: int, batch: list[str]) -> None:
+        content = state.files.get(index, b"") + markers.render_batch_file(batch)
+        try:
+            async with state.type_lock:
+                if not state.type_written:
+                    await self._run(write_type_file, state.manager, state.path)
+                    state.type_written = True
+            await self._run(write_batch_file, state.manager, state.path, index, content)
+        except Exception as exc:  # noqa: BLE001 - any storage failure fails the batch, not the app
+            logger.warning(
+                "flush of %s markers to %s/MARKERS%s failed: %s",
+                len(batch),
+                state.dir.key,
+                index,
+                exc,
+            )
+            self._metrics.flush_failures.inc()
+            failure = errors.StorageError(
+                f"could not write markers to {state.dir.key}/MARKERS{index}: {exc}; "
+                "nothing was acknowledged, retry"
+            )
+            self._settle(state, batch, failure)
+            return
+        state.files[index] = content
+        state.known.update(batch)
+        self._metrics.batch_size.observe(len(batch))
+        self._settle(state, batch, None)
+
+    def _settle(self, state: _DirState, batch: list[str], failure: Exception | None) -> None:
+        for name in batch:
+            future = state.waiting.pop(name, None)
+            if future is None:
+                continue
+            self._pending -= 1
+            if future.done():
+                continue
+            if failure is None:
+                future.set_result(None)
+            else:
+                future.set_exception(failure)
+
+
+def _consume_exception(future: asyncio.Future[None]) -> None:
+    # A client that hung up no longer awaits its future; don't log "never retrieved".
+    if not future.cancelled():
+        future.exception()

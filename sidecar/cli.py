@@ -1,0 +1,82 @@
+"""Run the marker-batching sidecar (Hudi-style timeline-server markers over HTTP).
+
+Settings come from SPARKGUARD_SIDECAR_* environment variables; flags override them.
+See docs/sidecar.md for every setting, the routes and the failure behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from sparkguard.sidecar import config, errors
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the sidecar's flags (each overrides its SPARKGUARD_SIDECAR_* variable)."""
+    for setting, (env, flag) in config.SETTINGS.items():
+        if flag.startswith("("):
+            continue  # secrets and JSON blobs come from the environment only
+        if setting == "auth_disabled":
+            parser.add_argument(
+                flag,
+                dest=setting,
+                action="store_const",
+                const="true",
+                default=None,
+                help=f"serve without bearer-token auth, for local use only (env {env})",
+            )
+            continue
+        parser.add_argument(flag, dest=setting, default=None, help=f"(env {env})")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT, then drain; returns the process exit code."""
+    from aiohttp import web
+
+    from sparkguard.sidecar import app
+
+    flags = {setting: getattr(args, setting, None) for setting in config.SETTINGS}
+    try:
+        settings = config.config_from_environ(flags)
+    except errors.ConfigError as exc:
+        print(f"sparkguard sidecar: {exc}", file=sys.stderr)
+        return 2
+    logger.info(
+        "sidecar on %s:%s, flush mode %s, roots %s",
+        settings.host,
+        settings.port,
+        settings.flush_mode.value,
+        ",".join(settings.allowed_roots),
+    )
+    web.run_app(
+        app.create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        shutdown_timeout=settings.shutdown_timeout_s,
+        access_log=None,
+        print=logger.info,
+        handle_signals=True,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sparkguard.sidecar``: the same flags as ``sparkguard sidecar``."""
+    parser = argparse.ArgumentParser(prog="python -m sparkguard.sidecar", description=__doc__)
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("SPARKGUARD_SIDECAR_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (env SPARKGUARD_SIDECAR_LOG_LEVEL, default INFO)",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run(args)

@@ -1,0 +1,123 @@
+"""Fixtures for the sidecar tests: configs, an in-process app, and a real sidecar subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from sparkguard.sidecar import app, config
+from tests.support import s3server
+
+TOKEN = "s3cr3t-token"
+INSTANT = "20261122120000000-job-1"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def marker_dir_under(root: str, table: str = "table", instant: str = INSTANT) -> str:
+    """The marker directory of ``instant`` in table ``root/table``."""
+    return f"{root.rstrip('/')}/{table}/_sparkguard/markers/{instant}"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> str:
+    """An allowed root on the local filesystem."""
+    path = tmp_path / "warehouse"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def make_config(root: str) -> Callable[..., config.SidecarConfig]:
+    """Build a config allowing ``root``; keyword arguments override fields."""
+
+    def build(**overrides: Any) -> config.SidecarConfig:
+        fields: dict[str, Any] = {"allowed_roots": (root,), "token": TOKEN, "batch_interval_ms": 10}
+        fields.update(overrides)
+        return config.SidecarConfig(**fields)
+
+    return build
+
+
+@pytest.fixture
+async def client(
+    aiohttp_client: Callable[..., Any], make_config: Callable[..., config.SidecarConfig]
+) -> TestClient[Any, Any]:
+    """A test client of an app with default settings over ``root``."""
+    result: TestClient[Any, Any] = await aiohttp_client(app.create_app(make_config()))
+    return result
+
+
+@contextlib.contextmanager
+def run_sidecar(
+    *,
+    port: int,
+    roots: str,
+    extra_env: Mapping[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    ready_timeout_s: float = 30.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``python -m sparkguard.sidecar`` as a real process; kill -9 it on exit if alive."""
+    env = {
+        **os.environ,
+        "PYTHONSAFEPATH": "1",
+        "SPARKGUARD_SIDECAR_ALLOWED_ROOTS": roots,
+        "SPARKGUARD_SIDECAR_TOKEN": TOKEN,
+        "SPARKGUARD_SIDECAR_PORT": str(port),
+        "SPARKGUARD_SIDECAR_LOG_LEVEL": os.environ.get("SG_TEST_SIDECAR_LOG", "WARNING"),
+        **(extra_env or {}),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sparkguard.sidecar", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=None if os.environ.get("SG_TEST_SIDECAR_LOG") else subprocess.PIPE,
+    )
+    try:
+        wait_ready(process, port, timeout_s=ready_timeout_s)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        if process.stderr:
+            process.stderr.close()
+
+
+def wait_ready(process: subprocess.Popen[bytes], port: int, *, timeout_s: float) -> None:
+    """Poll /readyz until 200; fail with the process's stderr if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        if process.poll() is not None:
+            err = process.stderr.read().decode() if process.stderr else ""
+            raise RuntimeError(f"sidecar exited with {process.returncode}: {err[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sidecar not ready within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+free_port = s3server.free_port

@@ -1,0 +1,88 @@
+"""Settings from the environment and flags: defaults, overrides, errors naming the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkguard.sidecar import config, errors
+
+BASE = {
+    "SPARKGUARD_SIDECAR_ALLOWED_ROOTS": "s3://bucket/wh/, /data/tables/",
+    "SPARKGUARD_SIDECAR_TOKEN": "t",
+}
+
+
+def test_defaults_and_roots() -> None:
+    settings = config.load_config(BASE)
+    assert settings.allowed_roots == ("s3://bucket/wh", "/data/tables")
+    assert settings.flush_mode is config.FlushMode.INTERVAL
+    assert (settings.batch_interval_ms, settings.batch_threads) == (50, 20)
+    assert settings.port == config.DEFAULT_PORT
+    assert settings.token == "t"
+    assert settings.storage_options == {}
+
+
+def test_flags_override_environment(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    env = {**BASE, "SPARKGUARD_SIDECAR_PORT": "1", "SPARKGUARD_STORAGE_OPTIONS": '{"anon": false}'}
+    del env["SPARKGUARD_SIDECAR_TOKEN"]
+    settings = config.load_config(
+        env,
+        {"port": "8080", "flush_mode": "Group-Commit", "token_file": str(token_file), "host": None},
+    )
+    assert settings.port == 8080
+    assert settings.flush_mode is config.FlushMode.GROUP_COMMIT
+    assert settings.token == "from-file"
+    assert settings.storage_options == {"anon": False}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"SPARKGUARD_SIDECAR_ALLOWED_ROOTS": ""},
+            "SPARKGUARD_SIDECAR_ALLOWED_ROOTS / --allowed-roots is empty",
+        ),
+        (
+            {"SPARKGUARD_SIDECAR_ALLOWED_ROOTS": "relative/dir"},
+            "neither a URL nor an absolute path",
+        ),
+        ({"SPARKGUARD_SIDECAR_ALLOWED_ROOTS": "s3://"}, "has no bucket"),
+        ({"SPARKGUARD_SIDECAR_ALLOWED_ROOTS": "/a/../b"}, "'..'"),
+        (
+            {"SPARKGUARD_SIDECAR_PORT": "http"},
+            "SPARKGUARD_SIDECAR_PORT / --port='http' is not an integer",
+        ),
+        ({"SPARKGUARD_SIDECAR_PORT": "70000"}, "out of range"),
+        ({"SPARKGUARD_SIDECAR_BATCH_THREADS": "0"}, "SPARKGUARD_SIDECAR_BATCH_THREADS"),
+        ({"SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS": "-5"}, "BATCH_INTERVAL_MS"),
+        ({"SPARKGUARD_SIDECAR_FLUSH_MODE": "sometimes"}, "use one of interval, group-commit"),
+        ({"SPARKGUARD_SIDECAR_SHUTDOWN_TIMEOUT_S": "nan"}, "positive number of seconds"),
+        ({"SPARKGUARD_SIDECAR_AUTH_DISABLED": "maybe"}, "not a boolean"),
+        ({"SPARKGUARD_STORAGE_OPTIONS": "{oops"}, "SPARKGUARD_STORAGE_OPTIONS is not valid JSON"),
+        ({"SPARKGUARD_STORAGE_OPTIONS": "[1]"}, "must be a JSON object"),
+        ({"SPARKGUARD_SIDECAR_TOKEN": None}, "no bearer token configured"),
+        ({"SPARKGUARD_SIDECAR_TOKEN": "  "}, "SPARKGUARD_SIDECAR_TOKEN is empty"),
+        (
+            {"SPARKGUARD_SIDECAR_TOKEN": None, "SPARKGUARD_SIDECAR_TOKEN_FILE": "/nonexistent/t"},
+            "cannot be read",
+        ),
+        ({"SPARKGUARD_SIDECAR_TOKEN_FILE": "/t"}, "keep only one"),
+    ],
+)
+def test_bad_settings_name_the_setting(env: dict[str, str | None], message: str) -> None:
+    merged = {**BASE, **env}
+    values = {key: value for key, value in merged.items() if value is not None}
+    with pytest.raises(errors.ConfigError) as caught:
+        config.load_config(values)
+    assert message in str(caught.value)
+
+
+def test_auth_can_be_disabled_explicitly() -> None:
+    env = {"SPARKGUARD_SIDECAR_ALLOWED_ROOTS": "/data", "SPARKGUARD_SIDECAR_AUTH_DISABLED": "true"}
+    settings = config.load_config(env)
+    assert settings.auth_disabled
+    assert settings.token is None

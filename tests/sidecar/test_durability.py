@@ -1,0 +1,144 @@
+"""kill -9 the sidecar under load, many times: no acknowledged marker may ever be lost.
+
+The sidecar runs as a real subprocess; writer threads drive it through HttpMarkerClient and
+record a marker only once its request got a 2xx. At a random moment the sidecar gets SIGKILL;
+it is restarted on the same marker directory (so each round also proves the lazy reload: new
+flushes append to the files a killed predecessor wrote) and, after every round, every recorded
+marker must be found on storage by the library's own reader.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sparkguard.spark_lib import errors, filemanager, markers
+from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under, run_sidecar
+from tests.support import s3server
+
+WRITERS = 6
+
+
+def drive_until_killed(
+    endpoint: str, directory: str, process: Any, *, round_no: int, rng: random.Random
+) -> tuple[set[str], int]:
+    """Create markers from several threads; SIGKILL the sidecar at a random moment.
+
+    Returns the data files whose create got a 2xx, and how many creates failed.
+    """
+    acked: set[str] = set()
+    failed = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(w: int) -> None:
+        client = HttpMarkerClient(endpoint, token=TOKEN, deadline_s=0.6, request_timeout_s=2.0)
+        n = 0
+        try:
+            while not stop.is_set():
+                name = f"r{round_no:02d}/w{w}/part-{n:05d}.parquet"
+                n += 1
+                try:
+                    client.create(directory, name)
+                except errors.MarkerError:
+                    with lock:
+                        failed[0] += 1
+                    return
+                with lock:
+                    acked.add(name)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(rng.uniform(0.05, 0.8))
+    process.kill()  # SIGKILL: no drain, no goodbye
+    process.wait(timeout=10)
+    time.sleep(0.05)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "a writer hung past its deadline"
+    return acked, failed[0]
+
+
+def kill_loop(
+    *,
+    rounds: int,
+    roots: str,
+    directory: str,
+    manager: filemanager.FileManager,
+    path: str,
+    extra_env: dict[str, str],
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    all_acked: set[str] = set()
+    total_failed = 0
+    for round_no in range(rounds):
+        port = free_port()
+        mode = "group-commit" if round_no % 2 else "interval"
+        env = {
+            **extra_env,
+            "SPARKGUARD_SIDECAR_FLUSH_MODE": mode,
+            "SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS": str(rng.choice([5, 20, 50])),
+            "SPARKGUARD_SIDECAR_BATCH_THREADS": str(rng.choice([1, 4, 20])),
+        }
+        with run_sidecar(port=port, roots=roots, extra_env=env) as process:
+            acked, failed = drive_until_killed(
+                f"http://127.0.0.1:{port}", directory, process, round_no=round_no, rng=rng
+            )
+        all_acked |= acked
+        total_failed += failed
+        on_storage = markers.read_marked_files(manager, path)
+        lost = all_acked - on_storage
+        assert not lost, f"round {round_no} ({mode}): {len(lost)} acknowledged markers lost"
+    assert len(all_acked) > rounds * WRITERS, "the writers barely ran; the test proves nothing"
+    # A sidecar started on the survivors' files acknowledges every old marker without a write.
+    port = free_port()
+    with run_sidecar(port=port, roots=roots, extra_env=extra_env):
+        client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=30)
+        assert client.all_marked(directory) >= all_acked
+        for name in sorted(all_acked)[:20]:
+            client.create(directory, name)
+        client.close()
+    assert markers.read_marked_files(manager, path) >= all_acked
+
+
+@pytest.mark.slow
+def test_kill_9_loses_no_acknowledged_marker_local(root: str) -> None:
+    directory = marker_dir_under(root)
+    manager, path = filemanager.resolve(directory)
+    kill_loop(
+        rounds=20,
+        roots=root,
+        directory=directory,
+        manager=manager,
+        path=path,
+        extra_env={},
+        seed=3,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+def test_kill_9_loses_no_acknowledged_marker_s3(
+    s3_server: s3server.S3Server, s3_bucket: str, s3_options: dict[str, Any]
+) -> None:
+    directory = marker_dir_under(s3_bucket)
+    manager, path = filemanager.resolve(directory, storage_options=s3_options)
+    kill_loop(
+        rounds=10,
+        roots=s3_bucket,
+        directory=directory,
+        manager=manager,
+        path=path,
+        extra_env=s3_server.env(),
+        seed=7,
+    )

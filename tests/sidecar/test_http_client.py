@@ -1,0 +1,154 @@
+"""HttpMarkerClient against a real sidecar server, a flaky one, and no server at all."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from sparkguard.sidecar import app, config
+from sparkguard.spark_lib import errors, filemanager, markers
+from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under
+
+
+@pytest.fixture
+async def endpoint(
+    aiohttp_server: Callable[..., Any], make_config: Callable[..., config.SidecarConfig]
+) -> str:
+    server: TestServer = await aiohttp_server(app.create_app(make_config()))
+    return f"http://127.0.0.1:{server.port}"
+
+
+async def test_client_round_trip(endpoint: str, root: str) -> None:
+    directory = marker_dir_under(root)
+    client = HttpMarkerClient(endpoint, token=TOKEN, deadline_s=10)
+    try:
+        assert not await asyncio.to_thread(client.dir_exists, directory)
+        await asyncio.to_thread(client.create, directory, "p=1/part-00000.parquet")
+        await asyncio.to_thread(
+            client.create, directory, "part-00001.parquet", markers.IOType.MERGE
+        )
+        await asyncio.to_thread(
+            client.create, directory, "part-00002.parquet", markers.IOType.APPEND
+        )
+        await asyncio.to_thread(client.create, directory, "p=1/part-00000.parquet")  # a retry
+        expected = {"p=1/part-00000.parquet", "part-00001.parquet", "part-00002.parquet"}
+        assert await asyncio.to_thread(client.all_marked, directory) == expected
+        manager, path = filemanager.resolve(directory)
+        assert markers.read_marked_files(manager, path) == expected
+        assert markers.read_type(manager, path) is markers.MarkerType.TIMELINE_SERVER_BASED
+        assert await asyncio.to_thread(client.dir_exists, directory)
+        await asyncio.to_thread(client.delete_dir, directory)
+        assert not await asyncio.to_thread(client.dir_exists, directory)
+        assert await asyncio.to_thread(client.all_marked, directory) == set()
+    finally:
+        client.close()
+
+
+async def test_client_reports_refusals_without_retrying(endpoint: str, root: str) -> None:
+    directory = marker_dir_under(root)
+    bad_token = HttpMarkerClient(endpoint, token="nope", deadline_s=10)
+    started = time.monotonic()
+    with pytest.raises(errors.MarkerError, match="HTTP 401: wrong bearer token"):
+        await asyncio.to_thread(bad_token.create, directory, "a.parquet")
+    assert time.monotonic() - started < 2
+    client = HttpMarkerClient(endpoint, token=TOKEN, deadline_s=10)
+    with pytest.raises(errors.MarkerError, match="outside the sidecar's allowed roots"):
+        await asyncio.to_thread(
+            client.create, "/etc/t/_sparkguard/markers/20261122120000000-j", "a"
+        )
+    with pytest.raises(errors.InvalidPathError):
+        await asyncio.to_thread(client.create, directory, "../escape")
+    client.close()
+    bad_token.close()
+
+
+async def test_token_file_is_reread_after_401(endpoint: str, root: str, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("old-token\n")
+    client = HttpMarkerClient(endpoint, token_file=str(token_file), deadline_s=10)
+    with pytest.raises(errors.MarkerError, match="401"):
+        await asyncio.to_thread(client.create, marker_dir_under(root), "a")
+    token_file.write_text(TOKEN + "\n")  # the secret was rotated
+    await asyncio.to_thread(client.create, marker_dir_under(root), "a")
+    client.close()
+
+
+async def test_client_retries_unavailable_answers(aiohttp_server: Callable[..., Any]) -> None:
+    calls: list[int] = []
+
+    async def flaky(request: web.Request) -> web.Response:
+        calls.append(1)
+        if len(calls) < 3:
+            return web.json_response(
+                {"error": "queue full"}, status=503, headers={"Retry-After": "0"}
+            )
+        if len(calls) == 3:
+            # Hang up mid-request: a connection-level failure.
+            assert request.transport is not None
+            request.transport.close()
+        return web.json_response({"markername": "a.marker.CREATE", "created": True})
+
+    application = web.Application()
+    application.router.add_post("/v1/markers/create", flaky)
+    server: TestServer = await aiohttp_server(application)
+    client = HttpMarkerClient(f"http://127.0.0.1:{server.port}", deadline_s=10)
+    await asyncio.to_thread(client.create, "/x/_sparkguard/markers/20261122120000000-j", "a")
+    assert len(calls) == 4
+    client.close()
+
+
+def test_unreachable_sidecar_fails_within_the_deadline() -> None:
+    port = free_port()  # nothing listens there
+    client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=1.5)
+    started = time.monotonic()
+    with pytest.raises(errors.MarkerServiceUnavailableError) as caught:
+        client.create("/x/_sparkguard/markers/20261122120000000-j", "a.parquet")
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, elapsed
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "attempts" in message
+    assert "ConnectionRefusedError" in message
+
+
+def test_silent_sidecar_does_not_hang_the_client() -> None:
+    # A listener that never accepts nor answers: connects succeed, reads time out.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        port = listener.getsockname()[1]
+        client = HttpMarkerClient(f"http://127.0.0.1:{port}", deadline_s=1.5, request_timeout_s=0.4)
+        started = time.monotonic()
+        with pytest.raises(errors.MarkerServiceUnavailableError, match="timed out"):
+            client.all_marked("/x/_sparkguard/markers/20261122120000000-j")
+        assert time.monotonic() - started < 2.5
+
+
+def test_bad_endpoint_and_options_are_config_errors() -> None:
+    with pytest.raises(errors.ConfigError, match="not an http"):
+        HttpMarkerClient("127.0.0.1:26754")
+    with pytest.raises(errors.ConfigError, match="deadline_s"):
+        HttpMarkerClient("http://127.0.0.1:1", deadline_s=0)
+    with pytest.raises(errors.ConfigError, match="not both"):
+        HttpMarkerClient("http://127.0.0.1:1", token="a", token_file="/b")
+
+
+def test_client_module_needs_no_aiohttp() -> None:
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['aiohttp'] = None\n"
+        "from sparkguard.spark_lib import marker_http\n"
+        "assert 'aiohttp' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONSAFEPATH": "1"})
