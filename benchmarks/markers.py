@@ -32,13 +32,15 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # appended: never shadow the stdlib
+
 from sparkguard.spark_lib import filemanager, markers
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from tests.support.s3server import run_s3_server
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,44 +83,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-class S3:
-    """moto's S3 server. Its request log goes to /dev/null: an unread pipe would fill up and
-    freeze the server after ~750 requests."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.storage_options: dict[str, Any] = {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        }
-
-    def env(self) -> dict[str, str]:
-        return {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ENDPOINT_URL_S3": self.endpoint,
-        }
-
-    def create_bucket(self) -> str:
-        name = f"sg-bench-{uuid.uuid4().hex[:10]}"
-        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")  # noqa: S310
-        with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - 127.0.0.1 only
-            return name
-
-
-@contextlib.contextmanager
-def run_s3_server() -> Iterator[S3]:
-    port = free_port()
-    args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    with process(args):
-        endpoint = f"http://127.0.0.1:{port}"
-        wait_http(f"{endpoint}/moto-api/")
-        yield S3(endpoint)
 
 
 def wait_http(url: str, timeout_s: float = 30) -> None:

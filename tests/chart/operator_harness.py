@@ -133,6 +133,31 @@ def uninstall(bench: KubeBench, release: Release) -> None:
     _helm(bench, release.namespace).uninstall(release.name, timeout=60, ignore_not_found=True)
 
 
+def operator_env_on_bench(
+    release: Release, *, webhook_port: int, cert_file: str, key_file: str
+) -> dict[str, str]:
+    """The environment the chart gives the operator's Deployment, adapted to the bench.
+
+    What must differ without a pod: the webhook listens on loopback with a bench-CA
+    certificate (instead of the chart's Secret mounted at /etc/sparkguard/webhook), metrics
+    on a free loopback port, no liveness port, and failed steps retried within a test's waits.
+    """
+    env = release.operator_env()
+    env.update(
+        {
+            "SPARKGUARD_WEBHOOK_ADDR": "127.0.0.1",
+            "SPARKGUARD_WEBHOOK_PORT": str(webhook_port),
+            "SPARKGUARD_WEBHOOK_CERT_FILE": cert_file,
+            "SPARKGUARD_WEBHOOK_KEY_FILE": key_file,
+            "SPARKGUARD_METRICS_ADDR": "127.0.0.1",
+            "SPARKGUARD_METRICS_PORT": str(free_port()),
+            "SPARKGUARD_LIVENESS_PORT": "0",
+            "SPARKGUARD_ERROR_BACKOFF": "1",
+        }
+    )
+    return env
+
+
 def bench_webhook_configuration(
     chart_config: Mapping[str, Any], *, name: str, url: str, ca_pem: bytes
 ) -> dict[str, Any]:

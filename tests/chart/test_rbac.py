@@ -33,6 +33,7 @@ from tests.chart.operator_harness import (
     free_port,
     install,
     operator_as,
+    operator_env_on_bench,
     permission_of,
     table,
     uninstall,
@@ -133,21 +134,8 @@ def _run_scenario(bench: KubeBench, release: Release, app_namespace: str) -> Fak
     admission.delete_mutating_webhook_configuration(chart_hook["metadata"]["name"])
     port = free_port()
     cert = bench.issue_certificate(f"webhook-{release.name}", ip_addresses=("127.0.0.1",))
-    env = release.operator_env()
-    env.update(
-        {
-            # What must differ without a pod: listen on loopback, a bench-CA certificate
-            # instead of the chart's Secret mounted at /etc/sparkguard/webhook, free ports.
-            "SPARKGUARD_WEBHOOK_ADDR": "127.0.0.1",
-            "SPARKGUARD_WEBHOOK_PORT": str(port),
-            "SPARKGUARD_WEBHOOK_CERT_FILE": str(cert.cert_file),
-            "SPARKGUARD_WEBHOOK_KEY_FILE": str(cert.key_file),
-            "SPARKGUARD_METRICS_ADDR": "127.0.0.1",
-            "SPARKGUARD_METRICS_PORT": str(free_port()),
-            "SPARKGUARD_LIVENESS_PORT": "0",
-            # Only matters if a step fails (e.g. a 403): retry within the test's waits.
-            "SPARKGUARD_ERROR_BACKOFF": "1",
-        }
+    env = operator_env_on_bench(
+        release, webhook_port=port, cert_file=str(cert.cert_file), key_file=str(cert.key_file)
     )
     assert env["SPARKGUARD_WEBHOOK_MODE"] == "external", env
 
