@@ -71,7 +71,7 @@ def test_unknown_version_is_rejected(store: Store) -> None:
     log = _log(store)
     future = formats.encode(metadatalog.KIND, 99, {"batchId": 3, "payload": {}})
     store.manager.write_bytes(paths.join(log.directory, "3"), future)
-    with pytest.raises(errors.UnsupportedVersionError, match="version 99.*Upgrade sparkguard"):
+    with pytest.raises(errors.UnsupportedVersionError, match=r"version 99.*Upgrade sparkguard"):
         log.get(3)
 
 
@@ -79,7 +79,7 @@ def test_foreign_files_are_not_silently_skipped(store: Store) -> None:
     log = _log(store)
     log.add(0, {})
     store.manager.write_bytes(paths.join(log.directory, "notes.txt"), b"hi")
-    with pytest.raises(errors.CorruptFileError, match="unexpected file .*notes.txt"):
+    with pytest.raises(errors.CorruptFileError, match=r"unexpected file .*notes\.txt"):
         log.list()
 
 

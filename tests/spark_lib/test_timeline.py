@@ -49,7 +49,11 @@ def test_commit_and_rollback_race_exactly_one_wins(store: Store) -> None:
         results: dict[str, bool] = {}
         barrier = threading.Barrier(2)
 
-        def commit(instant: str = instant, results: dict[str, bool] = results) -> None:
+        def commit(
+            instant: str = instant,
+            results: dict[str, bool] = results,
+            barrier: threading.Barrier = barrier,
+        ) -> None:
             barrier.wait()
             try:
                 tl.commit(instant, FILES)
@@ -57,7 +61,11 @@ def test_commit_and_rollback_race_exactly_one_wins(store: Store) -> None:
             except errors.InstantDecidedError:
                 results["commit"] = False
 
-        def rollback(instant: str = instant, results: dict[str, bool] = results) -> None:
+        def rollback(
+            instant: str = instant,
+            results: dict[str, bool] = results,
+            barrier: threading.Barrier = barrier,
+        ) -> None:
             barrier.wait()
             results["rollback"] = tl.claim_rollback(instant)
 
@@ -84,7 +92,7 @@ def test_instants_sorted_and_filtered_by_job(store: Store) -> None:
 @pytest.mark.parametrize("bad", ["", "Job", "job_a", "-job", "job-", "a" * 101, "../x", "a/b"])
 def test_bad_job_ids_are_rejected(store: Store, bad: str) -> None:
     tl = timeline.Timeline(store.manager, store.base)
-    with pytest.raises(errors.ConfigError, match="job id .* is not valid"):
+    with pytest.raises(errors.ConfigError, match=r"job id .* is not valid"):
         tl.start(bad, attempt=0, marker_type="DIRECT")
     assert store.manager.list(store.base) == []
 
