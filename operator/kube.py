@@ -90,7 +90,7 @@ class KubeClient:
 
 def load_api_client(*, kubeconfig: str | None = None) -> client.ApiClient:
     """An ApiClient for the operator: in-cluster, else ``kubeconfig`` (or the default one)."""
-    from kubernetes import config as kube_config
+    import kubernetes.config as kube_config
 
     configuration = client.Configuration()
     if kubeconfig is None:
