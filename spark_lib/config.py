@@ -1,0 +1,206 @@
+"""Write settings: the ``spark.sparkguard.*`` SparkConf keys, overridden by write options.
+
+The operator injects the SparkConf keys into every guarded application; a single write may
+override them with ``df.write.option(...)``. :func:`parse_settings` is a purely computational
+function with no side-effects: it takes plain mappings and returns a frozen
+:class:`WriteSettings`, or raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the
+key and the fix. :func:`marker_client_for` turns settings into the marker client executors use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sparkguard.spark_lib import errors, filemanager, markers, timeline
+
+logger = logging.getLogger(__name__)
+
+CONF_PREFIX: Final = "spark.sparkguard."
+DRIVER_HOST_KEY: Final = "spark.driver.host"
+DRIVER_HOST_PLACEHOLDER: Final = "{driverHost}"
+
+#: setting name -> (SparkConf key, write option name)
+KEYS: Final[Mapping[str, tuple[str, str]]] = {
+    "job_id": ("spark.sparkguard.jobId", "jobId"),
+    "attempt": ("spark.sparkguard.attempt", "attempt"),
+    "marker_type": ("spark.sparkguard.markers.type", "markerType"),
+    "marker_endpoint": ("spark.sparkguard.markers.endpoint", "markerEndpoint"),
+    "token_file": ("spark.sparkguard.markers.tokenFile", "tokenFile"),
+    "journal": ("spark.sparkguard.journal", "journal"),
+    "file_manager": ("spark.sparkguard.fileManager", "fileManager"),
+    "create_mode": ("spark.sparkguard.createMode", "createMode"),
+    "storage_options": ("spark.sparkguard.storageOptions", "storageOptions"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteSettings:
+    """Everything a guarded write needs besides the data: who writes, where markers and the
+    journal go, and how files are published. Picklable: it travels to executors."""
+
+    job_id: str
+    attempt: int = 0
+    marker_type: markers.MarkerType = markers.MarkerType.DIRECT
+    marker_endpoint: str | None = None
+    token_file: str | None = None
+    journal: str | None = None
+    file_manager: filemanager.Kind | None = None
+    create_mode: filemanager.CreateMode = filemanager.CreateMode.CONDITIONAL
+    storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def resolve(self, url: str) -> tuple[filemanager.FileManager, str]:
+        """The file manager and path for ``url`` under these settings."""
+        return filemanager.resolve(
+            url,
+            storage_options=self.storage_options,
+            kind=self.file_manager,
+            create_mode=self.create_mode,
+        )
+
+
+def _lookup(
+    name: str, conf: Mapping[str, str], options: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """The value of setting ``name`` (option first, then conf) and the key it came from."""
+    conf_key, option_key = KEYS[name]
+    for key, value in options.items():
+        if key.lower() == option_key.lower() and value is not None and str(value).strip():
+            return str(value).strip(), f"write option {option_key!r}"
+    conf_value = conf.get(conf_key)
+    if conf_value is not None and str(conf_value).strip():
+        return str(conf_value).strip(), conf_key
+    return None, conf_key
+
+
+def parse_settings(
+    *, conf: Mapping[str, str], options: Mapping[str, str] | None = None
+) -> WriteSettings:
+    """Parse ``spark.sparkguard.*`` keys of ``conf``, overridden by write ``options``.
+
+    A purely computational function with no side-effects. ``{driverHost}`` in the marker
+    endpoint is replaced by ``spark.driver.host`` from ``conf``.
+    """
+    options = options or {}
+    job_id, where = _lookup("job_id", conf, options)
+    if job_id is None:
+        raise errors.ConfigError(
+            "no job id: set spark.sparkguard.jobId (the operator injects it) or pass "
+            ".option('jobId', '<job id>') to the write"
+        )
+    timeline.validate_job_id(job_id, what=f"{where}")
+
+    raw_attempt, where = _lookup("attempt", conf, options)
+    attempt = 0
+    if raw_attempt is not None:
+        try:
+            attempt = int(raw_attempt)
+        except ValueError:
+            attempt = -1
+        if attempt < 0:
+            raise errors.ConfigError(
+                f"{where}={raw_attempt!r} is not an attempt number; use an integer >= 0"
+            )
+
+    raw_type, where = _lookup("marker_type", conf, options)
+    marker_type = (
+        markers.MarkerType.DIRECT
+        if raw_type is None
+        else markers.parse_marker_type(raw_type, key=where)
+    )
+
+    endpoint, endpoint_key = _lookup("marker_endpoint", conf, options)
+    if endpoint is not None and DRIVER_HOST_PLACEHOLDER in endpoint:
+        host = conf.get(DRIVER_HOST_KEY)
+        if not host:
+            raise errors.ConfigError(
+                f"{endpoint_key}={endpoint!r} uses {DRIVER_HOST_PLACEHOLDER} but "
+                f"{DRIVER_HOST_KEY} is not set; set it or give the sidecar's address literally"
+            )
+        endpoint = endpoint.replace(DRIVER_HOST_PLACEHOLDER, host)
+    if marker_type is markers.MarkerType.TIMELINE_SERVER_BASED:
+        if endpoint is None:
+            raise errors.ConfigError(
+                f"{KEYS['marker_type'][0]}=TIMELINE_SERVER_BASED needs the sidecar address: set "
+                f"{endpoint_key} (e.g. http://{DRIVER_HOST_PLACEHOLDER}:8765) or use DIRECT"
+            )
+        if not endpoint.startswith(("http://", "https://")):
+            raise errors.ConfigError(
+                f"{endpoint_key}={endpoint!r} is not an http(s) URL; give e.g. "
+                "http://localhost:8765"
+            )
+
+    token_file, _ = _lookup("token_file", conf, options)
+    journal, _ = _lookup("journal", conf, options)
+
+    raw_kind, where = _lookup("file_manager", conf, options)
+    kind = filemanager.parse_kind(raw_kind, key=where)
+    raw_mode, where = _lookup("create_mode", conf, options)
+    create_mode = filemanager.parse_create_mode(raw_mode, key=where)
+
+    raw_storage, where = _lookup("storage_options", conf, options)
+    storage: dict[str, Any] = {}
+    if raw_storage is not None:
+        try:
+            storage = json.loads(raw_storage)
+        except json.JSONDecodeError as exc:
+            raise errors.ConfigError(
+                f'{where} is not valid JSON ({exc}); give a JSON object such as {{"anon": false}}'
+            ) from None
+        if not isinstance(storage, dict):
+            raise errors.ConfigError(f"{where} must be a JSON object, got {raw_storage!r}")
+
+    return WriteSettings(
+        job_id=job_id,
+        attempt=attempt,
+        marker_type=marker_type,
+        marker_endpoint=endpoint,
+        token_file=token_file,
+        journal=journal,
+        file_manager=kind,
+        create_mode=create_mode,
+        storage_options=storage,
+    )
+
+
+def conf_from_spark(spark: Any) -> dict[str, str]:
+    """The ``spark.sparkguard.*`` keys and ``spark.driver.host`` of a live SparkSession.
+
+    Reads the SparkContext's conf, then the session's runtime conf (which wins).
+    """
+    result: dict[str, str] = {}
+    result.update(
+        (key, value)
+        for key, value in spark.sparkContext.getConf().getAll()
+        if key.startswith(CONF_PREFIX) or key == DRIVER_HOST_KEY
+    )
+    for key in [k for name in KEYS for k in (KEYS[name][0],)] + [DRIVER_HOST_KEY]:
+        value = spark.conf.get(key, None)
+        if value is not None:
+            result[key] = value
+    return result
+
+
+def marker_client_for(
+    settings: WriteSettings, manager: filemanager.FileManager
+) -> markers.MarkerClient:
+    """The marker client ``settings`` ask for: direct files, or the driver's marker sidecar.
+
+    The sidecar client is imported only when it is configured.
+    """
+    if settings.marker_type is markers.MarkerType.DIRECT:
+        return markers.DirectMarkerClient(manager)
+    from sparkguard.spark_lib import marker_http  # type: ignore[attr-defined,unused-ignore]
+
+    if settings.marker_endpoint is None:
+        raise errors.ConfigError(
+            "spark.sparkguard.markers.type=TIMELINE_SERVER_BASED needs "
+            "spark.sparkguard.markers.endpoint; set it or use DIRECT markers"
+        )
+    client: markers.MarkerClient = marker_http.HttpMarkerClient(
+        settings.marker_endpoint, token_file=settings.token_file
+    )
+    return client

@@ -1,0 +1,745 @@
+"""The guarded batch writer: ``df.write.format("sparkguard")``, a PySpark Python data source.
+
+One write is one instant of the table's timeline (DESIGN.md, "Write protocol"):
+
+1. driver (``DataSource.writer``): roll back this job's stale undecided instants on the table,
+   skip the write when this job already committed here (exactly-once re-run), else write
+   ``<instant>.inflight`` and the job-journal entry before any task runs;
+2. executors (``write``): for each data file, create its marker first, then write it under its
+   deterministic name ``part-<partition:05d>-<jobId>-c<seq:03d>.<ext>`` through
+   ``create_atomic(overwrite=True)``: a retried or duplicate attempt writes the same name;
+3. driver (``commit``): check the winning attempts' files are on storage, delete marked files
+   no message lists (failed attempts' leftovers), write the committed outcome put-if-absent
+   (files, sizes, rows), then delete the markers; ``abort`` rolls the instant back.
+
+Options and configuration keys are documented in docs/writer.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from sparkguard.spark_lib import (
+    config,
+    errors,
+    filemanager,
+    journal,
+    markers,
+    paths,
+    reader,
+    timeline,
+)
+
+logger = logging.getLogger(__name__)
+
+NAME: Final = "sparkguard"
+FAULTS_OPTION: Final = "sparkguard.faults"  # test hook: JSON list of injected faults
+HIVE_NULL: Final = "__HIVE_DEFAULT_PARTITION__"
+ROW_GROUP_ROWS: Final = 128 * 1024
+_ESCAPED: Final = frozenset("\"#%'*/:=?\\{[]^\x7f") | frozenset(chr(c) for c in range(1, 32))
+
+
+class FileFormat(enum.StrEnum):
+    """Data file formats the writer produces."""
+
+    PARQUET = "parquet"
+    JSON = "json"
+
+
+class Rerun(enum.StrEnum):
+    """What a write does when the same job id already committed on the table."""
+
+    SKIP = "skip"  # write nothing: the job's output is already there (exactly-once re-run)
+    REWRITE = "rewrite"  # write again under the same names; this commit replaces the old one
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """A test hook: at ``point`` (for a matching partition/attempt), do ``action``."""
+
+    point: str
+    action: str = "raise"  # raise | exit | pause
+    partition: int | None = None
+    attempt: int | None = None
+    signal: str | None = None  # file created when the fault fires (for "pause" watchers)
+    once: str | None = None  # fire only if this file is absent, creating it
+
+
+def parse_faults(raw: str | None) -> tuple[Fault, ...]:
+    """Parse the JSON list of the test-only ``sparkguard.faults`` option (pure)."""
+    if not raw:
+        return ()
+    try:
+        items = json.loads(raw)
+        return tuple(Fault(**item) for item in items)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise errors.ConfigError(f"option {FAULTS_OPTION!r} is not a fault list: {exc}") from None
+
+
+def fire_faults(
+    faults: Sequence[Fault], point: str, *, partition: int | None = None, attempt: int | None = None
+) -> None:
+    """Run the faults registered at ``point`` (test hook; a no-op when none are)."""
+    for fault in faults:
+        if fault.point != point:
+            continue
+        if fault.partition is not None and fault.partition != partition:
+            continue
+        if fault.attempt is not None and fault.attempt != attempt:
+            continue
+        if fault.once is not None:
+            try:
+                with open(fault.once, "x"):
+                    pass
+            except FileExistsError:
+                continue
+        if fault.signal is not None:
+            with open(fault.signal, "a") as handle:
+                handle.write(f"{point} {partition} {attempt} {os.getpid()}\n")
+        logger.warning("injected fault %s at %s (partition %s)", fault.action, point, partition)
+        if fault.action == "exit":
+            os._exit(17)
+        if fault.action == "pause":
+            time.sleep(3600)
+        raise RuntimeError(f"sparkguard injected fault at {point} (partition {partition})")
+
+
+# --------------------------------------------------------------------------------------------
+# Names.
+# --------------------------------------------------------------------------------------------
+
+
+def data_file_name(*, partition: int, token: str, seq: int, ext: str) -> str:
+    """``part-<partition:05d>-<token>-c<seq:03d>.<ext>`` (token: the job id). Pure."""
+    return f"part-{partition:05d}-{token}-c{seq:03d}.{ext}"
+
+
+def escape_partition_value(value: Any) -> str:
+    """A Hive-style directory value, escaped like Spark's ``escapePathName``. Pure."""
+    if value is None:
+        return HIVE_NULL
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif hasattr(value, "isoformat"):
+        text = value.isoformat(sep=" ") if hasattr(value, "hour") else value.isoformat()
+    else:
+        text = str(value)
+    if text == "":
+        return HIVE_NULL
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in text)
+
+
+def partition_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
+    """``col=value/...`` for one partition of a Hive-style layout (``""`` when unpartitioned)."""
+    return "/".join(
+        f"{c}={escape_partition_value(v)}" for c, v in zip(columns, values, strict=True)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Executor side: writing files, marker first.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteMessage(WriterCommitMessage):
+    """What one successful task attempt wrote (sent to the driver's commit)."""
+
+    partition: int
+    attempt: int
+    task_attempt_id: int
+    files: tuple[timeline.DataFile, ...]
+    run: str = ""  # streaming: the query run that wrote them
+
+
+class _OpenFile:
+    def __init__(self, rel: str, stream: filemanager.AtomicStream, fmt: FileFormat) -> None:
+        self.rel = rel
+        self.stream = stream
+        self.fmt = fmt
+        self.rows = 0
+        self.buffered: list[pa.RecordBatch] = []
+        self.buffered_rows = 0
+        self.parquet: pq.ParquetWriter | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.rows += batch.num_rows
+        if self.fmt is FileFormat.JSON:
+            lines = []
+            for row in batch.to_pylist():
+                clean = {k: v for k, v in row.items() if v is not None}
+                lines.append(json.dumps(clean, default=str, separators=(",", ":")))
+            self.stream.write(("\n".join(lines) + "\n").encode())
+            return
+        self.buffered.append(batch)
+        self.buffered_rows += batch.num_rows
+        if self.buffered_rows >= ROW_GROUP_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffered:
+            return
+        table = pa.Table.from_batches(self.buffered)
+        if self.parquet is None:
+            self.parquet = pq.ParquetWriter(self.stream, table.schema)
+        self.parquet.write_table(table, row_group_size=max(table.num_rows, 1))
+        self.buffered = []
+        self.buffered_rows = 0
+
+    def finish(self, schema: pa.Schema) -> timeline.DataFile:
+        if self.fmt is FileFormat.PARQUET:
+            self.flush()
+            if self.parquet is None:
+                self.parquet = pq.ParquetWriter(self.stream, schema)
+            self.parquet.close()
+        size = self.stream.tell()
+        self.stream.close()  # publishes atomically
+        return timeline.DataFile(path=self.rel, size=size, rows=self.rows)
+
+    def cancel(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.parquet is not None:
+                self.parquet.close()
+        self.stream.cancel()
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkSpec:
+    """Where and how a task writes its files (picklable: it travels to executors)."""
+
+    settings: config.WriteSettings
+    table: str  # path in the manager's filesystem
+    table_url: str
+    marker_dir_url: str
+    fmt: FileFormat
+    partition_by: tuple[str, ...]
+    max_records: int
+    faults: tuple[Fault, ...]
+
+
+class _TaskFiles:
+    """The files one task attempt writes: marker first, then the atomically published file."""
+
+    def __init__(self, spec: SinkSpec, *, partition: int, attempt: int, token: str) -> None:
+        self.spec = spec
+        self.partition = partition
+        self.attempt = attempt
+        self.token = token
+        self.manager, _ = spec.settings.resolve(spec.table_url)
+        self.client = config.marker_client_for(spec.settings, self.manager)
+        self.open_files: dict[str, _OpenFile] = {}
+        self.next_seq: dict[str, int] = {}
+        self.written: list[timeline.DataFile] = []
+        self.data_schema: pa.Schema | None = None
+
+    def fault(self, point: str) -> None:
+        fire_faults(self.spec.faults, point, partition=self.partition, attempt=self.attempt)
+
+    def open_file(self, directory: str) -> _OpenFile:
+        seq = self.next_seq.get(directory, 0)
+        self.next_seq[directory] = seq + 1
+        name = data_file_name(
+            partition=self.partition, token=self.token, seq=seq, ext=self.spec.fmt.value
+        )
+        rel = f"{directory}/{name}" if directory else name
+        self.fault("task:before-marker")
+        self.client.create(self.spec.marker_dir_url, rel)
+        self.fault("task:after-marker")
+        stream = self.manager.create_atomic(paths.join(self.spec.table, rel), overwrite=True)
+        handle = _OpenFile(rel, stream, self.spec.fmt)
+        self.open_files[directory] = handle
+        return handle
+
+    def close_file(self, directory: str) -> None:
+        handle = self.open_files.pop(directory)
+        assert self.data_schema is not None
+        self.written.append(handle.finish(self.data_schema))
+        self.fault("task:after-file")
+
+    def add(self, directory: str, batch: pa.RecordBatch) -> None:
+        limit = self.spec.max_records
+        offset = 0
+        while offset < batch.num_rows:
+            handle = self.open_files.get(directory) or self.open_file(directory)
+            room = batch.num_rows - offset
+            if limit > 0:
+                room = min(room, limit - handle.rows)
+            handle.add(batch.slice(offset, room))
+            offset += room
+            self.fault("task:mid-file")
+            if limit > 0 and handle.rows >= limit:
+                self.close_file(directory)
+
+    def write_all(self, batches: Iterable[pa.RecordBatch]) -> tuple[timeline.DataFile, ...]:
+        parts = self.spec.partition_by
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if not parts:
+                    self.data_schema = batch.schema
+                    self.add("", batch)
+                    continue
+                keep = [n for n in batch.schema.names if n not in parts]
+                self.data_schema = pa.schema([batch.schema.field(n) for n in keep])
+                for directory, part in _split_by_partition(batch, parts):
+                    self.add(directory, part.select(keep))
+            for directory in sorted(self.open_files):
+                self.close_file(directory)
+            self.fault("task:end")
+        except BaseException:
+            for handle in self.open_files.values():
+                handle.cancel()
+            raise
+        finally:
+            self.client.close()
+        return tuple(self.written)
+
+
+def write_partition(
+    spec: SinkSpec,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    partition: int,
+    attempt: int,
+    token: str,
+) -> tuple[timeline.DataFile, ...]:
+    """Write one task's rows as data files: for each file, marker first, then the file.
+
+    Returns the files written. On any error every open file is cancelled (nothing partial is
+    ever visible) and the error propagates; markers stay so a rollback finds what was written.
+    """
+    files = _TaskFiles(spec, partition=partition, attempt=attempt, token=token)
+    return files.write_all(batches)
+
+
+def _split_by_partition(
+    batch: pa.RecordBatch, columns: Sequence[str]
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    table = pa.Table.from_batches([batch])
+    keys = table.select(list(columns)).group_by(list(columns)).aggregate([]).to_pylist()
+    for key in keys:
+        mask = None
+        for column in columns:
+            value = key[column]
+            arr = table.column(column)
+            cond = pc.is_null(arr) if value is None else pc.equal(arr, pa.scalar(value, arr.type))
+            cond = pc.fill_null(cond, False)
+            mask = cond if mask is None else pc.and_(mask, cond)
+        part = table.filter(mask)
+        directory = partition_dir(columns, [key[c] for c in columns])
+        for piece in part.combine_chunks().to_batches():
+            yield directory, piece
+
+
+def _task_identity() -> tuple[int, int, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0, 0
+    return ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId()
+
+
+# --------------------------------------------------------------------------------------------
+# Driver side.
+# --------------------------------------------------------------------------------------------
+
+
+def files_from_messages(
+    messages: Sequence[WriterCommitMessage | None],
+) -> tuple[timeline.DataFile, ...]:
+    """The files of the winning attempts, one entry per path (pure)."""
+    by_path: dict[str, timeline.DataFile] = {}
+    for message in messages:
+        if message is None:
+            continue
+        if not isinstance(message, WriteMessage):
+            raise errors.SparkguardError(f"unexpected commit message {message!r}")
+        for data_file in message.files:
+            by_path[data_file.path] = data_file
+    return tuple(by_path[p] for p in sorted(by_path))
+
+
+def verify_present(
+    manager: filemanager.FileManager, table: str, files: Sequence[timeline.DataFile]
+) -> None:
+    """Raise unless every file is on storage with its recorded size (one listing per dir)."""
+    by_dir: dict[str, list[timeline.DataFile]] = {}
+    for data_file in files:
+        by_dir.setdefault(paths.parent(data_file.path), []).append(data_file)
+    for directory, expected in by_dir.items():
+        listed = {
+            info.name: info.size
+            for info in manager.list(paths.join(table, directory) if directory else table)
+        }
+        for data_file in expected:
+            size = listed.get(paths.basename(data_file.path))
+            if size != data_file.size:
+                raise errors.SparkguardError(
+                    f"{data_file.path} is {'missing' if size is None else f'{size} B'} where "
+                    f"its task wrote {data_file.size} B; refusing to commit. A concurrent "
+                    "rollback or a zombie executor touched it: re-run the job"
+                )
+
+
+def delete_unlisted(
+    manager: filemanager.FileManager,
+    table: str,
+    marked: Iterable[str],
+    keep: Iterable[str],
+) -> int:
+    """Delete the marked files not in ``keep``; returns how many were deleted."""
+    keep_set = set(keep)
+    doomed = sorted(set(marked) - keep_set)
+    manager.delete_many(paths.join(table, rel) for rel in doomed)
+    return len(doomed)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A table a write goes to, opened on the driver."""
+
+    url: str
+    manager: filemanager.FileManager
+    path: str
+    timeline: timeline.Timeline
+
+
+def open_target(url: str, settings: config.WriteSettings) -> Target:
+    """Resolve the table URL under ``settings``."""
+    normalised = reader.table_url(url)
+    manager, path = settings.resolve(normalised)
+    return Target(normalised, manager, path, timeline.Timeline(manager, path))
+
+
+def record_journal(settings: config.WriteSettings, *, table_url: str, instant: str) -> None:
+    """Record the instant in the job journal (when one is configured)."""
+    if not settings.journal:
+        return
+    jmanager, jpath = filemanager.resolve(
+        settings.journal,
+        storage_options=settings.storage_options,
+        kind=settings.file_manager,
+        create_mode=settings.create_mode,
+    )
+    journal.Journal(jmanager, jpath, settings.job_id).record(
+        table=table_url, instant=instant, attempt=settings.attempt
+    )
+
+
+def roll_back_stale(target: Target, settings: config.WriteSettings) -> None:
+    """Roll back this job's undecided instants on the table: an earlier attempt's leftovers.
+
+    Runs before a new attempt writes anything, so the old attempt's rollback can never delete
+    files the new attempt writes under the same names; it also fences the old driver.
+    """
+    from sparkguard.spark_lib import rollback
+
+    for status in target.timeline.statuses(job_id=settings.job_id):
+        if status.state in (timeline.State.INFLIGHT, timeline.State.ROLLING_BACK):
+            info = status.info
+            if info is not None and info.operation == reader.Operation.STREAM_REGISTER.value:
+                continue
+            logger.info("rolling back stale instant %s before writing", status.instant)
+            rollback.rollback_instant(target.timeline, status.instant)
+
+
+class SparkguardDataSource(DataSource):
+    """The ``sparkguard`` data source. Use :func:`register` to make it available."""
+
+    #: ``spark.sparkguard.*`` conf captured by :func:`register` on the driver.
+    conf: Mapping[str, str] = {}
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _option(self, key: str, default: str | None = None) -> str | None:
+        for k, v in self.options.items():
+            if k.lower() == key.lower():
+                return str(v)
+        return default
+
+    def sink_options(self) -> tuple[str, FileFormat, tuple[str, ...], int, tuple[Fault, ...]]:
+        """path, format, partition columns, maxRecordsPerFile and faults from the options."""
+        url = self._option("path")
+        if not url:
+            raise errors.ConfigError(
+                "the sparkguard writer needs a table location: .save('<url>') or "
+                ".option('path', '<url>')"
+            )
+        raw_format = (self._option("format") or FileFormat.PARQUET.value).lower()
+        try:
+            fmt = FileFormat(raw_format)
+        except ValueError:
+            raise errors.ConfigError(
+                f"option 'format'={raw_format!r} is not supported; use parquet or json"
+            ) from None
+        raw_parts = self._option("partitionBy") or ""
+        if raw_parts.startswith("["):
+            parts = tuple(json.loads(raw_parts))
+        else:
+            parts = tuple(p.strip() for p in raw_parts.split(",") if p.strip())
+        raw_max = self._option("maxRecordsPerFile") or "0"
+        try:
+            max_records = int(raw_max)
+        except ValueError:
+            max_records = -1
+        if max_records < 0:
+            raise errors.ConfigError(
+                f"option 'maxRecordsPerFile'={raw_max!r} must be an integer >= 0 (0: no limit)"
+            )
+        return url, fmt, parts, max_records, parse_faults(self._option(FAULTS_OPTION))
+
+    def settings(self) -> config.WriteSettings:
+        """Write settings: registered conf overridden by this write's options."""
+        return config.parse_settings(conf=self.conf, options=dict(self.options.items()))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        settings = self.settings()
+        url, fmt, parts, max_records, faults = self.sink_options()
+        _check_partition_columns(schema, parts)
+        raw_rerun = (self._option("rerun") or Rerun.SKIP.value).lower()
+        try:
+            rerun = Rerun(raw_rerun)
+        except ValueError:
+            raise errors.ConfigError(
+                f"option 'rerun'={raw_rerun!r} is not valid; use skip (default) or rewrite"
+            ) from None
+        target = open_target(url, settings)
+        roll_back_stale(target, settings)
+        committed = [
+            s
+            for s in target.timeline.statuses(job_id=settings.job_id)
+            if s.state is timeline.State.COMMITTED
+            and s.extra.get("operation") != reader.Operation.STREAM_REGISTER.value
+        ]
+        if committed and rerun is Rerun.SKIP:
+            logger.warning(
+                "job %s already committed %s on %s: skipping this write (rerun=skip); pass "
+                ".option('rerun', 'rewrite') to write again",
+                settings.job_id,
+                committed[-1].instant,
+                target.url,
+            )
+            return SkipWriter(settings.job_id, target.url, committed[-1].instant)
+        if overwrite:
+            operation = reader.Operation.OVERWRITE
+        elif committed:
+            operation = reader.Operation.REWRITE
+        else:
+            operation = reader.Operation.APPEND
+        instant = target.timeline.start(
+            settings.job_id,
+            attempt=settings.attempt,
+            marker_type=settings.marker_type.value,
+            operation=operation.value,
+            extra={"format": fmt.value, "partitionBy": list(parts)},
+        )
+        record_journal(settings, table_url=target.url, instant=instant)
+        mdir = markers.marker_dir(target.path, instant)
+        if settings.marker_type is markers.MarkerType.DIRECT:
+            markers.DirectMarkerClient(target.manager).write_type(mdir)
+        fire_faults(faults, "driver:after-inflight")
+        spec = SinkSpec(
+            settings=settings,
+            table=target.path,
+            table_url=target.url,
+            marker_dir_url=markers.marker_dir(target.url, instant),
+            fmt=fmt,
+            partition_by=parts,
+            max_records=max_records,
+            faults=faults,
+        )
+        return BatchWriter(spec, instant=instant, operation=operation, schema_json=schema.json())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        from sparkguard.spark_lib import streaming
+
+        return streaming.stream_writer_for(self, schema, overwrite=overwrite)
+
+
+def _check_partition_columns(schema: StructType, parts: Sequence[str]) -> None:
+    names = schema.fieldNames()
+    for column in parts:
+        if column not in names:
+            raise errors.ConfigError(
+                f"option 'partitionBy' names {column!r}, which is not a column; use one of "
+                f"{', '.join(names)}"
+            )
+    if parts and len(parts) == len(names):
+        raise errors.ConfigError(
+            "option 'partitionBy' lists every column; keep at least one data column"
+        )
+
+
+class SkipWriter(DataSourceArrowWriter):
+    """Writes nothing: the job already committed on this table (``rerun=skip``)."""
+
+    def __init__(self, job_id: str, table_url: str, instant: str) -> None:
+        self.job_id = job_id
+        self.table_url = table_url
+        self.instant = instant
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
+        partition, attempt, task_id = _task_identity()
+        return WriteMessage(partition=partition, attempt=attempt, task_attempt_id=task_id, files=())
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        logger.info("job %s: nothing written, %s already committed", self.job_id, self.instant)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing was written."""
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """One instant: executors write marked files, the driver commits or rolls back."""
+
+    def __init__(
+        self,
+        spec: SinkSpec,
+        *,
+        instant: str,
+        operation: reader.Operation,
+        schema_json: str,
+    ) -> None:
+        self.spec = spec
+        self.instant = instant
+        self.operation = operation
+        self.schema_json = schema_json
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
+        partition, attempt, task_id = _task_identity()
+        files = write_partition(
+            self.spec,
+            iterator,
+            partition=partition,
+            attempt=attempt,
+            token=self.spec.settings.job_id,
+        )
+        return WriteMessage(
+            partition=partition, attempt=attempt, task_attempt_id=task_id, files=files
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_instant(
+            self.spec,
+            self.instant,
+            messages,
+            operation=self.operation,
+            schema_json=self.schema_json,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        from sparkguard.spark_lib import rollback
+
+        fire_faults(self.spec.faults, "abort:start")
+        manager, table = self.spec.settings.resolve(self.spec.table_url)
+        result = rollback.rollback_instant(timeline.Timeline(manager, table), self.instant)
+        logger.warning(
+            "write %s aborted: %s (deleted %d files)",
+            self.instant,
+            result.action.value,
+            result.files_deleted,
+        )
+
+
+def commit_instant(
+    spec: SinkSpec,
+    instant: str,
+    messages: Sequence[WriterCommitMessage | None],
+    *,
+    operation: reader.Operation,
+    schema_json: str,
+) -> tuple[timeline.DataFile, ...]:
+    """The driver's commit: verify, reconcile against the markers, decide, clean the markers.
+
+    Raises :class:`~sparkguard.spark_lib.errors.InstantDecidedError` when a rollback claimed the
+    instant first (a zombie driver): nothing is published then.
+    """
+    fire_faults(spec.faults, "commit:start")
+    if any(m is None for m in messages):
+        raise errors.SparkguardError(f"commit of {instant} got a missing task message; aborting")
+    manager, table = spec.settings.resolve(spec.table_url)
+    tl = timeline.Timeline(manager, table)
+    client = config.marker_client_for(spec.settings, manager)
+    try:
+        decided = tl.read_outcome(instant)
+        if decided is not None:  # fail early and clearly; the outcome write below is the fence
+            raise errors.InstantDecidedError(
+                f"instant {instant} of {spec.table_url} was already decided as "
+                f"{decided[0].value} (a rollback claimed it); this commit publishes nothing",
+                instant=instant,
+                outcome=decided[0].value,
+            )
+        files = files_from_messages(messages)
+        verify_present(manager, table, files)
+        marked = client.all_marked(spec.marker_dir_url)
+        unlisted = set(marked) - {f.path for f in files}
+        if unlisted:
+            # Failed attempts' leftovers; names an earlier commit lists are kept (rerun case).
+            keep = set(tl.committed_files(instants=tl.instant_ids(job_id=spec.settings.job_id)))
+            deleted = delete_unlisted(manager, table, unlisted, keep)
+            logger.info("commit %s: deleted %d files of failed attempts", instant, deleted)
+        fire_faults(spec.faults, "commit:before-outcome")
+        tl.commit(
+            instant,
+            files,
+            extra={
+                "operation": operation.value,
+                "format": spec.fmt.value,
+                "partitionBy": list(spec.partition_by),
+                "schema": schema_json,
+                "committedAt": reader.now_key(),
+                "attempt": spec.settings.attempt,
+                "rows": sum(f.rows for f in files),
+            },
+        )
+        fire_faults(spec.faults, "commit:after-outcome")
+        client.delete_dir(spec.marker_dir_url)
+    finally:
+        client.close()
+    logger.info("committed %s: %d files", instant, len(files))
+    return files
+
+
+def source_class(conf: Mapping[str, str]) -> type[SparkguardDataSource]:
+    """A :class:`SparkguardDataSource` subclass carrying ``conf`` (pickled by value)."""
+    name = f"SparkguardDataSource_{uuid.uuid4().hex[:8]}"
+    cls = type(name, (SparkguardDataSource,), {"conf": dict(conf), "__module__": __name__})
+    cls.__qualname__ = name
+    return cls
+
+
+def register(spark: Any, *, conf: Mapping[str, str] | None = None) -> type[SparkguardDataSource]:
+    """Register the ``sparkguard`` data source on ``spark`` (call on the driver).
+
+    Captures the session's ``spark.sparkguard.*`` conf (and ``spark.driver.host``) now; later
+    changes need another call. ``conf`` entries are added on top (tests, notebooks).
+    """
+    captured = config.conf_from_spark(spark)
+    captured.update(conf or {})
+    cls = source_class(captured)
+    spark.dataSource.register(cls)
+    return cls
