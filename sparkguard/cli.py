@@ -17,6 +17,12 @@ from sparkguard import __version__
 #: subcommand -> (module that defines ``add_arguments(parser)`` and ``run(args) -> int``, help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sparkguard.spark_lib.demo", "run the local exactly-once demonstration"),
+    "rollback": (
+        "sparkguard.spark_lib.commands",
+        "roll back what a job left uncommitted, on every table its journal names",
+    ),
+    "inspect": ("sparkguard.spark_lib.commands", "show a table's instants, states and files"),
+    "sidecar": ("sparkguard.sidecar.cli", "run the marker-batching sidecar"),
     "bundle": ("sparkguard.spark_lib.bundle", "copy the library into a directory for Spark"),
     "operator": (
         "sparkguard.operator.cli",

@@ -1,0 +1,240 @@
+"""``sparkguard rollback`` and ``sparkguard inspect``: recover a failed job, look at a table.
+
+rollback  roll back everything a job left undecided, on every table its journal names
+          (``--job-id``, ``--journal``; ``--dry-run``; ``--json``). Exit 0 on success.
+inspect   show a table's instants, their states, file counts and sizes (``--json``).
+
+Storage options come from the environment: s3fs picks up ``AWS_*`` itself, and
+``SPARKGUARD_STORAGE_OPTIONS`` may hold a JSON object of fsspec options.
+Both subcommands live in this module; ``add_arguments`` tells them apart by the parser's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Final, TextIO
+
+from sparkguard.spark_lib import errors, filemanager, markers, reader, rollback, timeline
+
+STORAGE_ENV: Final = "SPARKGUARD_STORAGE_OPTIONS"
+
+
+def storage_options_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """fsspec storage options from ``SPARKGUARD_STORAGE_OPTIONS`` (a purely computational
+    function with no side-effects)."""
+    raw = env.get(STORAGE_ENV, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise errors.ConfigError(
+            f"{STORAGE_ENV} is not valid JSON ({exc}); give an object like "
+            '{"client_kwargs": {"endpoint_url": "http://minio:9000"}}'
+        ) from None
+    if not isinstance(value, dict):
+        raise errors.ConfigError(f"{STORAGE_ENV} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _job_id(value: str) -> str:
+    try:
+        return timeline.validate_job_id(value, what="--job-id")
+    except errors.ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _non_empty(flag: str) -> Any:
+    def parse(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"{flag} must not be empty; give a storage URL")
+        return value.strip()
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the flags of ``rollback`` or ``inspect`` (chosen by the parser's name)."""
+    command = parser.prog.split()[-1]
+    if command == "inspect":
+        parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.set_defaults(_command="inspect")
+        return
+    parser.add_argument("--job-id", required=True, type=_job_id, help="the job to roll back")
+    parser.add_argument(
+        "--journal", required=True, type=_non_empty("--journal"), help="job journal URL"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(_command="rollback")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``rollback`` or ``inspect``; returns the exit code (2 for bad input, 1 on failure)."""
+    try:
+        options = storage_options_from_env(os.environ)
+        if args._command == "inspect":
+            return run_inspect(args.table, as_json=args.json, options=options, out=sys.stdout)
+        return run_rollback(args, options=options, out=sys.stdout, err=sys.stderr)
+    except errors.ConfigError as exc:
+        print(f"sparkguard: error: {exc}", file=sys.stderr)
+        return 2
+    except errors.SparkguardError as exc:
+        print(f"sparkguard: failed: {exc}", file=sys.stderr)
+        return 1
+
+
+def run_rollback(
+    args: argparse.Namespace, *, options: dict[str, Any], out: TextIO, err: TextIO
+) -> int:
+    """``sparkguard rollback``."""
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if not args.quiet:
+            print(f"rollback {args.job_id}: {phase} {done}/{total}", file=err, flush=True)
+
+    summary = rollback.rollback_job(
+        args.job_id, args.journal, storage_options=options, dry_run=args.dry_run, progress=progress
+    )
+    if args.json:
+        json.dump(summary.to_json(), out, indent=2)
+        out.write("\n")
+        return 0
+    _render(
+        out,
+        title=f"rollback of job {summary.job_id}" + (" (dry run)" if summary.dry_run else ""),
+        columns=["table", "instant", "action", "deleted", "kept", "markers"],
+        rows=[
+            [d.table, d.instant, d.action.value, d.files_deleted, d.files_kept, d.markers_deleted]
+            for d in summary.details
+        ],
+    )
+    out.write(
+        f"tables: {len(summary.tables)}  rolled back: {len(summary.instants_rolled_back)}  "
+        f"committed: {len(summary.instants_committed)}  files deleted: {summary.files_deleted}  "
+        f"files kept: {summary.files_kept}\n"
+    )
+    return 0
+
+
+def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything ``inspect`` shows, as a JSON-serialisable dict."""
+    manager, path = filemanager.resolve(url, storage_options=options)
+    tl = timeline.Timeline(manager, path)
+    instants = []
+    for status in tl.statuses():
+        info = status.info
+        extra = status.extra
+        operation = extra.get("operation") or (info.operation if info else None)
+        mdir = markers.marker_dir(path, status.instant)
+        marked = (
+            len(markers.read_marked_files(manager, mdir))
+            if status.state is not timeline.State.COMMITTED or manager.exists(mdir)
+            else 0
+        )
+        instants.append(
+            {
+                "instant": status.instant,
+                "jobId": status.job_id,
+                "state": status.state.value,
+                "operation": operation,
+                "attempt": info.attempt if info else None,
+                "files": len(status.files),
+                "bytes": sum(f.size for f in status.files),
+                "rows": sum(f.rows for f in status.files),
+                "marked": marked,
+            }
+        )
+    streams = []
+    for job_id in reader.stream_jobs(manager, path):
+        log = reader.StreamLog(manager, path, job_id)
+        entries = log.committed()
+        streams.append(
+            {
+                "jobId": job_id,
+                "batches": len(entries),
+                "lastBatch": entries[-1].batch_id if entries else None,
+                "files": sum(len(e.files) for e in entries),
+                "bytes": sum(f.size for e in entries for f in e.files),
+                "rows": sum(f.rows for e in entries for f in e.files),
+                "pendingMarkerDirs": len(log.marker_dirs()),
+            }
+        )
+    commits = reader.load_commits(manager, path)
+    visible = reader.visible_files(commits)
+    return {
+        "table": reader.table_url(url),
+        "instants": instants,
+        "streams": streams,
+        "visible": {
+            "files": len(visible),
+            "bytes": sum(f.size for f in visible.values()),
+            "rows": sum(f.rows for f in visible.values()),
+        },
+        "superseded": len(reader.superseded_files(commits)),
+    }
+
+
+def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: TextIO) -> int:
+    """``sparkguard inspect``."""
+    manager, path = filemanager.resolve(url, storage_options=options)
+    if not manager.exists(path):
+        raise errors.ConfigError(f"table {url!r} does not exist; check the URL")
+    report = inspect_table(url, options=options)
+    if as_json:
+        json.dump(report, out, indent=2)
+        out.write("\n")
+        return 0
+    _render(
+        out,
+        title=f"table {report['table']}",
+        columns=["instant", "job", "state", "operation", "files", "bytes", "rows", "marked"],
+        rows=[
+            [
+                i["instant"],
+                i["jobId"],
+                i["state"],
+                i["operation"] or "",
+                i["files"],
+                i["bytes"],
+                i["rows"],
+                i["marked"],
+            ]
+            for i in report["instants"]
+        ],
+    )
+    for stream in report["streams"]:
+        out.write(
+            f"stream {stream['jobId']}: {stream['batches']} batches (last "
+            f"{stream['lastBatch']}), {stream['files']} files, {stream['rows']} rows, "
+            f"{stream['pendingMarkerDirs']} pending marker dirs\n"
+        )
+    visible = report["visible"]
+    out.write(
+        f"visible: {visible['files']} files, {visible['bytes']} bytes, {visible['rows']} rows; "
+        f"superseded: {report['superseded']} files\n"
+    )
+    return 0
+
+
+def _render(out: TextIO, *, title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # rich is optional: plain columns then
+        out.write(title + "\n" + "\t".join(columns) + "\n")
+        for row in rows:
+            out.write("\t".join(str(v) for v in row) + "\n")
+        return
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console(file=out, width=160).print(table)

@@ -1,0 +1,111 @@
+"""``sparkguard rollback`` and ``sparkguard inspect`` (run through argparse as the CLI does)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkguard.spark_lib import commands
+from tests.spark_lib.test_rollback import PARTS, _start, _task
+
+
+def _parser(name: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkguard")
+    sub = parser.add_subparsers(dest="command")
+    commands.add_arguments(sub.add_parser(name))
+    return parser
+
+
+def _run(name: str, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    args = _parser(name).parse_args([name, *argv])
+    code = commands.run(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_rollback_json_and_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, journal = str(tmp_path / "t"), str(tmp_path / "j")
+    w = _start(url, journal, {}, "cli-1")
+    for p, ids in PARTS.items():
+        _task(w, p, ids)
+    code, out, err = _run(
+        "rollback", ["--job-id", "cli-1", "--journal", journal, "--dry-run", "--json"], capsys
+    )
+    assert code == 0
+    assert json.loads(out)["dryRun"] is True
+    code, out, err = _run("rollback", ["--job-id", "cli-1", "--journal", journal], capsys)
+    assert code == 0
+    assert "files deleted: 3" in out
+    assert "rolled_back" in out
+    assert "delete 3/3" in err  # progress on stderr
+    code, out, _ = _run("rollback", ["--job-id", "cli-1", "--journal", journal, "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["filesDeleted"] == 0
+
+
+def test_inspect_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = str(tmp_path / "t")
+    w = _start(url, "", {}, "cli-2")
+    w.commit([_task(w, p, ids) for p, ids in PARTS.items()])
+    code, out, _ = _run("inspect", [url, "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0
+    assert report["instants"][0]["state"] == "committed"
+    assert report["instants"][0]["files"] == 3
+    assert report["visible"]["rows"] == 300
+    code, out, _ = _run("inspect", [url], capsys)
+    assert code == 0
+    assert "committed" in out
+    assert "visible: 3 files" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "needle"),
+    [
+        ("rollback", ["--journal", "/tmp/j"], "--job-id"),
+        ("rollback", ["--job-id", "Bad_Job", "--journal", "/tmp/j"], "--job-id"),
+        ("rollback", ["--job-id", "ok-1", "--journal", " "], "--journal"),
+        ("rollback", ["--job-id", "ok-1"], "--journal"),
+        ("inspect", [], "table"),
+        ("rollback", ["--job-id", "ok-1", "--journal", "/tmp/j", "--bogus"], "--bogus"),
+    ],
+)
+def test_bad_flags_name_the_flag(
+    name: str, argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _parser(name).parse_args([name, *argv])
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_bad_storage_options_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", "{not json")
+    code, _, err = _run("rollback", ["--job-id", "ok-1", "--journal", str(tmp_path)], capsys)
+    assert code == 2
+    assert "SPARKGUARD_STORAGE_OPTIONS" in err
+    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", "[1]")
+    code, _, err = _run("inspect", [str(tmp_path)], capsys)
+    assert code == 2
+    assert "JSON object" in err
+
+
+def test_inspect_missing_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run("inspect", [str(tmp_path / "nope")], capsys)
+    assert code == 2
+    assert "does not exist" in err
+
+
+def test_rollback_with_nothing_to_do_is_quick(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(
+        "rollback", ["--job-id", "idle-1", "--journal", str(tmp_path), "--json"], capsys
+    )
+    assert code == 0
+    assert json.loads(out)["instantsRolledBack"] == []
