@@ -1,35 +1,38 @@
-"""Show sparkguard's storage guarantees on a local directory, step by step.
+"""A failing Spark job, recovered exactly once, on your machine.
 
-A writer killed mid-write leaves no partial file; two writers racing for one checkpoint: exactly
-one wins; a metadata log records a batch once; a rollback fences a zombie driver's commit.
-Exits non-zero if any check fails.
+A PySpark job writes a table through sparkguard with its markers batched by the marker sidecar.
+Its first attempt is killed (SIGKILL of the whole driver) in the middle of the write. The demo
+shows what it left behind, rolls it back, reruns the job with the same job id, and checks that
+every row is in the table exactly once and no uncommitted file remains. Exits non-zero if any
+check fails. Needs Java 17 for Spark; takes about a minute on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import dataclasses
+import json
 import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-from sparkguard.spark_lib import errors, filemanager, metadatalog, paths, timeline
+from sparkguard.spark_lib import commands, filemanager, paths, reader, rollback, timeline
 
-_SLOW_WRITER = """
-import sys, time
-from sparkguard.spark_lib import filemanager
-manager, path = filemanager.resolve(sys.argv[1])
-with manager.create_atomic(path, overwrite=True) as stream:
-    for _ in range(1000):
-        stream.write(b"x" * 65536)
-        print("wrote", flush=True)
-        time.sleep(0.01)
-"""
+JOB_ID = "demo-orders"
+#: the first attempt pauses here (partition 5, after its file is written) and is then killed
+KILL_PARTITION = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,115 +40,327 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir",
         default=None,
-        help="directory for the demo's files (default: a new temp directory, removed after)",
+        help="working directory (default: a new temp directory, removed afterwards)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the demo directory")
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="table location as any fsspec URL, e.g. s3://bucket/demo (credentials from the "
+        "AWS_* environment or SPARKGUARD_STORAGE_OPTIONS); default: <dir>/table",
+    )
+    parser.add_argument("--rows", type=int, default=400_000, help="rows to write (default 400000)")
+    parser.add_argument("--partitions", type=int, default=8, help="Spark partitions (default 8)")
+    parser.add_argument("--keep", action="store_true", help="keep the working directory")
 
 
-class _Checks:
+class _Report:
+    """Step headings and checks, printed as they happen."""
+
     def __init__(self) -> None:
         self.failed: list[str] = []
+        self.number = 0
 
-    def step(self, number: int, title: str) -> None:
-        print(f"\n[{number}] {title}")
+    def step(self, title: str) -> None:
+        self.number += 1
+        print(f"\n[{self.number}] {title}", flush=True)
+
+    def say(self, text: str) -> None:
+        print(f"    {text}", flush=True)
 
     def check(self, ok: bool, what: str) -> None:
-        print(f"    {'ok  ' if ok else 'FAIL'} {what}")
+        print(f"    {'ok  ' if ok else 'FAIL'} {what}", flush=True)
         if not ok:
             self.failed.append(what)
 
 
-def _killed_writer(checks: _Checks, base: str) -> None:
-    checks.step(1, "A writer is killed with SIGKILL in the middle of a checkpoint file")
-    target = paths.join(base, "checkpoint", "state-00001.bin")
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_WRITER, target], stdout=subprocess.PIPE, env=env
-    )
-    assert child.stdout is not None
-    for _ in range(5):
-        child.stdout.readline()
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    manager, directory = filemanager.resolve(paths.parent(target))
-    print(f"    killed pid {child.pid} after it wrote 320 KiB")
-    checks.check(not manager.exists(target), f"no file visible at {target}")
-    leftovers = manager.find_temp_files(directory)
-    checks.check(len(leftovers) == 1, f"its temp file is recognisable: {leftovers}")
-    manager.delete_many(leftovers)
-    checks.check(manager.find_temp_files(directory) == [], "cleanup removed exactly the temp file")
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
-def _racing_writers(checks: _Checks, base: str) -> None:
-    checks.step(2, "Eight writers race to create the same checkpoint (create-if-absent)")
-    manager, directory = filemanager.resolve(paths.join(base, "checkpoint"))
-    target = paths.join(directory, "state-00002.bin")
-    barrier = threading.Barrier(8)
-    winners: list[int] = []
-
-    def write(who: int) -> None:
-        stream = manager.create_atomic(target)
-        stream.write(f"writer {who}".encode())
-        barrier.wait()
-        try:
-            stream.close()
-            winners.append(who)
-        except errors.AlreadyExistsError:
-            pass
-
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    checks.check(len(winners) == 1, f"exactly one winner (writer {winners})")
-    checks.check(manager.find_temp_files(directory) == [], "the seven losers left no temp file")
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONSAFEPATH"] = "1"  # a cwd holding an operator/ folder must not shadow the stdlib
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
 
 
-def _metadata_log(checks: _Checks, base: str) -> None:
-    checks.step(3, "A metadata log records batch 0 once, however often it is retried")
-    manager, directory = filemanager.resolve(paths.join(base, "offsets"))
-    log = metadatalog.MetadataLog(manager, directory)
-    first = log.add(0, {"offset": 100})
-    second = log.add(0, {"offset": 999})
-    checks.check(first and not second, "first add wins, the retry is refused")
-    checks.check(log.get(0) == {"offset": 100}, "the recorded payload is the first one")
-
-
-def _zombie_driver(checks: _Checks, base: str) -> None:
-    checks.step(4, "A rollback decides an instant's fate first; the zombie driver's commit fails")
-    tl = timeline.timeline_for(paths.join(base, "table"))
-    instant = tl.start("demo-job", attempt=0, marker_type="DIRECT")
-    print(f"    driver opened instant {instant}, then stalled")
-    checks.check(tl.claim_rollback(instant), "rollback claimed the instant")
+@contextlib.contextmanager
+def _sidecar(*, root: str, token_file: Path, log: Path) -> Iterator[str]:
+    """Run the marker sidecar as a subprocess; yields its URL."""
+    port = _free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "sparkguard.sidecar",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--token-file",
+        str(token_file),
+        "--allowed-roots",
+        root,
+    ]
+    with log.open("ab") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=out, env=_child_env())
+    url = f"http://127.0.0.1:{port}"
     try:
-        tl.commit(instant, [])
-        refused = False
-    except errors.InstantDecidedError as exc:
-        refused = True
-        print(f"    zombie commit: {exc}")
-    checks.check(refused, "the zombie's late commit was refused")
-    checks.check(tl.status(instant).state is timeline.State.ROLLING_BACK, "state: rolling back")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=1) as answer:  # noqa: S310
+                    if answer.status == 200:
+                        break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"demo: the marker sidecar did not start; see {log}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _job_argv(
+    args: argparse.Namespace,
+    *,
+    table: str,
+    journal: str,
+    endpoint: str,
+    token_file: Path,
+    attempt: int,
+    faults: str,
+) -> list[str]:
+    return [
+        sys.executable, "-m", "sparkguard.spark_lib.demo_job",
+        "--table", table, "--job-id", JOB_ID, "--attempt", str(attempt),
+        "--journal", journal, "--rows", str(args.rows), "--partitions", str(args.partitions),
+        "--endpoint", endpoint, "--token-file", str(token_file), "--faults", faults,
+    ]  # fmt: skip
+
+
+def _data_files(manager: filemanager.FileManager, table: str) -> list[str]:
+    """Data files under the table (relative paths), skipping sparkguard's own folder."""
+    found = []
+    pending = [table]
+    while pending:
+        current = pending.pop()
+        for info in manager.list(current):
+            relative = info.path[len(table.rstrip("/")) + 1 :]
+            if relative.startswith(timeline.SPARKGUARD_DIR):
+                continue
+            if info.is_dir:
+                pending.append(info.path)
+            elif not filemanager.is_temp_name(info.name):
+                found.append(relative)
+    return sorted(found)
+
+
+def _progress(manager: filemanager.FileManager, table: str, total: int) -> str:
+    done = len(_data_files(manager, table))
+    width = 30
+    filled = min(width, width * done // max(total, 1))
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} data files"
+
+
+def _run_job(
+    argv: list[str], *, log: Path, manager: filemanager.FileManager, table: str, total: int,
+    kill_when: Path | None, report: _Report,
+) -> int:  # fmt: skip
+    """Run the driver; with ``kill_when``, SIGKILL its process group once that file appears."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=out, env=_child_env(), start_new_session=True
+        )
+    last = ""
+    deadline = time.monotonic() + 600
+    while process.poll() is None:
+        line = _progress(manager, table, total)
+        if line != last:
+            print(f"    {line}", flush=True)
+            last = line
+        if kill_when is not None and kill_when.exists():
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            report.say(f"driver pid {process.pid} and its Spark workers killed with SIGKILL")
+            return -signal.SIGKILL
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise SystemExit(f"demo: the Spark job did not finish in 10 minutes; see {log}")
+        time.sleep(0.25)
+    final = _progress(manager, table, total)
+    if final != last:
+        print(f"    {final}", flush=True)
+    return process.returncode
+
+
+def _read_ids(url: str, options: Mapping[str, Any]) -> list[int]:
+    import pyarrow.parquet as pq
+
+    manager, _ = filemanager.resolve(url, storage_options=options)
+    ids: list[int] = []
+    for path in reader.committed_paths(url, storage_options=options):
+        with manager.fs.open(manager.fs._strip_protocol(path), "rb") as handle:
+            ids.extend(pq.read_table(handle, columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """Where the demo writes and how it reaches storage."""
+
+    args: argparse.Namespace
+    work: Path
+    table_url: str
+    journal_url: str
+    options: Mapping[str, Any]
+    manager: filemanager.FileManager
+    table: str
+    token_file: Path
+    log: Path
+
+    def job(self, *, endpoint: str, attempt: int, faults: str) -> list[str]:
+        return _job_argv(self.args, table=self.table_url, journal=self.journal_url,
+                         endpoint=endpoint, token_file=self.token_file, attempt=attempt,
+                         faults=faults)  # fmt: skip
+
+    def run_job(self, argv: list[str], *, kill_when: Path | None, report: _Report) -> int:
+        return _run_job(argv, log=self.log, manager=self.manager, table=self.table,
+                        total=self.args.partitions, kill_when=kill_when, report=report)  # fmt: skip
+
+
+def _prepare(args: argparse.Namespace) -> _Setup:
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sparkguard-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    options = commands.storage_options_from_env(os.environ)
+    table_url = args.storage or str(work / "table")
+    journal_url = (args.storage.rstrip("/") + "-journal") if args.storage else str(work / "journal")
+    manager, table = filemanager.resolve(table_url, storage_options=options)
+    token_file = work / "marker-token"
+    token_file.write_text(secrets.token_hex(16))
+    token_file.chmod(0o600)
+    return _Setup(args=args, work=work, table_url=table_url, journal_url=journal_url,
+                  options=options, manager=manager, table=table, token_file=token_file,
+                  log=work / "demo.log")  # fmt: skip
+
+
+def _kill_first_attempt(setup: _Setup, endpoint: str, report: _Report) -> None:
+    report.step(f"Attempt 0 writes {setup.args.rows} rows in {setup.args.partitions} partitions")
+    signal_file = setup.work / "paused"
+    faults = json.dumps([{
+        "point": "task:after-file", "action": "pause", "partition": KILL_PARTITION,
+        "signal": str(signal_file),
+    }])  # fmt: skip
+    code = setup.run_job(
+        setup.job(endpoint=endpoint, attempt=0, faults=faults),
+        kill_when=signal_file,
+        report=report,
+    )
+    report.check(code != 0, "attempt 0 died in the middle of its write")
+
+
+def _show_leftovers(setup: _Setup, report: _Report) -> None:
+    report.step("What the dead attempt left behind")
+    tl = timeline.Timeline(setup.manager, setup.table)
+    leftovers = _data_files(setup.manager, setup.table)
+    statuses = tl.statuses(job_id=JOB_ID)
+    inflight = [s.instant for s in statuses if s.state is timeline.State.INFLIGHT]
+    report.say(f"instant(s) still inflight: {', '.join(inflight) or 'none'}")
+    report.say(f"data files on storage, none committed: {len(leftovers)}")
+    for name in leftovers[:4]:
+        report.say(f"  {name}")
+    if len(leftovers) > 4:
+        report.say(f"  ... and {len(leftovers) - 4} more")
+    plan = rollback.rollback_job(
+        JOB_ID, setup.journal_url, storage_options=setup.options, dry_run=True
+    )
+    report.say(
+        f"marked for rollback: {plan.files_deleted} file(s) in "
+        f"{len(plan.instants_rolled_back)} instant(s) (dry run; a marker is made before "
+        "its file, so a file whose write never started is marked too)"
+    )
+    report.check(len(inflight) == 1, "one undecided instant")
+    report.check(bool(leftovers), "partial output is on storage (not yet visible to readers)")
+    committed = reader.committed_paths(setup.table_url, storage_options=setup.options)
+    report.check(committed == [], "readers of committed data see nothing of it")
+
+
+def _roll_back(setup: _Setup, report: _Report) -> None:
+    report.step(f"Rollback of job {JOB_ID} (what the operator and initContainer run)")
+    summary = rollback.rollback_job(JOB_ID, setup.journal_url, storage_options=setup.options)
+    report.say(
+        f"rolled back {len(summary.instants_rolled_back)} instant(s), deleted "
+        f"{summary.files_deleted} file(s), kept {summary.files_kept} committed file(s)"
+    )
+    report.check(_data_files(setup.manager, setup.table) == [], "no data file left behind")
+
+
+def _verify(setup: _Setup, report: _Report) -> tuple[int, int, int, int]:
+    """Rows read, duplicates, missing rows, uncommitted files."""
+    report.step("Verify the table")
+    committed_paths = reader.committed_paths(setup.table_url, storage_options=setup.options)
+    committed = {paths.basename(p) for p in committed_paths}
+    on_storage = {paths.basename(p) for p in _data_files(setup.manager, setup.table)}
+    uncommitted = len(on_storage - committed)
+    ids = _read_ids(setup.table_url, setup.options)
+    counts = collections.Counter(ids)
+    duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    missing = setup.args.rows - len(set(ids) & set(range(setup.args.rows)))
+    report.check(duplicates == 0, f"{duplicates} duplicated row(s)")
+    report.check(missing == 0, f"{missing} missing row(s)")
+    report.check(uncommitted == 0, f"{uncommitted} uncommitted file(s) on storage")
+    print()
+    commands.run_inspect(setup.table_url, as_json=False, options=setup.options, out=sys.stdout)
+    return len(ids), duplicates, missing, uncommitted
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run every step; returns 0 when every check passed."""
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sparkguard-demo-"))
-    base.mkdir(parents=True, exist_ok=True)
-    print(f"sparkguard demo in {base}")
+    """Run the demo; returns 0 when every check passed."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print("demo: Spark needs Java 17 on PATH (or JAVA_HOME)", file=sys.stderr)
+        return 2
+    if args.rows < 1:
+        print(f"demo: --rows must be >= 1, got {args.rows}", file=sys.stderr)
+        return 2
+    if args.partitions < 2:
+        print(f"demo: --partitions must be >= 2 (one is killed), got {args.partitions}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    setup = _prepare(args)
+    report = _Report()
     started = time.monotonic()
-    checks = _Checks()
+    print(f"sparkguard demo: table {setup.table_url}, job id {JOB_ID}, logs in {setup.log}")
     try:
-        _killed_writer(checks, str(base))
-        _racing_writers(checks, str(base))
-        _metadata_log(checks, str(base))
-        _zombie_driver(checks, str(base))
+        root = setup.table_url
+        if "://" not in root:
+            root = str(Path(root).resolve())
+        with _sidecar(root=root, token_file=setup.token_file, log=setup.log) as endpoint:
+            report.step(f"Marker sidecar up at {endpoint} (batched markers, bearer token)")
+            _kill_first_attempt(setup, endpoint, report)
+            _show_leftovers(setup, report)
+            _roll_back(setup, report)
+            report.step("Attempt 1: the same job id, no fault")
+            code = setup.run_job(
+                setup.job(endpoint=endpoint, attempt=1, faults=""), kill_when=None, report=report
+            )
+            report.check(code == 0, f"attempt 1 committed (exit code {code})")
+        rows, duplicates, missing, uncommitted = _verify(setup, report)
     finally:
         if not args.keep and not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(setup.work, ignore_errors=True)
     elapsed = time.monotonic() - started
-    if checks.failed:
-        print(f"\natomic-storage: FAILED ({len(checks.failed)} checks) in {elapsed:.1f}s")
+    if report.failed:
+        print(f"\nexactly-once: FAILED ({'; '.join(report.failed)}) in {elapsed:.0f}s")
         return 1
-    print(f"\natomic-storage: OK (4 steps, all checks passed in {elapsed:.1f}s)")
+    print(f"\nfinished in {elapsed:.0f}s")
+    print(
+        f"exactly-once: OK ({rows} rows, {duplicates} duplicates, {missing} missing, "
+        f"{uncommitted} uncommitted files)"
+    )
     return 0
