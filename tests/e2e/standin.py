@@ -1,0 +1,293 @@
+"""A stand-in for the Kubeflow spark-operator, for a bench with no kubelet.
+
+It reads a SparkApplication's *mutated* spec from the real API server and runs, as local
+processes, exactly what a driver pod would run: the driver's initContainers in order (the
+library bundle, then sparkguard's rollback), the sidecars, then the driver (the demo job) with
+the app's ``spec.sparkConf`` and driver env. Volumes become directories: every path under a
+volumeMount is rewritten to that volume's directory, and secret volumes are filled from the
+Secret. It reports status through the ``/status`` subresource the way spark-operator does
+(SUBMITTED, RUNNING, then COMPLETED or FAILED), and reruns the app when its spec changes after
+a terminal state. Only what the test needs is modelled; no pod scheduling, no executors pods
+(Spark runs in local mode inside the "driver").
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+GROUP, VERSION, PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
+BIN = Path(sys.executable).parent
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StandInSparkOperator:
+    """Runs one SparkApplication's driver pod locally, as often as spark-operator would."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        namespace: str,
+        name: str,
+        workdir: Path,
+        table: str,
+        rows: int,
+        partitions: int = 4,
+    ) -> None:
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.name = name
+        self.workdir = workdir
+        self.table = table
+        self.rows = rows
+        self.partitions = partitions
+        self.runs: list[dict[str, Any]] = []
+        #: per-run fault: run index -> kill the driver mid-write
+        self.kill_runs: set[int] = set()
+        self.log = workdir / "standin.log"
+
+    # -- the API side -----------------------------------------------------------------------
+    def app(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, self.name
+        )
+        return found
+
+    def report(self, state: str, **extra: Any) -> None:
+        """Write status as spark-operator does (through the status subresource)."""
+        status = {"applicationState": {"state": state}, **extra}
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": status}
+        )
+
+    def _secret(self, name: str) -> dict[str, str]:
+        secret = self.core.read_namespaced_secret(name, self.namespace)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+    # -- volumes and containers -------------------------------------------------------------
+    def _volumes(self, spec: Mapping[str, Any], run_dir: Path) -> dict[str, Path]:
+        dirs = {}
+        for volume in spec.get("volumes") or []:
+            path = run_dir / "volumes" / volume["name"]
+            path.mkdir(parents=True, exist_ok=True)
+            if "secret" in volume:
+                for key, value in self._secret(volume["secret"]["secretName"]).items():
+                    (path / key).write_text(value)
+            dirs[volume["name"]] = path
+        return dirs
+
+    @staticmethod
+    def _mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) -> list[tuple[str, str]]:
+        mounts = [
+            (m["mountPath"].rstrip("/"), str(volumes[m["name"]]))
+            for m in container.get("volumeMounts") or []
+        ]
+        return sorted(mounts, key=lambda m: -len(m[0]))
+
+    @staticmethod
+    def _remap(value: str, mounts: list[tuple[str, str]]) -> str:
+        for mount_path, local in mounts:
+            value = value.replace(mount_path, local)
+        return value
+
+    def _env(self, container: Mapping[str, Any], mounts: list[tuple[str, str]]) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKGUARD_")}
+        env["PYTHONSAFEPATH"] = "1"
+        env["PYSPARK_PYTHON"] = sys.executable
+        env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+        for source in container.get("envFrom") or []:
+            if "secretRef" in source:
+                env.update(self._secret(source["secretRef"]["name"]))
+        for item in container.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = self._remap(str(item["value"]), mounts)
+            elif "secretKeyRef" in item.get("valueFrom", {}):
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = self._secret(ref["name"])[ref["key"]]
+        return env
+
+    def _argv(self, container: Mapping[str, Any], mounts: list[tuple[str, str]]) -> list[str]:
+        argv = [
+            self._remap(a, mounts)
+            for a in [*(container.get("command") or []), *(container.get("args") or [])]
+        ]
+        if argv and argv[0] == "sparkguard":
+            argv[0] = str(BIN / "sparkguard")
+        return argv
+
+    # -- one driver pod ---------------------------------------------------------------------
+    def run_driver_pod(self, *, failure_state: str = "FAILED") -> str:
+        """Run the app's driver pod once; returns the state it reported at the end.
+
+        ``failure_state`` is FAILING when spark-operator will restart the driver itself.
+        """
+        app = self.app()
+        spec = app["spec"]
+        index = len(self.runs)
+        run_dir = self.workdir / f"run-{index}"
+        run_dir.mkdir(parents=True)
+        submission = uuid.uuid4().hex[:8]
+        self.report(
+            "SUBMITTED",
+            submissionID=submission,
+            sparkApplicationId=f"spark-{submission}",
+            submissionAttempts=index + 1,
+            lastSubmissionAttemptTime=_now(),
+        )
+        record: dict[str, Any] = {"generation": app["metadata"]["generation"], "init": []}
+        self.runs.append(record)
+        volumes = self._volumes(spec, run_dir)
+        driver = spec["driver"]
+        with self.log.open("ab") as log:
+            for init in driver.get("initContainers") or []:
+                mounts = self._mounts(init, volumes)
+                result = subprocess.run(
+                    self._argv(init, mounts), env=self._env(init, mounts), stdout=log,
+                    stderr=subprocess.STDOUT, cwd=run_dir, timeout=300, check=False,
+                )  # fmt: skip
+                record["init"].append((init["name"], result.returncode))
+                if result.returncode != 0:
+                    return self._terminate(failure_state, f"initContainer {init['name']} failed")
+            sidecars = [
+                self._start_sidecar(s, volumes, run_dir, log) for s in driver.get("sidecars") or []
+            ]
+            try:
+                self.report("RUNNING", submissionID=submission, executionAttempts=index + 1)
+                code = self._run_driver(spec, volumes, run_dir, log, kill=index in self.kill_runs)
+            finally:
+                for process in sidecars:
+                    process.terminate()
+                    process.wait(timeout=15)
+        record["exit"] = code
+        if code == 0:
+            return self._terminate("COMPLETED", None)
+        return self._terminate(failure_state, f"driver exited with code {code}")
+
+    def _terminate(self, state: str, message: str | None) -> str:
+        status: dict[str, Any] = {"terminationTime": _now()}
+        self.report(state, **status)
+        if message:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name,
+                {"status": {"applicationState": {"state": state, "errorMessage": message}}},
+            )  # fmt: skip
+        return state
+
+    def _start_sidecar(
+        self, container: Mapping[str, Any], volumes: Mapping[str, Path], run_dir: Path, log: Any
+    ) -> subprocess.Popen[bytes]:
+        mounts = self._mounts(container, volumes)
+        argv = self._argv(container, mounts)
+        # The pod network is the host here: listen on loopback only.
+        argv = ["127.0.0.1" if a == "0.0.0.0" else a for a in argv]
+        process = subprocess.Popen(
+            argv, env=self._env(container, mounts), stdout=log, stderr=log, cwd=run_dir
+        )
+        probe = container["readinessProbe"]["httpGet"]
+        url = f"http://127.0.0.1:{probe['port']}{probe['path']}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=1):
+                    return process
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"sidecar {container['name']} did not become ready"
+                    ) from None
+                time.sleep(0.1)
+
+    def _run_driver(
+        self,
+        spec: Mapping[str, Any],
+        volumes: Mapping[str, Path],
+        run_dir: Path,
+        log: Any,
+        *,
+        kill: bool,
+    ) -> int:
+        driver = spec["driver"]
+        mounts = self._mounts(driver, volumes)
+        env = self._env(driver, mounts)
+        conf = {k: self._remap(str(v), mounts) for k, v in (spec.get("sparkConf") or {}).items()}
+        signal_file = run_dir / "paused"
+        faults = (
+            json.dumps([{"point": "task:after-file", "action": "pause", "partition": 2,
+                         "signal": str(signal_file)}])
+            if kill else ""
+        )  # fmt: skip
+        argv = [
+            sys.executable, "-m", "sparkguard.spark_lib.demo_job",
+            "--table", self.table, "--rows", str(self.rows), "--partitions", str(self.partitions),
+            "--job-id", conf["spark.sparkguard.jobId"],
+            "--attempt", conf["spark.sparkguard.attempt"],
+            "--journal", conf["spark.sparkguard.journal"],
+            "--markers", conf["spark.sparkguard.markers.type"],
+            "--endpoint", conf.get("spark.sparkguard.markers.endpoint", ""),
+            "--token-file", conf.get("spark.sparkguard.markers.tokenFile", ""),
+            "--faults", faults,
+        ]  # fmt: skip
+        process = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=log, cwd=run_dir, start_new_session=True
+        )
+        deadline = time.monotonic() + 300
+        while process.poll() is None:
+            if kill and signal_file.exists():
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return -signal.SIGKILL
+            if time.monotonic() > deadline:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise RuntimeError("driver did not finish within 300 s")
+            time.sleep(0.2)
+        return process.returncode
+
+    # -- the control loop -------------------------------------------------------------------
+    def serve(self, stop: threading.Event, *, restart_on_failure: int = 0) -> None:
+        """Run the app now, then again whenever its spec changes after a terminal state.
+
+        ``restart_on_failure`` models spark-operator's ``restartPolicy: OnFailure``: that many
+        driver restarts happen inside spark-operator (state FAILING, PENDING_RERUN) before a
+        FAILED is final.
+        """
+        restarts_left = restart_on_failure
+
+        def failure_state() -> str:
+            return "FAILING" if restarts_left > 0 else "FAILED"
+
+        state = self.run_driver_pod(failure_state=failure_state())
+        while not stop.is_set():
+            if state == "FAILING":
+                restarts_left -= 1
+                self.report("PENDING_RERUN")
+                state = self.run_driver_pod(failure_state=failure_state())
+                continue
+            app = self.app()
+            if app["metadata"]["generation"] != self.runs[-1]["generation"]:
+                state = self.run_driver_pod()
+                continue
+            stop.wait(0.2)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir / "volumes", ignore_errors=True)

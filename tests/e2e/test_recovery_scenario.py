@@ -1,0 +1,277 @@
+"""The product as a user meets it, on the real kube-apiserver bench.
+
+The chart is installed with helm and its operator runs in-process with the Deployment's
+environment and the chart's ServiceAccount (webhook on 127.0.0.1); a SparkApplication opted in with
+``sparkguard.io/enabled`` is mutated at admission; a stand-in for spark-operator runs the
+*mutated* driver pod locally (initContainers, marker sidecar, driver with the injected conf)
+and reports status like spark-operator. The first run is killed mid-write; the operator rolls
+back with the real library and resubmits; the second run completes; the table holds every row
+exactly once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from sparkguard.operator import appmeta
+from sparkguard.spark_lib import reader, timeline
+from tests.chart import operator_harness as harness
+from tests.e2e.standin import StandInSparkOperator
+from tests.kubebench.bench import KubeBench
+from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
+
+pytestmark = [pytest.mark.kube, pytest.mark.spark]
+ROWS = 12_000
+
+
+class RealRollback:
+    """The library's rollback, recording its summaries (the operator calls it in a thread)."""
+
+    def __init__(self) -> None:
+        from sparkguard.spark_lib import rollback
+
+        self._rollback = rollback
+        self.summaries: list[dict[str, Any]] = []
+
+    def __call__(self, job_id: str, journal: str, **kwargs: Any) -> Any:
+        summary = self._rollback.rollback_job(job_id, journal, **kwargs)
+        self.summaries.append(summary.to_json())
+        return summary
+
+
+@dataclasses.dataclass
+class ChartOperator:
+    """The chart installed on the bench and its operator running as the chart's SA."""
+
+    bench: KubeBench
+    api: client.ApiClient
+    namespace: str
+    rollback: RealRollback
+
+    def get(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return found
+
+    def create(self, app: dict[str, Any]) -> dict[str, Any]:
+        app["metadata"]["namespace"] = self.namespace
+        created: dict[str, Any] = client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, app
+        )
+        return created
+
+    def notes(self, name: str) -> dict[str, str]:
+        return dict(self.get(name)["metadata"].get("annotations") or {})
+
+    def state(self, name: str) -> str | None:
+        state: str | None = (
+            self.get(name).get("status", {}).get("applicationState", {}).get("state")
+        )
+        return state
+
+    def event_reasons(self, name: str) -> list[str]:
+        events = client.CoreV1Api(self.api).list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name}"
+        )
+        return [e.reason for e in events.items]
+
+
+@pytest.fixture
+def chart_operator(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartOperator]:
+    """``helm install`` of the chart, then its operator with the Deployment's env and SA."""
+    suffix = uuid.uuid4().hex[:6]
+    app_namespace = f"e2e-{suffix}"
+    kube_bench.ensure_namespace(app_namespace)
+    values = {
+        "operator": {"journalRoot": str(tmp_path / "journal")},
+        "sidecar": {"port": harness.free_port(), "allowedRoots": [str(tmp_path)]},
+    }
+    release = harness.install(
+        kube_bench, name=f"e2e-{suffix}", namespace=f"sparkguard-e2e-{suffix}", values=values
+    )
+    api = kube_bench.api_client()
+    admission = client.AdmissionregistrationV1Api(api)
+    chart_hook = release.one("MutatingWebhookConfiguration")
+    bench_hook = f"{chart_hook['metadata']['name']}.bench"
+    # The chart's webhook calls an in-cluster Service with no pod behind it on the bench:
+    # replace it by the same configuration calling the operator on 127.0.0.1 (bench CA).
+    admission.delete_mutating_webhook_configuration(chart_hook["metadata"]["name"])
+    port = harness.free_port()
+    cert = kube_bench.issue_certificate(f"webhook-{suffix}", ip_addresses=("127.0.0.1",))
+    env = harness.operator_env_on_bench(
+        release, webhook_port=port, cert_file=str(cert.cert_file), key_file=str(cert.key_file)
+    )
+    # The marker token Secret the chart's NOTES tell users to create in each app namespace.
+    client.CoreV1Api(api).create_namespaced_secret(
+        app_namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="sparkguard-marker-token"),
+            string_data={"token": uuid.uuid4().hex},
+        ),
+    )
+    sa_kubeconfig = kube_bench.service_account_kubeconfig(
+        release.namespace, release.service_account
+    )
+    rollback = RealRollback()
+    try:
+        with harness.operator_as(sa_kubeconfig, env, rollback) as operator:  # type: ignore[arg-type]
+            assert operator.ready_flag.wait(30), "the operator did not get ready within 30s"
+            kube_bench.request(
+                "POST",
+                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                harness.bench_webhook_configuration(
+                    chart_hook,
+                    name=bench_hook,
+                    url=f"https://127.0.0.1:{port}/sparkapplications",
+                    ca_pem=kube_bench.ca_pem,
+                ),
+            )
+            cluster = ChartOperator(kube_bench, api, app_namespace, rollback)
+            _wait_for_webhook(cluster)
+            yield cluster
+    finally:
+        with contextlib.suppress(client.ApiException):
+            admission.delete_mutating_webhook_configuration(bench_hook)
+        harness.uninstall(kube_bench, release)
+        api.close()
+
+
+def _wait_for_webhook(cluster: ChartOperator) -> None:
+    probe = f"probe-{uuid.uuid4().hex[:6]}"
+
+    def mutated() -> bool:
+        created = cluster.create(spark_app(probe))
+        client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object(
+            GROUP, VERSION, cluster.namespace, PLURAL, probe
+        )
+        return "spark.sparkguard.jobId" in created["spec"]["sparkConf"]
+
+    harness.eventually(mutated, what="the apiserver to call the operator's webhook")
+
+
+def _exactly_once(table: str) -> tuple[int, int, int]:
+    import pyarrow.parquet as pq
+
+    ids: list[int] = []
+    for path in reader.committed_paths(table):
+        ids.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    counts = collections.Counter(ids)
+    duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    missing = len(set(range(ROWS)) - set(ids))
+    return len(ids), duplicates, missing
+
+
+def _uncommitted_files(table: Path) -> list[str]:
+    committed = {Path(p).name for p in reader.committed_paths(str(table))}
+    return sorted(
+        p.name
+        for p in table.rglob("part-*")
+        if timeline.SPARKGUARD_DIR not in p.parts and p.name not in committed
+    )
+
+
+def _run_until_completed(
+    cluster: ChartOperator, name: str, *, table: Path, workdir: Path, restart_on_failure: int = 0
+) -> StandInSparkOperator:
+    """Serve app ``name`` with the stand-in (first run killed mid-write) until COMPLETED."""
+    workdir.mkdir()
+    standin = StandInSparkOperator(
+        cluster.api, namespace=cluster.namespace, name=name, workdir=workdir, table=str(table),
+        rows=ROWS,
+    )  # fmt: skip
+    standin.kill_runs = {0}
+    stop = threading.Event()
+    runner = threading.Thread(
+        target=standin.serve,
+        args=(stop,),
+        kwargs={"restart_on_failure": restart_on_failure},
+        daemon=True,
+    )
+    runner.start()
+    try:
+        harness.eventually(
+            lambda: cluster.state(name) == "COMPLETED",
+            what=f"app {name} to complete (runs so far: {standin.runs})",
+            timeout=420,
+        )
+    finally:
+        stop.set()
+        runner.join(30)
+    return standin
+
+
+def test_killed_run_is_rolled_back_resubmitted_and_exactly_once(
+    chart_operator: ChartOperator, tmp_path: Path
+) -> None:
+    cluster = chart_operator
+    rollback = cluster.rollback
+    table = tmp_path / "orders"
+    created = cluster.create(spark_app("orders", annotations={appmeta.BACKOFF: "1s"}))
+    conf = created["spec"]["sparkConf"]
+    assert conf["spark.sparkguard.markers.type"] == "TIMELINE_SERVER_BASED"
+    job_id = conf["spark.sparkguard.jobId"]
+    standin = _run_until_completed(cluster, "orders", table=table, workdir=tmp_path / "pods")
+    notes = cluster.notes("orders")
+    reasons = cluster.event_reasons("orders")
+
+    # The first run was killed mid-write, the second completed after one resubmission.
+    assert len(standin.runs) == 2
+    assert standin.runs[0]["exit"] != 0
+    assert standin.runs[1]["exit"] == 0
+    assert standin.runs[1]["generation"] == standin.runs[0]["generation"] + 1
+    assert [name for name, _ in standin.runs[0]["init"]] == [
+        "sparkguard-lib",
+        "sparkguard-rollback",
+    ]
+    assert all(code == 0 for _, code in standin.runs[1]["init"])
+    # Event trail and the rollback summary the operator recorded.
+    assert reasons.count("Resubmitted") == 1
+    assert {"RollbackStarted", "RolledBack", "Resubmitted"} <= set(reasons)
+    assert notes[appmeta.ATTEMPT] == "1"
+    last = json.loads(notes[appmeta.LAST_ROLLBACK])
+    assert rollback.summaries, "the operator never called the library's rollback"
+    summary = rollback.summaries[0]
+    assert len(summary["instantsRolledBack"]) == 1
+    assert summary["filesDeleted"] >= 1
+    assert summary["instantsCommitted"] == []
+    assert last["filesDeleted"] == summary["filesDeleted"]
+    assert last["rolledBack"] == 1
+    # The table: every row exactly once, nothing uncommitted left.
+    rows, duplicates, missing = _exactly_once(str(table))
+    assert (rows, duplicates, missing) == (ROWS, 0, 0)
+    assert _uncommitted_files(table) == []
+    states = [s.state for s in timeline.timeline_for(str(table)).statuses(job_id=job_id)]
+    assert states == [timeline.State.ROLLED_BACK, timeline.State.COMMITTED]
+
+
+def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
+    chart_operator: ChartOperator, tmp_path: Path
+) -> None:
+    """restartPolicy OnFailure: spark-operator restarts the driver; the operator stays out."""
+    cluster = chart_operator
+    rollback = cluster.rollback
+    table = tmp_path / "orders"
+    cluster.create(spark_app("restarts"))
+    standin = _run_until_completed(
+        cluster, "restarts", table=table, workdir=tmp_path / "pods", restart_on_failure=1
+    )
+    reasons = cluster.event_reasons("restarts")
+    assert len(standin.runs) == 2
+    assert standin.runs[1]["generation"] == standin.runs[0]["generation"]  # no resubmission
+    assert rollback.summaries == []  # the operator never acted: no FAILED was final
+    assert "Resubmitted" not in reasons
+    rows, duplicates, missing = _exactly_once(str(table))
+    assert (rows, duplicates, missing) == (ROWS, 0, 0)
+    assert _uncommitted_files(table) == []
