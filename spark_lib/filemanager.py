@@ -125,7 +125,7 @@ class AtomicStream(abc.ABC):
 
     # -- primitives implemented by backends --------------------------------------------------
     @abc.abstractmethod
-    def _write(self, data: bytes) -> None: ...
+    def _write(self, data: bytes | memoryview) -> None: ...
 
     @abc.abstractmethod
     def _publish(self) -> None: ...
@@ -138,10 +138,12 @@ class AtomicStream(abc.ABC):
         """Append ``data``; returns the number of bytes written."""
         if self._state != "open":
             raise ValueError(f"write to a {self._state} atomic stream for {self.path}")
-        chunk = bytes(data)
-        self._write(chunk)
-        self._position += len(chunk)
-        return len(chunk)
+        # No copy: pyarrow hands over large buffers; every backend consumes them before
+        # returning (file write, bytearray append, or bytes() where it keeps them).
+        view = memoryview(data).cast("B")
+        self._write(view)
+        self._position += view.nbytes
+        return view.nbytes
 
     def tell(self) -> int:
         """Bytes written so far."""
@@ -367,7 +369,7 @@ class _LocalAtomicStream(AtomicStream):
         fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._file = os.fdopen(fd, "wb")
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self._file.write(data)
 
     def _publish(self) -> None:
@@ -402,7 +404,7 @@ class _FsspecRenameStream(AtomicStream):
         self._temp = paths.join(paths.parent(path), make_temp_name(paths.basename(path)))
         self._file = fs.open(self._temp, "wb")
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self._file.write(data)
 
     def _publish(self) -> None:
@@ -468,7 +470,7 @@ class _DirectPutStream(AtomicStream):
     def _call(self, method: str, **kwargs: Any) -> Any:
         return self._fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self._buffer += data
         while len(self._buffer) >= self._block_size:
             self._upload_part(bytes(self._buffer[: self._block_size]))
@@ -542,7 +544,7 @@ class _CheckThenPutStream(AtomicStream):
         self._inner = _DirectPutStream(fs, path, overwrite=True, block_size=block_size)
         self._fs = fs
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         self._inner.write(data)
 
     def _publish(self) -> None:
@@ -629,8 +631,8 @@ class _MemoryStream(AtomicStream):
         self._overwrite = overwrite
         self._chunks: list[bytes] = []
 
-    def _write(self, data: bytes) -> None:
-        self._chunks.append(data)
+    def _write(self, data: bytes | memoryview) -> None:
+        self._chunks.append(bytes(data))
 
     def _publish(self) -> None:
         with _MEMORY_LOCK:

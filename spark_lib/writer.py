@@ -55,7 +55,14 @@ logger = logging.getLogger(__name__)
 NAME: Final = "sparkguard"
 FAULTS_OPTION: Final = "sparkguard.faults"  # test hook: JSON list of injected faults
 HIVE_NULL: Final = "__HIVE_DEFAULT_PARTITION__"
-ROW_GROUP_ROWS: Final = 128 * 1024
+# Row groups as large as Spark's own writer makes them (parquet.block.size 128 MiB): Arrow
+# batches arrive 10k rows at a time, and a ParquetWriter call always closes a row group, so
+# rows are buffered; small row groups repeat each column's dictionary (measured: 37 % larger
+# files and 20 % slower writes at 128k rows per group).
+ROW_GROUP_ROWS: Final = 1024 * 1024
+ROW_GROUP_BYTES: Final = 128 * 1024 * 1024
+#: all open files of one task together buffer at most this much before the largest is flushed
+TASK_BUFFER_BYTES: Final = 256 * 1024 * 1024
 _ESCAPED: Final = frozenset("\"#%'*/:=?\\{[]^\x7f") | frozenset(chr(c) for c in range(1, 32))
 
 
@@ -180,6 +187,7 @@ class _OpenFile:
         self.rows = 0
         self.buffered: list[pa.RecordBatch] = []
         self.buffered_rows = 0
+        self.buffered_bytes = 0
         self.parquet: pq.ParquetWriter | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -193,7 +201,8 @@ class _OpenFile:
             return
         self.buffered.append(batch)
         self.buffered_rows += batch.num_rows
-        if self.buffered_rows >= ROW_GROUP_ROWS:
+        self.buffered_bytes += batch.nbytes
+        if self.buffered_rows >= ROW_GROUP_ROWS or self.buffered_bytes >= ROW_GROUP_BYTES:
             self.flush()
 
     def flush(self) -> None:
@@ -205,6 +214,7 @@ class _OpenFile:
         self.parquet.write_table(table, row_group_size=max(table.num_rows, 1))
         self.buffered = []
         self.buffered_rows = 0
+        self.buffered_bytes = 0
 
     def finish(self, schema: pa.Schema) -> timeline.DataFile:
         if self.fmt is FileFormat.PARQUET:
@@ -286,9 +296,18 @@ class _TaskFiles:
                 room = min(room, limit - handle.rows)
             handle.add(batch.slice(offset, room))
             offset += room
+            self.bound_buffers()
             self.fault("task:mid-file")
             if limit > 0 and handle.rows >= limit:
                 self.close_file(directory)
+
+    def bound_buffers(self) -> None:
+        """Flush the largest buffers while the task's open files hold too much in memory."""
+        while len(self.open_files) > 1:
+            total = sum(h.buffered_bytes for h in self.open_files.values())
+            if total <= TASK_BUFFER_BYTES:
+                return
+            max(self.open_files.values(), key=lambda h: h.buffered_bytes).flush()
 
     def write_all(self, batches: Iterable[pa.RecordBatch]) -> tuple[timeline.DataFile, ...]:
         parts = self.spec.partition_by

@@ -1,0 +1,67 @@
+"""How the writer lays out a data file (no Spark needed): row groups and memory bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sparkguard.spark_lib import filemanager, writer
+
+
+def _batches(count: int, rows: int) -> list[pa.RecordBatch]:
+    out = []
+    for n in range(count):
+        ids = pa.array(range(n * rows, (n + 1) * rows), pa.int64())
+        names = pa.array([f"name-{i % 500}" for i in range(n * rows, (n + 1) * rows)])
+        out.append(pa.RecordBatch.from_arrays([ids, names], names=["id", "s"]))
+    return out
+
+
+def test_arrow_batches_become_one_row_group_like_spark_writes(tmp_path: Path) -> None:
+    # Spark hands Python 10k-row batches; one row group per batch would repeat each column's
+    # dictionary in every group (larger, slower files than Spark's own writer).
+    manager, _ = filemanager.resolve(str(tmp_path))
+    batches = _batches(30, 10_000)
+    handle = writer._OpenFile(
+        "f.parquet",
+        manager.create_atomic(str(tmp_path / "f.parquet"), overwrite=True),
+        writer.FileFormat.PARQUET,
+    )
+    for batch in batches:
+        handle.add(batch)
+    written = handle.finish(batches[0].schema)
+    parquet = pq.ParquetFile(tmp_path / "f.parquet")
+    assert parquet.metadata.num_row_groups == 1
+    assert written.rows == parquet.metadata.num_rows == 300_000
+    assert written.size == (tmp_path / "f.parquet").stat().st_size
+    assert parquet.read().column("id").to_pylist() == list(range(300_000))
+
+
+def test_open_files_of_one_task_stay_within_the_memory_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager, _ = filemanager.resolve(str(tmp_path))
+    batches = _batches(8, 10_000)
+    budget = 3 * batches[0].nbytes
+    monkeypatch.setattr(writer, "TASK_BUFFER_BYTES", budget)
+    handles = {
+        d: writer._OpenFile(
+            f"{d}.parquet",
+            manager.create_atomic(str(tmp_path / f"{d}.parquet"), overwrite=True),
+            writer.FileFormat.PARQUET,
+        )
+        for d in ("a", "b")
+    }
+    files = writer._TaskFiles.__new__(writer._TaskFiles)
+    files.open_files = dict(handles)
+    for n, batch in enumerate(batches):
+        handles["ab"[n % 2]].add(batch)
+        files.bound_buffers()
+        assert sum(h.buffered_bytes for h in handles.values()) <= budget
+    for handle in handles.values():
+        handle.finish(batches[0].schema)
+    total = sum(pq.ParquetFile(tmp_path / f"{d}.parquet").metadata.num_rows for d in "ab")
+    assert total == 80_000
