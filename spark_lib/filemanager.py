@@ -278,6 +278,24 @@ class FileManager(abc.ABC):
             )
         return sorted(result, key=lambda info: info.path)
 
+    def list_files(self, path: str) -> list[FileInfo]:
+        """Every file below ``path``, at any depth (empty when there is none).
+
+        One flat listing on object stores (a request per 1,000 keys, however deep the tree),
+        where walking directory by directory would cost a request per directory.
+        """
+        root = path.rstrip("/")
+        try:
+            entries = self.fs.find(root, withdirs=False, detail=True)
+        except FileNotFoundError:
+            return []
+        result = [
+            FileInfo(path=str(name).rstrip("/"), size=int(entry.get("size") or 0), is_dir=False)
+            for name, entry in entries.items()
+            if entry.get("type") != "directory" and str(name).rstrip("/") != root
+        ]
+        return sorted(result, key=lambda info: info.path)
+
     def delete(self, path: str) -> None:
         """Delete a file; a missing file is not an error (deletes are idempotent)."""
         self.delete_many([path])

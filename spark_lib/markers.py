@@ -149,16 +149,9 @@ def delete_marker_dir(manager: filemanager.FileManager, directory: str) -> int:
 
 
 def _walk(manager: filemanager.FileManager, directory: str) -> list[filemanager.FileInfo]:
-    found: list[filemanager.FileInfo] = []
-    pending = [directory]
-    while pending:
-        current = pending.pop()
-        for info in manager.list(current):
-            if info.is_dir:
-                pending.append(info.path)
-            else:
-                found.append(info)
-    return found
+    # Direct markers nest like their data files (``day=1/part-…marker.CREATE``): one
+    # recursive listing, not one per partition directory.
+    return manager.list_files(directory)
 
 
 def _remove_empty_dirs(manager: filemanager.FileManager, directory: str) -> None:

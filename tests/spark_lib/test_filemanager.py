@@ -90,6 +90,17 @@ def test_list_exists_delete_mkdirs(store: Store) -> None:
     assert store.manager.list(paths.join(store.base, "nowhere")) == []
 
 
+def test_list_files_finds_nested_files_only(store: Store) -> None:
+    m, base = store.manager, store.base
+    for rel in ("a", "d=1/b", "d=1/e=2/c", "d=2/x"):
+        m.write_bytes(paths.join(base, rel), b"12")
+    found = m.list_files(base)
+    assert [info.path[len(base) + 1 :] for info in found] == ["a", "d=1/b", "d=1/e=2/c", "d=2/x"]
+    assert all(info.size == 2 and not info.is_dir for info in found)
+    assert [i.name for i in m.list_files(paths.join(base, "d=1"))] == ["b", "c"]
+    assert m.list_files(paths.join(base, "missing")) == []
+
+
 def test_open_is_read_only(store: Store) -> None:
     target = paths.join(store.base, "r.bin")
     store.manager.write_bytes(target, b"abc")
