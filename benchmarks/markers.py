@@ -23,85 +23,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # appended: never shadow the stdlib
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
+
+from _common import free_port, log, percentile, process, proxied_s3, proxy_call, wait_http
 
 from sparkguard.spark_lib import filemanager, markers
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
-from tests.support.s3server import run_s3_server
-
-REPO = Path(__file__).resolve().parent.parent
 
 TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a local benchmark
 INSTANT = "20261122120000000-bench"
 PAYLOAD = b"x" * 256
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
-
-
-@contextlib.contextmanager
-def process(
-    args: list[str], env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
-        args,
-        env={**os.environ, "PYTHONSAFEPATH": "1", **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_http(url: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1):  # noqa: S310 - 127.0.0.1 only
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not answer within {timeout_s} s") from None
-            time.sleep(0.1)
-
-
-def proxy_call(proxy: str, path: str, method: str = "GET") -> dict[str, int]:
-    request = urllib.request.Request(proxy + path, method=method)  # noqa: S310
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
-        result: dict[str, int] = json.loads(answer.read())
-        return result
 
 
 @contextlib.contextmanager
@@ -289,50 +228,37 @@ def main() -> int:
         f"{args.latency_ms:g} ms, {args.write_rate:g} writes/s per prefix, batched flush mode "
         f"{args.flush_mode}"
     )
-    with run_s3_server() as s3:
-        proxy_port = free_port()
-        proxy = f"http://127.0.0.1:{proxy_port}"
-        proxy_args = [
-            sys.executable, str(REPO / "benchmarks" / "_s3proxy.py"), "--port", str(proxy_port),
-            "--upstream", s3.endpoint, "--latency-ms", str(args.latency_ms),
-            "--write-rate", str(args.write_rate),
-        ]  # fmt: skip
-        with process(proxy_args):
-            wait_http(proxy + "/_proxy/stats")
-            options = {
-                **s3.storage_options,
-                "client_kwargs": {"endpoint_url": proxy, "region_name": "us-east-1"},
-            }
-            proxy_env = {**s3.env(), "AWS_ENDPOINT_URL": proxy, "AWS_ENDPOINT_URL_S3": proxy}
-            results: dict[str, dict[str, float]] = {}
-            bucket = s3.create_bucket()
-            log("direct markers ...")
-            results["direct"] = run_job(
-                "direct", files=args.files, writers=args.writers, bucket=bucket,
-                options=options, proxy=proxy, endpoint=None,
+    with proxied_s3(latency_ms=args.latency_ms, write_rate=args.write_rate) as store:
+        s3, proxy, options, proxy_env = store.s3, store.proxy, store.options, store.env()
+        results: dict[str, dict[str, float]] = {}
+        bucket = s3.create_bucket()
+        log("direct markers ...")
+        results["direct"] = run_job(
+            "direct", files=args.files, writers=args.writers, bucket=bucket,
+            options=options, proxy=proxy, endpoint=None,
+        )  # fmt: skip
+        bucket = s3.create_bucket()
+        log(f"batched markers (sidecar, {args.flush_mode}) ...")
+        with sidecar(free_port(), f"s3://{bucket}", proxy_env, args.flush_mode) as endpoint:
+            results["batched"] = run_job(
+                "batched", files=args.files, writers=args.writers, bucket=bucket,
+                options=options, proxy=proxy, endpoint=endpoint,
             )  # fmt: skip
-            bucket = s3.create_bucket()
-            log(f"batched markers (sidecar, {args.flush_mode}) ...")
-            with sidecar(free_port(), f"s3://{bucket}", proxy_env, args.flush_mode) as endpoint:
-                results["batched"] = run_job(
-                    "batched", files=args.files, writers=args.writers, bucket=bucket,
-                    options=options, proxy=proxy, endpoint=endpoint,
-                )  # fmt: skip
 
-            if not args.skip_latency:
-                per = max(20, args.files // args.writers // 10)
-                for mode in ("interval", "group-commit"):
-                    bucket = s3.create_bucket()
-                    with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
-                        lat = ack_latency(
-                            endpoint, f"s3://{bucket}/lat/_sparkguard/markers/{INSTANT}",
-                            writers=args.writers, per_writer=per,
-                        )  # fmt: skip
-                    log(
-                        f"ack latency on S3 proxy, {mode} (interval 50 ms), {args.writers} writers "
-                        f"x {per}: p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
-                        f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
-                    )
+        if not args.skip_latency:
+            per = max(20, args.files // args.writers // 10)
+            for mode in ("interval", "group-commit"):
+                bucket = s3.create_bucket()
+                with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
+                    lat = ack_latency(
+                        endpoint, f"s3://{bucket}/lat/_sparkguard/markers/{INSTANT}",
+                        writers=args.writers, per_writer=per,
+                    )  # fmt: skip
+                log(
+                    f"ack latency on S3 proxy, {mode} (interval 50 ms), {args.writers} writers "
+                    f"x {per}: p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
+                    f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
+                )
 
     if not args.skip_capacity:
         with tempfile.TemporaryDirectory(prefix="sg-capacity-") as root:

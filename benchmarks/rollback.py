@@ -1,70 +1,86 @@
 """Rollback of a failed write through its markers vs a listing-based orphan cleanup.
 
-    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/rollback.py [--quick] [--committed N]
-        [--failed M] [--url URL]
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/rollback.py [--quick] [--s3]
+        [--committed N] [--failed M] [--rounds R] [--latency-ms L]
 
 A table holds N committed files (100 per instant, over 100 partition directories); a failed
-write left M marked files. ``rollback_job`` (journal -> timeline -> markers) is timed against a
-cleanup that lists the whole table, reads every committed instant and deletes what no commit
-lists. Both start from the same state and must delete the same M files. Last line:
-``rollback: listing/markers = <x>x``.
+write left M marked files (direct markers). ``rollback_job`` (journal -> timeline -> markers) is
+timed against a cleanup that lists the whole table, reads every committed instant and deletes
+what no commit lists. Both start from the same state and must delete the same M files.
+
+Local disk by default; ``--s3`` puts the table on moto's S3 server behind
+``benchmarks/_s3proxy.py`` (``--latency-ms`` per request, default 20) and also counts the
+storage requests of each cleanup. The table is built straight on the server (not timed). Last
+line: ``rollback: listing/markers = <x>x``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
 os.environ.setdefault("PYTHONSAFEPATH", "1")
+
+from _common import log, proxied_s3
 
 from sparkguard.spark_lib import filemanager, journal, markers, paths, rollback, timeline
 
 JOB = "bench-job"
+PER_INSTANT = 100
+DIRS = 100
 
 
-def _build(url: str, committed: int, per_instant: int) -> None:
-    manager, table = filemanager.resolve(url)
+def _build(url: str, options: Mapping[str, Any], committed: int) -> None:
+    """N committed files in N/100 instants (setup: data written without the file manager)."""
+    manager, table = filemanager.resolve(url, storage_options=options)
     tl = timeline.Timeline(manager, table)
-    made = 0
-    n = 0
+    made = n = 0
     while made < committed:
         job = f"hist-{n:05d}"
         instant = tl.start(job, attempt=0, marker_type="DIRECT")
-        files = []
-        for i in range(min(per_instant, committed - made)):
-            rel = f"day={(made + i) % 100:03d}/part-{i:05d}-{job}-c000.parquet"
-            target = paths.join(table, rel)
-            manager.fs.makedirs(paths.parent(target), exist_ok=True)
-            manager.fs.pipe_file(target, b"x" * 16)  # setup only: no fsync needed
+        files, blobs = [], {}
+        for i in range(min(PER_INSTANT, committed - made)):
+            rel = f"day={(made + i) % DIRS:03d}/part-{i:05d}-{job}-c000.parquet"
+            blobs[paths.join(table, rel)] = b"x" * 16
             files.append(timeline.DataFile(path=rel, size=16, rows=1))
+        if "file" in manager.fs.protocol:
+            for target in blobs:
+                manager.fs.makedirs(paths.parent(target), exist_ok=True)
+        manager.fs.pipe(blobs)  # one call: concurrent on object stores
         tl.commit(instant, files, extra={"operation": "append"})
         made += len(files)
         n += 1
         if n % 100 == 0:
-            print(f"  built {made}/{committed} committed files", flush=True)
+            log(f"  built {made}/{committed} committed files")
 
 
-def _fail_write(url: str, journal_url: str, failed: int) -> None:
-    manager, table = filemanager.resolve(url)
+def _fail_write(url: str, options: Mapping[str, Any], journal_url: str, failed: int) -> None:
+    """A write that died: an inflight instant, its journal entry and M marked files."""
+    manager, table = filemanager.resolve(url, storage_options=options)
     tl = timeline.Timeline(manager, table)
     instant = tl.start(JOB, attempt=0, marker_type="DIRECT")
-    jmanager, jpath = filemanager.resolve(journal_url)
+    jmanager, jpath = filemanager.resolve(journal_url, storage_options=options)
     journal.Journal(jmanager, jpath, JOB).record(table=url, instant=instant, attempt=0)
     client = markers.DirectMarkerClient(manager)
     mdir = markers.marker_dir(table, instant)
     client.write_type(mdir)
     for i in range(failed):
-        rel = f"day={i % 100:03d}/part-{i:05d}-{JOB}-c000.parquet"
+        rel = f"day={i % DIRS:03d}/part-{i:05d}-{JOB}-c000.parquet"
         client.create(mdir, rel)
         manager.write_bytes(paths.join(table, rel), b"y" * 16, overwrite=True)
 
 
-def listing_cleanup(url: str) -> int:
+def listing_cleanup(url: str, options: Mapping[str, Any]) -> int:
     """Delete every data file no committed instant lists (the no-markers way)."""
-    manager, table = filemanager.resolve(url)
+    manager, table = filemanager.resolve(url, storage_options=options)
     tl = timeline.Timeline(manager, table)
     committed = set(tl.committed_files())
     on_disk: list[str] = []
@@ -87,43 +103,66 @@ def listing_cleanup(url: str) -> int:
     return len(orphans)
 
 
+@contextlib.contextmanager
+def _storage(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """(table base URL, storage options, the proxy or None) for the chosen store."""
+    if not args.s3:
+        base = tempfile.mkdtemp(prefix="sg-bench-rollback-")
+        try:
+            yield base, {}, None
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        return
+    with proxied_s3(latency_ms=args.latency_ms, write_rate=1e9) as store:
+        yield f"s3://{store.s3.create_bucket()}", store.options, store
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="10k committed, 100 failed")
+    parser.add_argument("--quick", action="store_true", help="10k committed, 100 failed, 1 round")
+    parser.add_argument("--s3", action="store_true", help="moto S3 server behind the proxy")
     parser.add_argument("--committed", type=int, default=100_000)
     parser.add_argument("--failed", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()
     committed, failed = (10_000, 100) if args.quick else (args.committed, args.failed)
     rounds = 1 if args.quick else args.rounds
-    base = tempfile.mkdtemp(prefix="sg-bench-rollback-")
-    url = f"{base}/table"
-    print(f"committed={committed} failed={failed} dir={base}", flush=True)
-    start = time.perf_counter()
-    _build(url, committed, 100)
-    print(f"built the table in {time.perf_counter() - start:.1f}s", flush=True)
-
-    best = {"markers": float("inf"), "listing": float("inf")}
-    for n in range(rounds):
-        journal_url = f"{base}/journal-m{n}"
-        _fail_write(url, journal_url, failed)
+    with _storage(args) as (base, options, proxy):
+        # Build and fail writes straight on the server; time the cleanups through the proxy.
+        setup_options = proxy.s3.storage_options if proxy else options
+        url = f"{base}/table"
+        where = f"S3 server + proxy ({args.latency_ms:g} ms/request)" if proxy else "local disk"
+        log(f"committed={committed} failed={failed} rounds={rounds} on {where}: {base}")
         start = time.perf_counter()
-        summary = rollback.rollback_job(JOB, journal_url)
-        elapsed = time.perf_counter() - start
-        assert summary.files_deleted == failed, summary
-        best["markers"] = min(best["markers"], elapsed)
-        print(f"round {n} markers rollback  {elapsed * 1000:9.1f} ms", flush=True)
+        _build(url, setup_options, committed)
+        log(f"built the table in {time.perf_counter() - start:.1f}s")
 
-        _fail_write(url, f"{base}/journal-l{n}", failed)
-        start = time.perf_counter()
-        deleted = listing_cleanup(url)
-        elapsed = time.perf_counter() - start
-        assert deleted == failed, deleted
-        best["listing"] = min(best["listing"], elapsed)
-        print(f"round {n} listing cleanup   {elapsed * 1000:9.1f} ms", flush=True)
-    shutil.rmtree(base, ignore_errors=True)
+        best = {"markers": float("inf"), "listing": float("inf")}
+        requests = {"markers": 0, "listing": 0}
+        for n in range(rounds):
+            for kind in ("markers", "listing"):
+                journal_url = f"{base}/journal-{kind}-{n}"
+                _fail_write(url, setup_options, journal_url, failed)
+                if proxy:
+                    proxy.reset()
+                start = time.perf_counter()
+                if kind == "markers":
+                    deleted = rollback.rollback_job(JOB, journal_url, storage_options=options)
+                    count = deleted.files_deleted
+                else:
+                    count = listing_cleanup(url, options)
+                elapsed = time.perf_counter() - start
+                assert count == failed, (kind, count)
+                used = proxy.stats().get("total", 0) if proxy else 0
+                requests[kind] = used
+                best[kind] = min(best[kind], elapsed)
+                extra = f", {used} storage requests" if proxy else ""
+                log(f"round {n} {kind:8s} cleanup {elapsed * 1000:10.1f} ms{extra}")
     ratio = best["listing"] / best["markers"]
     print(f"best: markers {best['markers'] * 1000:.1f} ms, listing {best['listing'] * 1000:.1f} ms")
+    if args.s3:
+        print(f"requests: markers {requests['markers']}, listing {requests['listing']}")
     print(f"rollback: listing/markers = {ratio:.1f}x")
     return 0
 
