@@ -28,6 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kube: needs the real kube-apiserver test bench (tests.kubebench)"
     )
+    if not config.pluginmanager.has_plugin("kubebench-tally"):
+        config.pluginmanager.register(_KubeTally(), "kubebench-tally")
 
 
 def _needs_bench(item: pytest.Item) -> bool:
@@ -76,3 +78,28 @@ def kube_bench(request: pytest.FixtureRequest) -> Iterator[KubeBench]:
         yield bench
     finally:
         bench.stop()
+
+
+class _KubeTally:
+    """Counts the outcomes of real-apiserver tests; says them at the end; a skip fails the run
+    (a skipped bench test would hide a missing toolchain)."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if "kube" in report.keywords and (report.when == "call" or report.outcome != "passed"):
+            self.outcomes[report.outcome] = self.outcomes.get(report.outcome, 0) + 1
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.outcomes:
+            line = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.outcomes.items()))
+            skipped = bool(self.outcomes.get("skipped"))
+            terminalreporter.write_line(
+                f"real kube-apiserver tests: {line}", red=skipped, green=not skipped
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.outcomes.get("skipped") and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
