@@ -3,8 +3,11 @@
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py [--quick] [--rows N] [--rounds R]
 
 The same cached DataFrame (int, long, double and string columns) is written alternately with
-``df.write.parquet`` and ``df.write.format("sparkguard")`` (markers and atomic publication
-included); the best round of each is compared. Last line:
+``df.write.parquet``, with a bare PySpark Arrow data source (one parquet file per task, written
+straight to its final name: no markers, no atomic publication, no fsync, no timeline) and with
+``df.write.format("sparkguard")``; the best round of each is compared. The bare source shows
+what PySpark's Python data source path costs by itself, so the gap to the built-in writer
+splits into "Python data source" and "sparkguard". Last line:
 ``writer: sparkguard/builtin throughput = <r>``.
 """
 
@@ -16,9 +19,50 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from typing import Any
 
 os.environ.setdefault("PYTHONSAFEPATH", "1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+KINDS = ("builtin", "python-source", "sparkguard")
+
+
+def bare_source() -> type[Any]:
+    """A minimal Arrow data source: what any Python writer pays, with no guarantees at all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class BareWriter(DataSourceArrowWriter):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            partition = context.partitionId() if context else 0
+            os.makedirs(self.path, exist_ok=True)
+            table = pa.Table.from_batches(list(iterator))
+            pq.write_table(table, f"{self.path}/part-{partition:05d}.parquet")
+            return WriterCommitMessage()
+
+        def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+            """Nothing to publish."""
+
+        def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+            """Nothing to clean (the bare writer leaves whatever it wrote)."""
+
+    class BareSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_bare"
+
+        def writer(self, schema: Any, overwrite: bool) -> BareWriter:
+            return BareWriter(str(self.options["path"]))
+
+    return BareSource
 
 
 def main() -> int:
@@ -45,6 +89,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     base = tempfile.mkdtemp(prefix="sg-bench-writer-")
     writer.register(spark, conf={"spark.sparkguard.journal": f"{base}/journal"})
+    spark.dataSource.register(bare_source())
     df = spark.range(0, rows, numPartitions=args.partitions).selectExpr(
         "id",
         "cast(id % 1000 as int) as a",
@@ -54,13 +99,15 @@ def main() -> int:
     df.cache().count()
     print(f"rows={rows} partitions={args.partitions} rounds={rounds} dir={base}", flush=True)
 
-    best = {"builtin": float("inf"), "sparkguard": float("inf")}
+    best = dict.fromkeys(KINDS, float("inf"))
     for n in range(rounds):
-        for kind in ("builtin", "sparkguard"):
+        for kind in KINDS:
             target = f"{base}/{kind}-{n}"
             start = time.perf_counter()
             if kind == "builtin":
                 df.write.mode("append").parquet(target)
+            elif kind == "python-source":
+                df.write.format("bench_bare").mode("append").save(target)
             else:
                 df.write.format("sparkguard").mode("append").option("jobId", f"bench-{n}").save(
                     target
@@ -68,15 +115,18 @@ def main() -> int:
             elapsed = time.perf_counter() - start
             best[kind] = min(best[kind], elapsed)
             print(
-                f"round {n} {kind:10s} {elapsed:7.2f}s  {rows / elapsed / 1e6:6.2f} M rows/s",
+                f"round {n} {kind:13s} {elapsed:7.2f}s  {rows / elapsed / 1e6:6.2f} M rows/s",
                 flush=True,
             )
             shutil.rmtree(target, ignore_errors=True)
     spark.stop()
     shutil.rmtree(base, ignore_errors=True)
-    ratio = best["builtin"] / best["sparkguard"]
-    print(f"best: builtin {best['builtin']:.2f}s, sparkguard {best['sparkguard']:.2f}s")
-    print(f"writer: sparkguard/builtin throughput = {ratio:.2f}")
+    print("best: " + ", ".join(f"{kind} {best[kind]:.2f}s" for kind in KINDS))
+    print(
+        f"python-source/builtin throughput = {best['builtin'] / best['python-source']:.2f}, "
+        f"sparkguard/python-source = {best['python-source'] / best['sparkguard']:.2f}"
+    )
+    print(f"writer: sparkguard/builtin throughput = {best['builtin'] / best['sparkguard']:.2f}")
     return 0
 
 
