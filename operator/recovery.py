@@ -183,6 +183,24 @@ def _annotations_patch(values: Mapping[str, str | None]) -> dict[str, Any]:
     return {"metadata": {"annotations": dict(values)}}
 
 
+def _final_conclusion(
+    phase: Phase, reason: Reason, *, message: str, annotations: Mapping[str, str | None]
+) -> Conclusion:
+    """A recovery that ends without a resubmission: the phase, the message, a Warning."""
+    return Conclusion(
+        phase=phase,
+        patch=_annotations_patch(
+            {
+                **annotations,
+                appmeta.PHASE: phase.value,
+                appmeta.NEXT_RETRY_AT: None,
+                appmeta.MESSAGE: message,
+            }
+        ),
+        event=EventSpec(type="Warning", reason=reason, message=message),
+    )
+
+
 def decide(  # noqa: PLR0911 - one return per row of the decision table
     app: Mapping[str, Any], *, now: datetime.datetime, config: config_.OperatorConfig
 ) -> Decision:
@@ -374,19 +392,11 @@ def conclude_rollback(
             f"job {options.job_id} failed after committing all its output ({done}); "
             "not resubmitted, since a rerun would only redo committed work"
         )
-        return Conclusion(
-            phase=Phase.COMMITTED_NOT_RESUBMITTED,
-            patch=_annotations_patch(
-                {
-                    **common,
-                    appmeta.PHASE: Phase.COMMITTED_NOT_RESUBMITTED.value,
-                    appmeta.NEXT_RETRY_AT: None,
-                    appmeta.MESSAGE: message,
-                }
-            ),
-            event=EventSpec(
-                type="Warning", reason=Reason.COMMITTED_NOT_RESUBMITTED, message=message
-            ),
+        return _final_conclusion(
+            Phase.COMMITTED_NOT_RESUBMITTED,
+            Reason.COMMITTED_NOT_RESUBMITTED,
+            message=message,
+            annotations=common,
         )
     if decision.action is Action.GIVE_UP:
         message = (
@@ -394,17 +404,8 @@ def conclude_rollback(
             f"{options.max_retries}: {done}; not resubmitted. Fix the job, then raise "
             f"{appmeta.MAX_RETRIES} or resubmit it yourself"
         )
-        return Conclusion(
-            phase=Phase.EXHAUSTED,
-            patch=_annotations_patch(
-                {
-                    **common,
-                    appmeta.PHASE: Phase.EXHAUSTED.value,
-                    appmeta.NEXT_RETRY_AT: None,
-                    appmeta.MESSAGE: message,
-                }
-            ),
-            event=EventSpec(type="Warning", reason=Reason.RETRIES_EXHAUSTED, message=message),
+        return _final_conclusion(
+            Phase.EXHAUSTED, Reason.RETRIES_EXHAUSTED, message=message, annotations=common
         )
     delay = backoff_delay(decision.attempt, base=options.backoff, cap=options.backoff_max)
     retry_at = now + datetime.timedelta(seconds=delay)
