@@ -278,7 +278,7 @@ class FileManager(abc.ABC):
             )
         return sorted(result, key=lambda info: info.path)
 
-    def list_files(self, path: str) -> list[FileInfo]:
+    def list_files(self, path: str) -> builtins.list[FileInfo]:
         """Every file below ``path``, at any depth (empty when there is none).
 
         One flat listing on object stores (a request per 1,000 keys, however deep the tree),
