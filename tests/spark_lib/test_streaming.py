@@ -4,7 +4,12 @@ checkpoint hold each input row exactly once, and readers never see half a batch.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +96,66 @@ def test_stream_killed_and_restarted_holds_each_row_once(spark: Any, tmp_path: P
     rollback.rollback_job("stream-1", str(tmp_path / "journal"))
     assert_no_strays(url)
     assert reader.read_table(spark, url).count() == FILES * PER_FILE
+
+
+STREAM_CHILD = """
+import sys
+from pyspark.sql import SparkSession
+from sparkguard.spark_lib import writer
+source, url, ckpt, journal, faults = sys.argv[1:6]
+spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.host", "127.0.0.1").getOrCreate())
+writer.register(spark, conf={"spark.sparkguard.jobId": "stream-killed",
+                             "spark.sparkguard.journal": journal})
+stream = spark.readStream.schema("id long, s string").option("maxFilesPerTrigger", 1).json(source)
+query = (stream.writeStream.format("sparkguard").option("path", url)
+         .option("checkpointLocation", ckpt).option(writer.FAULTS_OPTION, faults)
+         .trigger(availableNow=True).start())
+query.awaitTermination()
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_stream_driver_sigkilled_and_restarted_holds_each_row_once(tmp_path: Path) -> None:
+    """SIGKILL of the whole driver (JVM and Python workers) at random points, then restarts
+    from the checkpoint: every row exactly once, leftovers removed by the rollback."""
+    rng = random.Random(11)
+    source = _input(tmp_path)
+    url, ckpt, journal = str(tmp_path / "t"), str(tmp_path / "ckpt"), str(tmp_path / "journal")
+    points = ["stream:commit-start", "stream:after-commit", "task:mid-file", "task:after-file"]
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYSPARK_PYTHON": sys.executable}
+    kills = 0
+    for round_ in range(4):
+        signal_file = tmp_path / f"signal-{round_}"
+        fault = {
+            "point": rng.choice(points),
+            "action": "pause",
+            "signal": str(signal_file),
+            "once": str(tmp_path / f"once-{round_}"),
+        }
+        child = subprocess.Popen(
+            [sys.executable, "-c", STREAM_CHILD, str(source), url, ckpt, journal,
+             json.dumps([fault])],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 240
+        while not signal_file.exists() and child.poll() is None:
+            assert time.monotonic() < deadline, f"round {round_}: {fault} never fired"
+            time.sleep(0.2)
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            kills += 1
+        child.wait()
+        # Between restarts a reader sees whole batches only.
+        assert len(_ids_or_empty(url)) % PER_FILE == 0, fault
+    assert kills >= 2
+    finished = subprocess.run(
+        [sys.executable, "-c", STREAM_CHILD, str(source), url, ckpt, journal, "[]"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert "finished" in finished.stdout, finished.stderr[-3000:]
+    assert_exactly_once(url, range(FILES * PER_FILE))
+    rollback.rollback_job("stream-killed", journal)
+    assert_no_strays(url)
