@@ -16,6 +16,7 @@ markers, not with the table. Two formats live under ``<table>/_sparkguard/marker
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import re
 from collections.abc import Iterable
@@ -109,14 +110,36 @@ def read_type(manager: filemanager.FileManager, directory: str) -> MarkerType | 
     return parse_marker_type(content, key=paths.join(directory, TYPE_FILE))
 
 
-def read_marker_names(manager: filemanager.FileManager, directory: str) -> set[str]:
-    """Every marker name in ``directory``, from batched files and direct markers alike.
+@dataclasses.dataclass(frozen=True)
+class MarkerDirSnapshot:
+    """What one listing of a marker directory showed: its files and the marker names in them.
+
+    Rollback deletes the data files of :attr:`marked_files` and then exactly :attr:`files`
+    (:func:`delete_snapshot`), never a marker that appeared after the listing: such a late
+    marker (a zombie executor's) keeps the directory alive, so the next rollback pass finds it
+    and its file.
+    """
+
+    directory: str
+    files: tuple[str, ...]
+    names: frozenset[str]
+
+    @property
+    def marked_files(self) -> set[str]:
+        """The data files (relative to the table) the markers name."""
+        return {parse_marker_name(name)[0] for name in self.names}
+
+
+def snapshot_marker_dir(manager: filemanager.FileManager, directory: str) -> MarkerDirSnapshot:
+    """List ``directory`` once and read every marker in it, batched and direct alike.
 
     Reads what is there rather than trusting ``MARKERS.type``, so a missing, empty or wrong
     type file never hides a marker.
     """
     names: set[str] = set()
+    files = []
     for info in _walk(manager, directory):
+        files.append(info.path)
         relative = info.path[len(directory.rstrip("/")) + 1 :]
         base = paths.basename(relative)
         if filemanager.is_temp_name(base) or relative == TYPE_FILE:
@@ -129,22 +152,36 @@ def read_marker_names(manager: filemanager.FileManager, directory: str) -> set[s
             raise errors.CorruptFileError(
                 f"unexpected file {info.path} in marker directory {directory}; move it elsewhere"
             )
-    return names
+    return MarkerDirSnapshot(directory, tuple(files), frozenset(names))
+
+
+def read_marker_names(manager: filemanager.FileManager, directory: str) -> set[str]:
+    """Every marker name in ``directory``, from batched files and direct markers alike."""
+    return set(snapshot_marker_dir(manager, directory).names)
 
 
 def read_marked_files(manager: filemanager.FileManager, directory: str) -> set[str]:
     """The data files (relative to the table) marked in ``directory``, whatever the format."""
-    return {parse_marker_name(name)[0] for name in read_marker_names(manager, directory)}
+    return snapshot_marker_dir(manager, directory).marked_files
 
 
 def delete_marker_dir(manager: filemanager.FileManager, directory: str) -> int:
     """Delete every file of a marker directory; returns how many. Idempotent."""
     files = [info.path for info in _walk(manager, directory)]
+    return _delete_marker_files(manager, directory, files)
+
+
+def delete_snapshot(manager: filemanager.FileManager, snapshot: MarkerDirSnapshot) -> int:
+    """Delete exactly the files ``snapshot`` listed (not later ones); returns how many."""
+    return _delete_marker_files(manager, snapshot.directory, list(snapshot.files))
+
+
+def _delete_marker_files(manager: filemanager.FileManager, directory: str, files: list[str]) -> int:
     # Markers first, MARKERS.type last: an interrupted delete still reads as a marker dir.
     files.sort(key=lambda p: p.endswith("/" + TYPE_FILE))
     manager.delete_many(files)
     if manager.kind is not filemanager.Kind.DIRECT_PUT:
-        _remove_empty_dirs(manager, directory)
+        _remove_empty_dirs(manager, directory, files)
     return len(files)
 
 
@@ -154,9 +191,19 @@ def _walk(manager: filemanager.FileManager, directory: str) -> list[filemanager.
     return manager.list_files(directory)
 
 
-def _remove_empty_dirs(manager: filemanager.FileManager, directory: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        manager.fs.rm(directory, recursive=True)
+def _remove_empty_dirs(manager: filemanager.FileManager, directory: str, files: list[str]) -> None:
+    """Remove the now empty directories of the deleted markers, deepest first; a directory
+    that is not empty (a marker created since the listing) stays."""
+    root = directory.rstrip("/")
+    dirs = {root}
+    for path in files:
+        parent = paths.parent(path)
+        while len(parent) > len(root) and parent.startswith(root + "/"):
+            dirs.add(parent)
+            parent = paths.parent(parent)
+    for path in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
+        with contextlib.suppress(OSError):  # missing, or not empty
+            manager.fs.rmdir(path)
 
 
 class MarkerClient(Protocol):

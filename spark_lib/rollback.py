@@ -204,12 +204,14 @@ def rollback_instant(
         return InstantRollback(
             label, instant, Action.WOULD_ROLL_BACK, len(marked - kept), len(kept), 0
         )
-    # Claimed: the instant can no longer commit. Now read the markers and clean up.
-    marked = markers.read_marked_files(manager, mdir)
+    # Claimed: the instant can no longer commit. Now read the markers and clean up: exactly
+    # the markers read here, so a late marker survives for the next pass.
+    snapshot = markers.snapshot_marker_dir(manager, mdir)
+    marked = snapshot.marked_files
     kept = committed_names(tl, job_id=status.job_id, marked=marked)
     doomed = sorted(marked - kept)
     _delete(manager, tl.table, doomed, progress)
-    markers_deleted = markers.delete_marker_dir(manager, mdir)
+    markers_deleted = markers.delete_snapshot(manager, snapshot)
     previous = status.rolledback or {}
     tl.record_rolled_back(
         instant,
@@ -235,13 +237,14 @@ def _clean_committed(
     manager = tl.manager
     if not manager.exists(mdir):
         return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0)
-    marked = markers.read_marked_files(manager, mdir)
+    snapshot = markers.snapshot_marker_dir(manager, mdir)
+    marked = snapshot.marked_files
     kept = committed_names(tl, job_id=timeline.job_of_instant(instant), marked=marked)
     doomed = sorted(marked - kept)
     if dry_run:
         return InstantRollback(label, instant, Action.COMMITTED, len(doomed), len(kept), 0)
     _delete(manager, tl.table, doomed, None)
-    count = markers.delete_marker_dir(manager, mdir)
+    count = markers.delete_snapshot(manager, snapshot)
     return InstantRollback(label, instant, Action.COMMITTED, len(doomed), len(kept), count)
 
 
@@ -297,11 +300,12 @@ def clean_stream_dir(
     """
     winner = log.fence(batch_id, run=run)
     listed = {f.path for f in winner.files} if winner else set()
-    marked = markers.read_marked_files(tl.manager, directory)
+    snapshot = markers.snapshot_marker_dir(tl.manager, directory)
+    marked = snapshot.marked_files
     kept = marked & listed
     doomed = sorted(marked - listed)
     _delete(tl.manager, tl.table, doomed, progress)
-    count = markers.delete_marker_dir(tl.manager, directory)
+    count = markers.delete_snapshot(tl.manager, snapshot)
     action = Action.COMMITTED if winner and winner.run == run else Action.ROLLED_BACK
     name = f"stream:{log.job_id}:{batch_id}:{run}"
     return InstantRollback(label or tl.table, name, action, len(doomed), len(kept), count)

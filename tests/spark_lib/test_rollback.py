@@ -116,6 +116,31 @@ def test_zombie_driver_cannot_commit_and_second_pass_removes_late_files(
     assert_no_strays(url, options)
 
 
+def test_marker_made_during_a_rollback_survives_it_and_the_next_pass_deletes_its_file(
+    where: tuple[str, str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zombie executor marks and writes a file while the rollback deletes: the rollback
+    deletes only the markers it read, so the late marker keeps pointing at the late file."""
+    url, journal, options = where
+    w = _start(url, journal, options, "zombie-2", markerType="DIRECT")
+    _task(w, 0, PARTS[0])
+    real_delete = rollback._delete
+
+    def delete_with_a_zombie_in_between(*args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(rollback, "_delete", real_delete)  # once
+        _task(w, 1, PARTS[1])  # after the markers were read, before they are deleted
+        real_delete(*args, **kwargs)
+
+    monkeypatch.setattr(rollback, "_delete", delete_with_a_zombie_in_between)
+    first = rollback.rollback_job("zombie-2", journal, storage_options=options)
+    assert first.files_deleted == 1
+    second = rollback.rollback_job("zombie-2", journal, storage_options=options)
+    assert second.files_deleted == 1  # the late file, found through its surviving marker
+    assert_no_strays(url, options)
+    manager, table = filemanager.resolve(url, storage_options=options)
+    assert not manager.list_files(markers.marker_dir(table, w.instant))
+
+
 def test_rollback_keeps_names_a_commit_lists_after_a_failed_rewrite(
     where: tuple[str, str, dict[str, Any]],
 ) -> None:
