@@ -261,6 +261,9 @@ class _TaskFiles:
         self.next_seq: dict[str, int] = {}
         self.written: list[timeline.DataFile] = []
         self.data_schema: pa.Schema | None = None
+        #: bytes buffered by all open files, kept up to date (summing per piece of a batch
+        #: would cost O(open files) in the hot path of a partitioned write)
+        self.buffered_bytes = 0
 
     def fault(self, point: str) -> None:
         fire_faults(self.spec.faults, point, partition=self.partition, attempt=self.attempt)
@@ -282,6 +285,7 @@ class _TaskFiles:
 
     def close_file(self, directory: str) -> None:
         handle = self.open_files.pop(directory)
+        self.buffered_bytes -= handle.buffered_bytes
         assert self.data_schema is not None
         self.written.append(handle.finish(self.data_schema))
         self.fault("task:after-file")
@@ -294,7 +298,9 @@ class _TaskFiles:
             room = batch.num_rows - offset
             if limit > 0:
                 room = min(room, limit - handle.rows)
-            handle.add(batch.slice(offset, room))
+            before = handle.buffered_bytes
+            handle.add(batch.slice(offset, room))  # may flush the file's own buffer
+            self.buffered_bytes += handle.buffered_bytes - before
             offset += room
             self.bound_buffers()
             self.fault("task:mid-file")
@@ -303,11 +309,10 @@ class _TaskFiles:
 
     def bound_buffers(self) -> None:
         """Flush the largest buffers while the task's open files hold too much in memory."""
-        while len(self.open_files) > 1:
-            total = sum(h.buffered_bytes for h in self.open_files.values())
-            if total <= TASK_BUFFER_BYTES:
-                return
-            max(self.open_files.values(), key=lambda h: h.buffered_bytes).flush()
+        while self.buffered_bytes > TASK_BUFFER_BYTES and len(self.open_files) > 1:
+            largest = max(self.open_files.values(), key=lambda h: h.buffered_bytes)
+            self.buffered_bytes -= largest.buffered_bytes
+            largest.flush()
 
     def write_all(self, batches: Iterable[pa.RecordBatch]) -> tuple[timeline.DataFile, ...]:
         parts = self.spec.partition_by

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import filemanager, writer
+from sparkguard.spark_lib import config, filemanager, markers, writer
 
 
 def _batches(count: int, rows: int) -> list[pa.RecordBatch]:
@@ -43,25 +43,29 @@ def test_arrow_batches_become_one_row_group_like_spark_writes(tmp_path: Path) ->
 def test_open_files_of_one_task_stay_within_the_memory_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    manager, _ = filemanager.resolve(str(tmp_path))
+    table = str(tmp_path / "t")
     batches = _batches(8, 10_000)
     budget = 3 * batches[0].nbytes
     monkeypatch.setattr(writer, "TASK_BUFFER_BYTES", budget)
-    handles = {
-        d: writer._OpenFile(
-            f"{d}.parquet",
-            manager.create_atomic(str(tmp_path / f"{d}.parquet"), overwrite=True),
-            writer.FileFormat.PARQUET,
-        )
-        for d in ("a", "b")
-    }
-    files = writer._TaskFiles.__new__(writer._TaskFiles)
-    files.open_files = dict(handles)
+    spec = writer.SinkSpec(
+        settings=config.parse_settings(conf={"spark.sparkguard.jobId": "j"}),
+        table=table,
+        table_url=table,
+        marker_dir_url=markers.marker_dir(table, "20261123000000000-j"),
+        fmt=writer.FileFormat.PARQUET,
+        partition_by=("k",),
+        max_records=0,
+        faults=(),
+    )
+    files = writer._TaskFiles(spec, partition=0, attempt=0, token="j")
     for n, batch in enumerate(batches):
-        handles["ab"[n % 2]].add(batch)
-        files.bound_buffers()
-        assert sum(h.buffered_bytes for h in handles.values()) <= budget
-    for handle in handles.values():
-        handle.finish(batches[0].schema)
-    total = sum(pq.ParquetFile(tmp_path / f"{d}.parquet").metadata.num_rows for d in "ab")
+        files.add(f"k={'ab'[n % 2]}", batch)  # two open files, as a partitioned write has
+        buffered = sum(h.buffered_bytes for h in files.open_files.values())
+        assert files.buffered_bytes == buffered
+        assert buffered <= budget
+    files.data_schema = batches[0].schema
+    for directory in sorted(files.open_files):
+        files.close_file(directory)
+    assert files.buffered_bytes == 0
+    total = sum(pq.ParquetFile(Path(table, f.path)).metadata.num_rows for f in files.written)
     assert total == 80_000
