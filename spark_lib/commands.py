@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
-from sparkguard.spark_lib import errors, filemanager, markers, reader, rollback, timeline
+from sparkguard.spark_lib import config, errors, filemanager, markers, reader, rollback, timeline
 
 STORAGE_ENV: Final = "SPARKGUARD_STORAGE_OPTIONS"
 
@@ -27,18 +27,7 @@ def storage_options_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     """fsspec storage options from ``SPARKGUARD_STORAGE_OPTIONS`` (a purely computational
     function with no side-effects)."""
     raw = env.get(STORAGE_ENV, "").strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise errors.ConfigError(
-            f"{STORAGE_ENV} is not valid JSON ({exc}); give an object like "
-            '{"client_kwargs": {"endpoint_url": "http://minio:9000"}}'
-        ) from None
-    if not isinstance(value, dict):
-        raise errors.ConfigError(f"{STORAGE_ENV} must be a JSON object, got {type(value).__name__}")
-    return value
+    return config.parse_storage_options(raw, key=STORAGE_ENV) if raw else {}
 
 
 def _job_id(value: str) -> str:

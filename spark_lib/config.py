@@ -76,6 +76,31 @@ def _lookup(
     return None, conf_key
 
 
+def parse_non_negative_int(raw: str, *, error: str) -> int:
+    """``raw`` as an integer >= 0, else :class:`ConfigError` with ``error`` (pure)."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.ConfigError(error)
+    return value
+
+
+def parse_storage_options(raw: str, *, key: str) -> dict[str, Any]:
+    """fsspec storage options from the JSON object in ``raw``; errors name ``key`` (pure)."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise errors.ConfigError(
+            f"{key} is not valid JSON ({exc}); give a JSON object such as "
+            '{"client_kwargs": {"endpoint_url": "http://minio:9000"}}'
+        ) from None
+    if not isinstance(value, dict):
+        raise errors.ConfigError(f"{key} must be a JSON object, got {raw!r}")
+    return value
+
+
 def parse_settings(
     *, conf: Mapping[str, str], options: Mapping[str, str] | None = None
 ) -> WriteSettings:
@@ -96,14 +121,10 @@ def parse_settings(
     raw_attempt, where = _lookup("attempt", conf, options)
     attempt = 0
     if raw_attempt is not None:
-        try:
-            attempt = int(raw_attempt)
-        except ValueError:
-            attempt = -1
-        if attempt < 0:
-            raise errors.ConfigError(
-                f"{where}={raw_attempt!r} is not an attempt number; use an integer >= 0"
-            )
+        attempt = parse_non_negative_int(
+            raw_attempt,
+            error=f"{where}={raw_attempt!r} is not an attempt number; use an integer >= 0",
+        )
 
     raw_type, where = _lookup("marker_type", conf, options)
     marker_type = (
@@ -142,16 +163,7 @@ def parse_settings(
     create_mode = filemanager.parse_create_mode(raw_mode, key=where)
 
     raw_storage, where = _lookup("storage_options", conf, options)
-    storage: dict[str, Any] = {}
-    if raw_storage is not None:
-        try:
-            storage = json.loads(raw_storage)
-        except json.JSONDecodeError as exc:
-            raise errors.ConfigError(
-                f'{where} is not valid JSON ({exc}); give a JSON object such as {{"anon": false}}'
-            ) from None
-        if not isinstance(storage, dict):
-            raise errors.ConfigError(f"{where} must be a JSON object, got {raw_storage!r}")
+    storage = {} if raw_storage is None else parse_storage_options(raw_storage, key=where)
 
     return WriteSettings(
         job_id=job_id,

@@ -526,14 +526,10 @@ class SparkguardDataSource(DataSource):
         else:
             parts = tuple(p.strip() for p in raw_parts.split(",") if p.strip())
         raw_max = self._option("maxRecordsPerFile") or "0"
-        try:
-            max_records = int(raw_max)
-        except ValueError:
-            max_records = -1
-        if max_records < 0:
-            raise errors.ConfigError(
-                f"option 'maxRecordsPerFile'={raw_max!r} must be an integer >= 0 (0: no limit)"
-            )
+        max_records = config.parse_non_negative_int(
+            raw_max,
+            error=f"option 'maxRecordsPerFile'={raw_max!r} must be an integer >= 0 (0: no limit)",
+        )
         return url, fmt, parts, max_records, parse_faults(self._option(FAULTS_OPTION))
 
     def settings(self) -> config.WriteSettings:
