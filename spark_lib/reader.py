@@ -220,27 +220,21 @@ class StreamLog:
         entry of another run means the batch was already committed (a re-executed batch); an
         uncommitted entry is the fence that forbids ``run`` to commit.
         """
-
-        def propose(entries: list[StreamEntry]) -> StreamEntry | None:
-            if any(run in e.fenced_runs for e in entries):
-                return None
-            return StreamEntry(
-                batch_id=batch_id,
-                slot=len(entries),
-                run=run,
-                committed=True,
-                fenced_runs=(),
-                files=tuple(files),
-                order=now_key(),
-            )
-
-        return self._decide(batch_id, propose)
+        return self._propose(batch_id, run=run, commit=True, files=files)
 
     def fence(self, batch_id: int, *, run: str) -> StreamEntry | None:
         """Forbid ``run`` to commit ``batch_id`` unless a commit already decided the batch.
 
         Returns the batch's committed entry when one exists (then nothing is fenced), else None.
         """
+        decided = self._propose(batch_id, run=run, commit=False, files=())
+        return decided if decided.committed else None
+
+    def _propose(
+        self, batch_id: int, *, run: str, commit: bool, files: Sequence[timeline.DataFile]
+    ) -> StreamEntry:
+        """Add ``run``'s commit (or, ``commit=False``, a fence against it) as the batch's next
+        slot unless ``run`` is already fenced; returns the deciding entry."""
 
         def propose(entries: list[StreamEntry]) -> StreamEntry | None:
             if any(run in e.fenced_runs for e in entries):
@@ -248,15 +242,14 @@ class StreamLog:
             return StreamEntry(
                 batch_id=batch_id,
                 slot=len(entries),
-                run="rollback",
-                committed=False,
-                fenced_runs=(run,),
-                files=(),
+                run=run if commit else "rollback",
+                committed=commit,
+                fenced_runs=() if commit else (run,),
+                files=tuple(files),
                 order=now_key(),
             )
 
-        decided = self._decide(batch_id, propose)
-        return decided if decided.committed else None
+        return self._decide(batch_id, propose)
 
     def batch_ids(self) -> list[int]:
         """Batch ids that have at least one slot."""
