@@ -90,18 +90,10 @@ def assert_exactly_once(
 def data_files_on_storage(url: str, options: Mapping[str, Any] | None = None) -> set[str]:
     """Relative paths of every data file under the table (outside ``_sparkguard``)."""
     manager, base = filemanager.resolve(url, storage_options=options or {})
-    found: set[str] = set()
-    pending = [base]
-    while pending:
-        current = pending.pop()
-        for info in manager.list(current):
-            if info.name.startswith(("_", ".")):
-                continue
-            if info.is_dir:
-                pending.append(info.path)
-            else:
-                found.add(info.path[len(base.rstrip("/")) + 1 :])
-    return found
+    root = base.rstrip("/")
+    relative = (info.path[len(root) + 1 :] for info in manager.list_files(root))
+    # Spark's own listing skips names starting with "_" or "." at every level.
+    return {rel for rel in relative if not any(p.startswith(("_", ".")) for p in rel.split("/"))}
 
 
 def assert_no_strays(url: str, options: Mapping[str, Any] | None = None) -> None:
