@@ -188,22 +188,15 @@ def rollback_instant(
         return InstantRollback(label, instant, Action.NOTHING, 0, 0, 0)
     if state is timeline.State.COMMITTED:
         return _clean_committed(tl, instant, mdir, label=label, dry_run=dry_run)
-    if state is timeline.State.INFLIGHT:
-        if dry_run:
-            marked = markers.read_marked_files(manager, mdir)
-            kept = committed_names(tl, job_id=status.job_id, marked=marked)
-            return InstantRollback(
-                label, instant, Action.WOULD_ROLL_BACK, len(marked - kept), len(kept), 0
-            )
-        if not tl.claim_rollback(instant):
-            logger.info("instant %s was committed before rollback could claim it", instant)
-            return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0)
-    elif dry_run:
+    if dry_run:
         marked = markers.read_marked_files(manager, mdir)
         kept = committed_names(tl, job_id=status.job_id, marked=marked)
         return InstantRollback(
             label, instant, Action.WOULD_ROLL_BACK, len(marked - kept), len(kept), 0
         )
+    if state is timeline.State.INFLIGHT and not tl.claim_rollback(instant):
+        logger.info("instant %s was committed before rollback could claim it", instant)
+        return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0)
     # Claimed: the instant can no longer commit. Now read the markers and clean up: exactly
     # the markers read here, so a late marker survives for the next pass.
     snapshot = markers.snapshot_marker_dir(manager, mdir)
