@@ -25,6 +25,9 @@ for pkg in spark_lib sidecar operator; do
 done
 # Run from inside the layout: lint-imports puts the cwd first on sys.path.
 (cd "$layout" && PYTHONPATH="$PWD" lint-imports --no-cache --config ../../.importlinter)
+echo "== jvm: maven build + surefire (scripts/build-jvm.sh; a no-op when nothing changed)"
+# The JVM layer's jar ships inside the package (spark_lib/jars/) and the pytest tiers use it.
+scripts/build-jvm.sh >/dev/null
 echo "== pytest"
 # pytest exits 5 when it collected no tests: that fails this script like any other failure.
 exec python -m pytest "$@"
