@@ -11,8 +11,18 @@ Options (set by users)::
     sparkguard.io/storage-secret  Secret in the app's namespace with storage credentials
     sparkguard.io/journal         the job journal's URL (default: <journal root>/<namespace>)
 
+Opting in: the label ``sparkguard.io/enabled: "true"`` (it reaches the runs of a
+ScheduledSparkApplication, which copies labels but not annotations), or the annotation of the
+same name.
+
+Identity (written by admission once, at CREATE): ``sparkguard.io/owner`` =
+``k8s:<namespace>/<name>/<random id>``, the owner recorded in every instant the app writes.
+
 Progress (written by the operator, never by users): ``attempt``, ``phase``, ``handled-failure``,
 ``next-retry-at``, ``last-rollback``, ``message``.
+
+Values are strict: ASCII, no surrounding spaces, one canonical form (``3``, not ``+3``,
+`` 3 `` or ``03``); a message echoes at most the first 64 characters of a bad value.
 """
 
 from __future__ import annotations
@@ -53,6 +63,13 @@ PROGRESS_KEYS: Final = frozenset(
     {ATTEMPT, PHASE, HANDLED_FAILURE, NEXT_RETRY_AT, LAST_ROLLBACK, MESSAGE}
 )
 
+#: written by admission at CREATE, immutable afterwards; see :func:`storage_owner`
+OWNER_ANNOTATION: Final = PREFIX + "owner"
+IDENTITY_KEYS: Final = frozenset({OWNER_ANNOTATION})
+#: the opt-in label (and annotation) key
+ENABLED_LABEL: Final = ENABLED
+OWNER_SCHEME: Final = "k8s:"
+
 DEFAULT_MAX_RETRIES: Final = 3
 MAX_MAX_RETRIES: Final = 20
 DEFAULT_BACKOFF: Final = 30.0
@@ -61,7 +78,13 @@ LONGEST_BACKOFF: Final = 24 * 3600.0
 
 _JOB_ID_MAX: Final = 100
 _INVALID_JOB_CHARS: Final = re.compile(r"[^a-z0-9.-]+")
-_SECRET_NAME: Final = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+#: dot-separated DNS labels: no '..', '.-' or '-.' (one spelling per id); length checked apart
+_JOB_ID: Final = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+_SECRET_NAME: Final = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+_MAX_RETRIES: Final = re.compile(r"0|[1-9][0-9]?")
+_DURATION: Final = re.compile(r"0|[1-9][0-9]*|((0|[1-9][0-9]*)[hms])+")
+#: longest part of a bad value echoed in a message
+ECHO_LIMIT: Final = 64
 
 
 class MarkerType(enum.StrEnum):
@@ -119,6 +142,75 @@ def of(app: Mapping[str, Any]) -> Mapping[str, str]:
     return found if isinstance(found, Mapping) else {}
 
 
+def labels_of(app: Mapping[str, Any]) -> Mapping[str, str]:
+    """The labels of ``app`` (empty when it has none).
+
+    A purely computational function with no side-effects.
+    """
+    meta = app.get("metadata") or {}
+    found = meta.get("labels") or {}
+    return found if isinstance(found, Mapping) else {}
+
+
+def shown(raw: str) -> str:
+    """``raw`` quoted for a message, cut to :data:`ECHO_LIMIT` characters (length said).
+
+    A purely computational function with no side-effects.
+    """
+    if len(raw) <= ECHO_LIMIT:
+        return repr(raw)
+    return f"{raw[:ECHO_LIMIT]!r}... ({len(raw)} characters)"
+
+
+def opted_in(app: Mapping[str, Any]) -> bool:
+    """Whether ``app`` asks for sparkguard: the label or the annotation ``sparkguard.io/enabled``
+    is present and not ``"false"`` (a bad value counts as opted in, so it is reported).
+
+    A purely computational function with no side-effects.
+    """
+    return any(
+        value is not None and value != "false"
+        for value in (labels_of(app).get(ENABLED_LABEL), of(app).get(ENABLED))
+    )
+
+
+def storage_owner(metadata: Mapping[str, Any] | None) -> str | None:
+    """The owner this app's writes record in storage: its ``sparkguard.io/owner`` annotation.
+
+    A purely computational function with no side-effects. ``None`` when the app has none (an
+    app admitted before owners existed, or while the webhook was down): its instants then have
+    the default owner ``job:<jobId>``.
+    """
+    annotations = (metadata or {}).get("annotations") or {}
+    value = annotations.get(OWNER_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def new_owner(*, namespace: str, name: str, unique: str) -> str:
+    """The owner admission gives an app at CREATE: ``k8s:<namespace>/<name>/<unique>``.
+
+    A purely computational function with no side-effects. ``unique`` is a fresh random id per
+    created object (its uid is not assigned yet during mutating admission), so an app deleted
+    and recreated under the same name is another owner.
+    """
+    return f"{OWNER_SCHEME}{namespace}/{name}/{unique}"
+
+
+def validate_job_id(raw: str) -> str:
+    """``raw`` if it is a job id in its one canonical form, else raise ``ValueError``.
+
+    A purely computational function with no side-effects. 1-100 ASCII characters, dot-separated
+    parts of ``a-z 0-9 -`` that start and end with a letter or digit (so no ``..``).
+    """
+    if len(raw) > _JOB_ID_MAX or not raw.isascii() or not _JOB_ID.fullmatch(raw):
+        raise ValueError(
+            f"is {shown(raw)}; write 1-{_JOB_ID_MAX} lower-case letters, digits and '-', in parts "
+            "separated by single dots, each starting and ending with a letter or digit "
+            "(e.g. 'nightly-sales.2026')"
+        )
+    return timeline.validate_job_id(raw, what="the job id")
+
+
 def derive_job_id(*, namespace: str, name: str) -> str:
     """The default job id of the app ``namespace/name``: ``<namespace>.<name>``.
 
@@ -129,38 +221,54 @@ def derive_job_id(*, namespace: str, name: str) -> str:
     """
     full = f"{namespace}.{name}"
     cleaned = _INVALID_JOB_CHARS.sub("-", full.lower()).strip(".-")
-    if cleaned == full and len(cleaned) <= _JOB_ID_MAX:
-        return timeline.validate_job_id(cleaned)
+    if cleaned == full and len(cleaned) <= _JOB_ID_MAX and _JOB_ID.fullmatch(cleaned):
+        return validate_job_id(cleaned)
     # Lossy: a hash of the original keeps two different apps from sharing an id.
     digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    cleaned = re.sub(r"[.-]*\.[.-]*", ".", cleaned)  # no '..', '.-', '-.'
     cleaned = cleaned[: _JOB_ID_MAX - len(digest) - 1].rstrip(".-")
     cleaned = f"{cleaned}-{digest}" if cleaned else digest
-    return timeline.validate_job_id(cleaned)
+    return validate_job_id(cleaned)
 
 
 def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
     """Read the options of ``app`` from its annotations, with defaults from ``config``.
 
-    A purely computational function with no side-effects. An app is opted in when
-    ``sparkguard.io/enabled`` is present and not ``"false"``; every problem names the
-    annotation and how to fix it.
+    A purely computational function with no side-effects. An app is opted in when the label or
+    the annotation ``sparkguard.io/enabled`` is present and not ``"false"`` (see
+    :func:`opted_in`); every problem names the label or annotation and how to fix it.
     """
-    values = of(app)
-    raw_enabled = values.get(ENABLED)
-    if raw_enabled is None or raw_enabled.strip().lower() == "false":
+    if not opted_in(app):
         return Parsed(enabled=False)
+    values = of(app)
     problems: list[Problem] = []
-    if raw_enabled.strip().lower() != "true":
-        problems.append(Problem(ENABLED, f'is {raw_enabled!r}; write "true" or "false"'))
+    label, annotation = labels_of(app).get(ENABLED_LABEL), values.get(ENABLED)
+    for field, raw in ((f"metadata.labels[{ENABLED_LABEL}]", label), (ENABLED, annotation)):
+        if raw is not None and raw not in ("true", "false"):
+            problems.append(Problem(field, f'is {shown(raw)}; write "true" or "false"'))
+    if label is not None and annotation is not None and label != annotation:
+        problems.append(
+            Problem(
+                ENABLED,
+                f"the label says {shown(label)} and the annotation {shown(annotation)}; "
+                "keep only the label",
+            )
+        )
 
+    known_keys = OPTION_KEYS | PROGRESS_KEYS | IDENTITY_KEYS
     for key in sorted(values):
-        if key.startswith(PREFIX) and key not in OPTION_KEYS and key not in PROGRESS_KEYS:
+        if key.startswith(PREFIX) and key not in known_keys:
             known = ", ".join(sorted(k.removeprefix(PREFIX) for k in OPTION_KEYS))
             problems.append(
                 Problem(
                     key, f"is not a sparkguard annotation; known options under {PREFIX}: {known}"
                 )
             )
+    for key in sorted(OPTION_KEYS - {ENABLED}):
+        raw = values.get(key)
+        if raw is not None and (raw != raw.strip() or not raw):
+            problems.append(Problem(key, f"is {shown(raw)}; write it without surrounding spaces"))
+    values = {k: v for k, v in values.items() if not (k in OPTION_KEYS and v != v.strip())}
 
     meta = app.get("metadata") or {}
     job_id = _parse_job_id(values.get(JOB_ID), meta=meta, problems=problems)
@@ -214,8 +322,8 @@ def _parse_job_id(
 ) -> str | None:
     if raw is not None:
         try:
-            return timeline.validate_job_id(raw.strip(), what="the job id")
-        except lib_errors.ConfigError as exc:
+            return validate_job_id(raw)
+        except (ValueError, lib_errors.ConfigError) as exc:
             problems.append(Problem(JOB_ID, str(exc)))
             return None
     namespace, name = meta.get("namespace"), meta.get("name")
@@ -234,13 +342,15 @@ def _parse_job_id(
 def _parse_max_retries(raw: str | None, *, problems: list[Problem]) -> int | None:
     if raw is None:
         return DEFAULT_MAX_RETRIES
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = -1
+    # fullmatch on ASCII digits: int() would take ' 3 ', '+3', '03' and '٣'
+    value = int(raw) if raw.isascii() and _MAX_RETRIES.fullmatch(raw) else -1
     if not 0 <= value <= MAX_MAX_RETRIES:
         problems.append(
-            Problem(MAX_RETRIES, f"is {raw!r}; write a whole number 0..{MAX_MAX_RETRIES}")
+            Problem(
+                MAX_RETRIES,
+                f"is {shown(raw)}; write a whole number 0..{MAX_MAX_RETRIES} "
+                "(digits only, no sign or leading zero)",
+            )
         )
         return None
     return value
@@ -251,13 +361,22 @@ def _parse_backoff(
 ) -> float | None:
     if raw is None:
         return default
+    if not raw.isascii() or not _DURATION.fullmatch(raw):
+        problems.append(
+            Problem(
+                key,
+                f"is {shown(raw)}; write whole seconds ('45') or units h/m/s ('30s', '2m', "
+                "'1h30m'), ASCII digits without spaces or signs",
+            )
+        )
+        return None
     try:
         value = durations.parse_duration(raw)
     except ValueError as exc:
         problems.append(Problem(key, str(exc)))
         return None
     if value > LONGEST_BACKOFF:
-        problems.append(Problem(key, f"is {raw!r}; write at most 24h"))
+        problems.append(Problem(key, f"is {shown(raw)}; write at most 24h"))
         return None
     return value
 
@@ -266,22 +385,22 @@ def _parse_marker_type(raw: str | None, *, problems: list[Problem]) -> MarkerTyp
     if raw is None:
         return MarkerType.TIMELINE_SERVER
     try:
-        return MarkerType(raw.strip().lower())
+        return MarkerType(raw)
     except ValueError:
         allowed = " or ".join(f'"{m.value}"' for m in MarkerType)
-        problems.append(Problem(MARKER_TYPE, f"is {raw!r}; write {allowed}"))
+        problems.append(Problem(MARKER_TYPE, f"is {shown(raw)}; write {allowed}"))
         return None
 
 
 def _parse_secret(raw: str | None, *, problems: list[Problem]) -> str | None:
     if raw is None:
         return None
-    if not _SECRET_NAME.match(raw.strip()):
+    if not raw.isascii() or not _SECRET_NAME.fullmatch(raw):
         problems.append(
-            Problem(STORAGE_SECRET, f"is {raw!r}; name a Secret in the app's namespace")
+            Problem(STORAGE_SECRET, f"is {shown(raw)}; name a Secret in the app's namespace")
         )
         return None
-    return raw.strip()
+    return raw
 
 
 def _parse_journal(
@@ -292,11 +411,16 @@ def _parse_journal(
     problems: list[Problem],
 ) -> str | None:
     if raw is not None:
-        value = raw.strip().rstrip("/")
-        if not value or ("://" not in value and not value.startswith("/")):
+        value = raw.rstrip("/")
+        if (
+            not value
+            or ("://" not in value and not value.startswith("/"))
+            or any(c.isspace() or not c.isprintable() for c in value)
+        ):
             problems.append(
                 Problem(
-                    JOURNAL, f"is {raw!r}; write a URL such as 's3://bucket/sparkguard/journal'"
+                    JOURNAL,
+                    f"is {shown(raw)}; write a URL such as 's3://bucket/sparkguard/journal'",
                 )
             )
             return None

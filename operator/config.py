@@ -77,6 +77,9 @@ class OperatorConfig:
     #: Secret (in each app's namespace) holding the marker sidecar's bearer token
     sidecar_token_secret: str = "sparkguard-marker-token"  # noqa: S105 - a Secret's name
     sidecar_token_key: str = "token"  # noqa: S105 - a key's name
+    #: marker sidecar as a native sidecar (initContainer, restartPolicy Always): True, False,
+    #: or None = when the API server is Kubernetes >= 1.29 (asked once at the first admission)
+    sidecar_native: bool | None = None
     #: default journal location; an app's journal is ``<journal_root>/<namespace>``
     journal_root: str | None = None
     metrics_addr: str = "0.0.0.0"  # noqa: S104 - scraped from other pods
@@ -149,6 +152,15 @@ def _failure_policy(value: str) -> bool:
     if value.strip() == "Fail":
         return False
     raise ValueError("must be 'Fail' (deny while the operator is down) or 'Ignore'")
+
+
+def _auto_bool(value: str) -> bool | None:
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        return _bool(value)
+    except ValueError:
+        raise ValueError("must be 'auto', 'true' or 'false'") from None
 
 
 def _namespaces(value: str) -> tuple[str, ...]:
@@ -228,6 +240,7 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "sidecar_allowed_roots": ("SIDECAR_ALLOWED_ROOTS", _roots),
     "sidecar_token_secret": ("SIDECAR_TOKEN_SECRET", _k8s_name),
     "sidecar_token_key": ("SIDECAR_TOKEN_KEY", _text),
+    "sidecar_native": ("SIDECAR_NATIVE", _auto_bool),
     "journal_root": ("JOURNAL_ROOT", _journal_root),
     "metrics_addr": ("METRICS_ADDR", _text),
     "metrics_port": ("METRICS_PORT", _port(allow_zero=True)),

@@ -18,6 +18,7 @@ import kopf
 from aiohttp import web
 
 from sparkguard.operator import (
+    admission,
     appmeta,
     errors,
     kube,
@@ -62,6 +63,7 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
             await servers.pop().cleanup()
 
     if config.webhook_mode is not config_.WebhookMode.DISABLED:
+        admission_ = admission.Admission(config, runtime.kube.api_client)
 
         @kopf.on.mutate(
             mutation.GROUP,
@@ -80,8 +82,8 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
             **kwargs: Any,
         ) -> None:
             old: Mapping[str, Any] | None = kwargs.get("old")
-            verdict = mutation.review(
-                _plain(body), old=_plain(old) if old is not None else None, config=config
+            verdict = await admission_.review(
+                _plain(body), old=_plain(old) if old is not None else None
             )
             if not verdict.allowed:
                 logger.info("denied: %s", verdict.message)
@@ -94,7 +96,8 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
         mutation.GROUP,
         mutation.VERSION,
         mutation.PLURAL,
-        annotations={appmeta.ENABLED: kopf.PRESENT},
+        # the label (scheduled runs carry it) or the annotation
+        when=lambda body, **_: appmeta.opted_in(body),
         registry=registry,
     )
     async def on_event(

@@ -5,8 +5,11 @@ The additions (see docs/operator.md)::
     spec.sparkConf        spark.sparkguard.{jobId,attempt,markers.type,markers.endpoint,
                           markers.tokenFile,journal}
     spec.driver.sidecars  the marker sidecar (timeline-server markers only)
+    spec.driver.initContainers              the marker sidecar as a native sidecar
+                          (restartPolicy Always, Kubernetes >= 1.29) instead, when asked
     spec.{driver,executor}.initContainers   the library, copied into a shared emptyDir
     spec.driver.initContainers              a rollback of what an earlier attempt left
+    metadata.annotations  sparkguard.io/owner at CREATE (see :func:`review`), job-id
     spec.volumes, volumeMounts, PYTHONPATH  the library (and the sidecar token) in every pod
 
 Everything here is pure: plain dicts in, plain dicts out. Mutating an already-mutated app
@@ -34,6 +37,7 @@ CONF_MARKERS_TYPE: Final = "spark.sparkguard.markers.type"
 CONF_MARKERS_ENDPOINT: Final = "spark.sparkguard.markers.endpoint"
 CONF_MARKERS_TOKEN_FILE: Final = "spark.sparkguard.markers.tokenFile"  # noqa: S105 - a key
 CONF_JOURNAL: Final = "spark.sparkguard.journal"
+CONF_OWNER: Final = "spark.sparkguard.owner"
 #: substituted by the library with ``spark.driver.host`` at runtime: Spark's driver service is
 #: headless, so executors reach the driver pod (and its sidecar) on any port
 DRIVER_HOST_PLACEHOLDER: Final = "{driverHost}"
@@ -54,6 +58,8 @@ class Review:
     allowed: bool
     patch: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     problems: tuple[appmeta.Problem, ...] = ()
+    #: the effective job id of an opted-in app that was allowed (for the duplicate check)
+    job_id: str | None = None
 
     @property
     def message(self) -> str:
@@ -71,10 +77,15 @@ def marker_endpoint(config: config_.OperatorConfig) -> str:
     return f"http://{DRIVER_HOST_PLACEHOLDER}:{config.sidecar_port}"
 
 
-def build_sidecar(options: appmeta.Options, *, config: config_.OperatorConfig) -> dict[str, Any]:
+def build_sidecar(
+    options: appmeta.Options, *, config: config_.OperatorConfig, native: bool = False
+) -> dict[str, Any]:
     """The marker sidecar container for the driver pod.
 
-    A purely computational function with no side-effects.
+    A purely computational function with no side-effects. ``native``: as a Kubernetes native
+    sidecar (an initContainer with ``restartPolicy: Always``, Kubernetes >= 1.29), which the
+    kubelet stops once the driver container has ended, so the pod reaches Succeeded/Failed;
+    its startupProbe holds the driver back until the sidecar serves.
     """
     port = config.sidecar_port
     resources: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
@@ -110,6 +121,13 @@ def build_sidecar(options: appmeta.Options, *, config: config_.OperatorConfig) -
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": port}, "periodSeconds": 2},
         "volumeMounts": [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}],
     }
+    if native:
+        container["restartPolicy"] = "Always"
+        container["startupProbe"] = {
+            "httpGet": {"path": "/readyz", "port": port},
+            "periodSeconds": 1,
+            "failureThreshold": 60,
+        }
     _add_storage_env(container, options)
     _add_pull_policy(container, config)
     return container
@@ -131,11 +149,12 @@ def build_lib_init(*, config: config_.OperatorConfig) -> dict[str, Any]:
 
 
 def build_rollback_init(
-    options: appmeta.Options, *, config: config_.OperatorConfig
+    options: appmeta.Options, *, config: config_.OperatorConfig, owner: str | None = None
 ) -> dict[str, Any]:
     """The driver's initContainer that rolls back whatever an earlier attempt left uncommitted.
 
-    A purely computational function with no side-effects.
+    A purely computational function with no side-effects. With ``owner`` (the app's
+    ``sparkguard.io/owner``) only instants of that owner are rolled back.
     """
     container: dict[str, Any] = {
         "name": ROLLBACK_INIT_NAME,
@@ -147,6 +166,7 @@ def build_rollback_init(
             options.job_id,
             "--journal",
             options.journal,
+            *(["--owner", owner] if owner else []),
         ],
     }
     _add_storage_env(container, options)
@@ -164,7 +184,9 @@ def _add_pull_policy(container: dict[str, Any], config: config_.OperatorConfig) 
         container["imagePullPolicy"] = config.image_pull_policy
 
 
-def build_conf(options: appmeta.Options, *, config: config_.OperatorConfig) -> dict[str, str]:
+def build_conf(
+    options: appmeta.Options, *, config: config_.OperatorConfig, owner: str | None = None
+) -> dict[str, str]:
     """The ``spark.sparkguard.*`` entries sparkguard puts in ``spec.sparkConf`` (attempt 0).
 
     A purely computational function with no side-effects.
@@ -175,6 +197,8 @@ def build_conf(options: appmeta.Options, *, config: config_.OperatorConfig) -> d
         CONF_MARKERS_TYPE: options.marker_type.conf_value,
         CONF_JOURNAL: options.journal,
     }
+    if owner:
+        conf[CONF_OWNER] = owner
     if options.marker_type is appmeta.MarkerType.TIMELINE_SERVER:
         conf[CONF_MARKERS_ENDPOINT] = marker_endpoint(config)
         conf[CONF_MARKERS_TOKEN_FILE] = token_file(config)
@@ -189,12 +213,18 @@ _STRICT_CONF: Final = {
 }
 
 
-def mutate(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[str, Any]:
+def mutate(
+    app: Mapping[str, Any], *, config: config_.OperatorConfig, native_sidecar: bool = False
+) -> dict[str, Any]:
     """A copy of ``app`` with everything sparkguard needs added (or an unchanged copy).
 
     A purely computational function with no side-effects. Apps that did not opt in come back
     unchanged. Raises :class:`errors.InvalidApplicationError` listing every bad annotation or
-    conflicting field. ``mutate(mutate(app)) == mutate(app)``.
+    conflicting field. ``mutate(mutate(app)) == mutate(app)``. The owner comes from the
+    ``sparkguard.io/owner`` annotation (written by :func:`review` at CREATE): it is set in
+    ``spark.sparkguard.owner`` and the rollback initContainer's ``--owner``, overwriting any
+    other value there. ``native_sidecar`` puts a new marker sidecar among the driver's
+    initContainers (a sidecar of ours already in either list stays where it is).
     """
     result = copy.deepcopy(dict(app))
     parsed = appmeta.parse(result, config=config)
@@ -208,9 +238,13 @@ def mutate(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[st
     meta = _dict_at(result, "metadata")
     meta_annotations = _dict_at(meta, "annotations")
     meta_annotations.setdefault(appmeta.JOB_ID, options.job_id)
+    owner = appmeta.storage_owner(meta)
 
     spec = _dict_at(result, "spec")
-    _ensure_conf(_dict_at(spec, "sparkConf"), build_conf(options, config=config), problems)
+    conf = _dict_at(spec, "sparkConf")
+    _ensure_conf(conf, build_conf(options, config=config, owner=owner), problems)
+    if owner:
+        conf[CONF_OWNER] = owner  # ours alone: a copied manifest's stale owner is replaced
 
     timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
     volumes = [{"name": LIB_VOLUME, "emptyDir": {}}]
@@ -251,17 +285,19 @@ def mutate(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[st
     _ensure_named(
         driver,
         "initContainers",
-        build_rollback_init(options, config=config),
+        build_rollback_init(options, config=config, owner=owner),
         field="spec.driver.initContainers",
         compare=_same_image,
         problems=problems,
+        ours=("command",),  # its arguments follow the annotations and the owner
     )
     if timeline_server:
+        in_list = _sidecar_list(driver, native=native_sidecar)
         _ensure_named(
             driver,
-            "sidecars",
-            build_sidecar(options, config=config),
-            field="spec.driver.sidecars",
+            in_list,
+            build_sidecar(options, config=config, native=in_list == "initContainers"),
+            field=f"spec.driver.{in_list}",
             compare=_same_image,
             problems=problems,
         )
@@ -271,13 +307,15 @@ def mutate(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[st
     return result
 
 
-def build_patch(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> dict[str, Any]:
+def build_patch(
+    app: Mapping[str, Any], *, config: config_.OperatorConfig, native_sidecar: bool = False
+) -> dict[str, Any]:
     """The JSON merge patch (RFC 7386) that turns ``app`` into ``mutate(app)``.
 
     A purely computational function with no side-effects. Empty when there is nothing to add,
     in particular for an already-mutated app. Lists appear whole, as merge patches require.
     """
-    return merge_diff(app, mutate(app, config=config))
+    return merge_diff(app, mutate(app, config=config, native_sidecar=native_sidecar))
 
 
 def review(
@@ -285,19 +323,70 @@ def review(
     *,
     old: Mapping[str, Any] | None,
     config: config_.OperatorConfig,
+    owner_id: str,
+    native_sidecar: bool = False,
 ) -> Review:
     """Decide an admission request for ``app`` (``old`` is the stored object on UPDATE).
 
     A purely computational function with no side-effects. Bad annotations are denied, except
     on an UPDATE that leaves sparkguard's annotations as they were: an app stored while the
     webhook was down must stay editable (the operator marks it Invalid instead).
+
+    The owner: at CREATE an opted-in app gets ``sparkguard.io/owner`` =
+    ``k8s:<namespace>/<name>/<owner_id>`` (``owner_id`` fresh and random per request; a value
+    the manifest brought along, e.g. copied from another app, is replaced, with a warning). On
+    UPDATE it is immutable: dropped (a ``kubectl replace`` from the original manifest) it is
+    restored; changed or added it is denied.
     """
+    prepared = copy.deepcopy(dict(app))
+    notes: list[appmeta.Problem] = []
+    if appmeta.opted_in(prepared):
+        meta = _dict_at(prepared, "metadata")
+        annotations = _dict_at(meta, "annotations")
+        now = appmeta.storage_owner(meta)
+        if old is None:
+            fresh = appmeta.new_owner(
+                namespace=str(meta.get("namespace") or ""),
+                name=str(meta.get("name") or meta.get("generateName") or ""),
+                unique=owner_id,
+            )
+            annotations[appmeta.OWNER_ANNOTATION] = fresh
+            if now is not None:
+                notes.append(
+                    appmeta.Problem(
+                        appmeta.OWNER_ANNOTATION,
+                        f"was {appmeta.shown(now)}; sparkguard writes it at creation, so this "
+                        "new app got its own owner",
+                    )
+                )
+        else:
+            before = appmeta.storage_owner(old.get("metadata") or {})
+            if now is None and before is not None:
+                annotations[appmeta.OWNER_ANNOTATION] = before  # restored: it never changes
+            elif now != before:
+                was = appmeta.shown(before) if before else "not set"
+                return Review(
+                    allowed=False,
+                    problems=(
+                        appmeta.Problem(
+                            appmeta.OWNER_ANNOTATION,
+                            f"is {appmeta.shown(str(now))} but was {was}; sparkguard writes it "
+                            "once, at creation: remove it from your change",
+                        ),
+                    ),
+                )
     try:
-        return Review(allowed=True, patch=build_patch(app, config=config))
+        mutated = mutate(prepared, config=config, native_sidecar=native_sidecar)
     except errors.InvalidApplicationError as exc:
         if old is not None and _options_of(old) == _options_of(app):
             return Review(allowed=True, problems=exc.problems)
         return Review(allowed=False, problems=exc.problems)
+    job_id = None
+    if appmeta.opted_in(mutated):
+        job_id = appmeta.of(mutated).get(appmeta.JOB_ID)
+    return Review(
+        allowed=True, patch=merge_diff(app, mutated), problems=tuple(notes), job_id=job_id
+    )
 
 
 def merge_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -365,6 +454,16 @@ def _ensure_conf(
             )
 
 
+def _sidecar_list(driver: Mapping[str, Any], *, native: bool) -> str:
+    """Where the marker sidecar goes: where it already is, else as ``native`` says."""
+    for key in ("sidecars", "initContainers"):
+        if any(
+            isinstance(c, Mapping) and c.get("name") == SIDECAR_NAME for c in driver.get(key) or ()
+        ):
+            return key
+    return "initContainers" if native else "sidecars"
+
+
 def _dict_at(parent: dict[str, Any], key: str) -> dict[str, Any]:
     value = parent.get(key)
     if not isinstance(value, dict):
@@ -406,14 +505,21 @@ def _ensure_named(
     field: str,
     compare: Any,
     problems: list[appmeta.Problem],
+    ours: tuple[str, ...] = (),
 ) -> None:
     items = _list_at(parent, key)
     for existing in items:
-        if isinstance(existing, Mapping) and existing.get("name") == item["name"]:
+        if isinstance(existing, dict) and existing.get("name") == item["name"]:
             complaint = compare(existing, item)
             if complaint:
                 problems.append(appmeta.Problem(f"{field}[{item['name']}]", complaint))
-            return  # a matching user entry is respected as it is
+                return
+            # a matching user entry is respected as it is, except for the fields only we set
+            for name in ours:
+                existing[name] = copy.deepcopy(item[name])
+            if ours:
+                existing.pop("args", None)
+            return
     items.append(item)
 
 

@@ -161,3 +161,82 @@ def test_format_duration() -> None:
         "1h",
         "1h2m3s",
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (appmeta.MAX_RETRIES, " 3 "),
+        (appmeta.MAX_RETRIES, "+3"),
+        (appmeta.MAX_RETRIES, "\u0663"),  # ARABIC-INDIC DIGIT THREE: int() reads it as 3
+        (appmeta.MAX_RETRIES, "03"),
+        (appmeta.JOB_ID, "a..b"),
+        (appmeta.JOB_ID, "a.-b"),
+        (appmeta.JOB_ID, "sales\n"),
+        (appmeta.JOB_ID, " sales"),
+        (appmeta.BACKOFF, " 30s"),
+        (appmeta.BACKOFF, "\u0663\u0660s"),
+        (appmeta.BACKOFF, "+30"),
+        (appmeta.BACKOFF_MAX, "010m"),
+        (appmeta.ENABLED, "True"),
+        (appmeta.MARKER_TYPE, "Direct"),
+        (appmeta.STORAGE_SECRET, "creds\n"),
+        (appmeta.JOURNAL, "s3://bucket/my journal"),
+    ],
+)
+def test_values_have_one_canonical_ascii_form(
+    config: config_.OperatorConfig, key: str, value: str
+) -> None:
+    parsed = appmeta.parse(spark_app(annotations={key: value}), config=config)
+    assert parsed.options is None, f"{key}={value!r} was accepted"
+    assert [p.field for p in parsed.problems] == [key]
+
+
+def test_a_long_bad_value_is_echoed_cut() -> None:
+    bad = "x" * 499 + "_"
+    parsed = appmeta.parse(
+        spark_app(annotations={appmeta.JOB_ID: bad}),
+        config=config_.OperatorConfig(journal_root="s3://j"),
+    )
+    (problem,) = parsed.problems
+    assert "x" * 64 in str(problem)
+    assert "x" * 65 not in str(problem)
+    assert "(500 characters)" in str(problem)
+    assert len(str(problem)) < 400
+
+
+def test_the_label_opts_in_and_the_annotation_still_works(
+    config: config_.OperatorConfig,
+) -> None:
+    labelled = spark_app("run", enabled=False)
+    labelled["metadata"]["labels"] = {appmeta.ENABLED_LABEL: "true"}
+    assert appmeta.opted_in(labelled)
+    parsed = appmeta.parse(labelled, config=config)
+    assert parsed.options is not None
+    assert parsed.options.job_id == "jobs.run"
+    assert appmeta.opted_in(spark_app())
+    off = spark_app(enabled=False)
+    off["metadata"]["labels"] = {appmeta.ENABLED_LABEL: "false"}
+    assert not appmeta.opted_in(off)
+
+
+def test_label_and_annotation_must_agree(config: config_.OperatorConfig) -> None:
+    app = spark_app(annotations={appmeta.ENABLED: "false"})
+    app["metadata"]["labels"] = {appmeta.ENABLED_LABEL: "true"}
+    parsed = appmeta.parse(app, config=config)
+    assert [p.field for p in parsed.problems] == [appmeta.ENABLED]
+    assert "keep only the label" in str(parsed.problems[0])
+    bad_label = spark_app(enabled=False)
+    bad_label["metadata"]["labels"] = {appmeta.ENABLED_LABEL: "yes"}
+    (problem,) = appmeta.parse(bad_label, config=config).problems
+    assert problem.field == "metadata.labels[sparkguard.io/enabled]"
+
+
+def test_storage_owner_and_the_owner_annotation_is_known(config: config_.OperatorConfig) -> None:
+    owner = appmeta.new_owner(namespace="jobs", name="etl", unique="0f0f")
+    assert owner == "k8s:jobs/etl/0f0f"
+    app = spark_app(annotations={appmeta.OWNER_ANNOTATION: owner})
+    assert appmeta.storage_owner(app["metadata"]) == owner
+    assert appmeta.parse(app, config=config).problems == ()
+    assert appmeta.storage_owner(spark_app()["metadata"]) is None
+    assert appmeta.storage_owner({}) is None

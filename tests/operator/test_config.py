@@ -100,3 +100,15 @@ def test_storage_options_from_a_secret() -> None:
 def test_undecodable_secret_names_the_key() -> None:
     with pytest.raises(errors.OperatorError, match="'AWS_ACCESS_KEY_ID' is not base64"):
         rollbacks.decode_secret_data({"AWS_ACCESS_KEY_ID": "***"})
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("auto", None), ("true", True), ("false", False)])
+def test_native_sidecar_setting(raw: str, expected: bool | None) -> None:
+    env = {"SPARKGUARD_WEBHOOK_MODE": "managed", "SPARKGUARD_SIDECAR_NATIVE": raw}
+    assert config_.load_config(env).sidecar_native is expected
+
+
+def test_bad_native_sidecar_setting_is_named() -> None:
+    env = {"SPARKGUARD_WEBHOOK_MODE": "managed", "SPARKGUARD_SIDECAR_NATIVE": "sometimes"}
+    with pytest.raises(errors.ConfigError, match=r"SPARKGUARD_SIDECAR_NATIVE.*'auto', 'true'"):
+        config_.load_config(env)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import json
+import re
 import socket
 import uuid
 from typing import Any
@@ -51,7 +53,7 @@ def _review(obj: dict[str, Any], *, operation: str = "CREATE", old: Any = None) 
 async def webhook_url(kmock: kmock.KubernetesEmulator, config: config_.OperatorConfig) -> Any:
     kmocking.declare_resources(kmock)
     server = kopf.WebhookServer(addr="127.0.0.1", port=_free_port(), insecure=True)
-    managed = dataclasses.replace(config, webhook_config_name="sparkguard.io")
+    managed = dataclasses.replace(config, webhook_config_name="sparkguard.io", sidecar_native=True)
     runtime = kmocking.make_runtime(
         kmock, config=managed, rollback=kmocking.FakeRollback(), webhook_server=server
     )
@@ -102,8 +104,15 @@ async def test_annotated_app_is_mutated(webhook_url: Any, config: config_.Operat
     response = await _post(url, _review(app))
     assert response["allowed"] is True
     mutated = _patched(app, response)
-    assert mutated == mutation.mutate(app, config=config)
+    owner = mutated["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+    assert re.fullmatch(r"k8s:jobs/nightly/[0-9a-f]{16}", owner), owner
+    with_owner = copy.deepcopy(app)
+    with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
+    assert mutated == mutation.mutate(with_owner, config=config, native_sidecar=True)
     assert mutated["spec"]["sparkConf"]["spark.sparkguard.jobId"] == "jobs.nightly"
+    assert mutated["spec"]["sparkConf"]["spark.sparkguard.owner"] == owner
+    again = _patched(app, await _post(url, _review(app)))
+    assert again["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] != owner  # fresh per CREATE
 
 
 async def test_unannotated_app_passes_untouched(webhook_url: Any) -> None:
@@ -117,7 +126,7 @@ async def test_mutated_app_is_not_patched_again(
     webhook_url: Any, config: config_.OperatorConfig
 ) -> None:
     url, _ = webhook_url
-    once = mutation.mutate(spark_app("again", namespace="jobs"), config=config)
+    once = mutation.mutate(spark_app("again", namespace="jobs"), config=config, native_sidecar=True)
     response = await _post(url, _review(once, operation="UPDATE", old=once))
     assert response["allowed"] is True
     assert "patch" not in response

@@ -221,7 +221,7 @@ def test_job_id_annotation_matching_the_conf_is_fine(config: config_.OperatorCon
 
 def test_review_denies_bad_annotations_on_create(config: config_.OperatorConfig) -> None:
     verdict = mutation.review(
-        spark_app(annotations={appmeta.MAX_RETRIES: "ten"}), old=None, config=config
+        spark_app(annotations={appmeta.MAX_RETRIES: "ten"}), old=None, config=config, owner_id="x"
     )
     assert not verdict.allowed
     assert verdict.message.startswith("sparkguard: sparkguard.io/max-retries: ")
@@ -232,7 +232,7 @@ def test_review_allows_updates_of_an_app_stored_invalid(config: config_.Operator
     stored = spark_app(annotations={appmeta.MAX_RETRIES: "ten"})
     edited = copy.deepcopy(stored)
     edited["metadata"]["annotations"][appmeta.PHASE] = "Invalid"
-    verdict = mutation.review(edited, old=stored, config=config)
+    verdict = mutation.review(edited, old=stored, config=config, owner_id="x")
     assert verdict.allowed
     assert verdict.patch == {}
     assert verdict.problems
@@ -244,7 +244,7 @@ def test_review_denies_an_update_that_introduces_a_bad_annotation(
     stored = mutation.mutate(spark_app(), config=config)
     edited = copy.deepcopy(stored)
     edited["metadata"]["annotations"][appmeta.MARKER_TYPE] = "carrier-pigeon"
-    verdict = mutation.review(edited, old=stored, config=config)
+    verdict = mutation.review(edited, old=stored, config=config, owner_id="x")
     assert not verdict.allowed
     assert appmeta.MARKER_TYPE in verdict.message
 
@@ -255,7 +255,7 @@ def test_review_of_the_operators_own_resubmission_adds_nothing(
     stored = mutation.mutate(spark_app(), config=config)
     bumped = copy.deepcopy(stored)
     bumped["spec"]["sparkConf"]["spark.sparkguard.attempt"] = "1"
-    verdict = mutation.review(bumped, old=stored, config=config)
+    verdict = mutation.review(bumped, old=stored, config=config, owner_id="x")
     assert verdict.allowed
     assert verdict.patch == {}
 
@@ -266,3 +266,111 @@ def test_merge_diff_round_trips() -> None:
     patch = mutation.merge_diff(old, new)
     assert patch == {"a": {"c": [1, 2]}, "d": None, "e": 3}
     assert mutation.apply_merge_patch(old, patch) == new
+
+
+def _admitted(app: dict[str, Any], verdict: mutation.Review) -> dict[str, Any]:
+    assert verdict.allowed, verdict.message
+    return mutation.apply_merge_patch(app, verdict.patch)
+
+
+def test_create_writes_a_fresh_owner_into_annotation_conf_and_rollback(
+    config: config_.OperatorConfig,
+) -> None:
+    app = spark_app("etl", namespace="jobs")
+    created = _admitted(app, mutation.review(app, old=None, config=config, owner_id="a1b2"))
+    owner = "k8s:jobs/etl/a1b2"
+    assert appmeta.storage_owner(created["metadata"]) == owner
+    assert created["spec"]["sparkConf"]["spark.sparkguard.owner"] == owner
+    rollback = _named(created["spec"]["driver"]["initContainers"], mutation.ROLLBACK_INIT_NAME)
+    assert rollback["command"][-2:] == ["--owner", owner]
+    # A recreated app (same name) is another owner.
+    again = _admitted(app, mutation.review(app, old=None, config=config, owner_id="c3d4"))
+    assert appmeta.storage_owner(again["metadata"]) == "k8s:jobs/etl/c3d4"
+
+
+def test_a_copied_manifest_gets_its_own_owner(config: config_.OperatorConfig) -> None:
+    original = spark_app("etl", namespace="jobs")
+    stored = _admitted(
+        original, mutation.review(original, old=None, config=config, owner_id="aaaa")
+    )
+    copy_ = copy.deepcopy(stored)
+    copy_["metadata"]["name"] = "etl-copy"
+    del copy_["metadata"]["annotations"][appmeta.JOB_ID]
+    del copy_["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    verdict = mutation.review(copy_, old=None, config=config, owner_id="bbbb")
+    created = _admitted(copy_, verdict)
+    assert appmeta.OWNER_ANNOTATION in verdict.message  # a warning says it was replaced
+    owner = "k8s:jobs/etl-copy/bbbb"
+    assert appmeta.storage_owner(created["metadata"]) == owner
+    assert created["spec"]["sparkConf"]["spark.sparkguard.owner"] == owner
+    rollback = _named(created["spec"]["driver"]["initContainers"], mutation.ROLLBACK_INIT_NAME)
+    assert rollback["command"][rollback["command"].index("--job-id") + 1] == "jobs.etl-copy"
+    assert rollback["command"][-1] == owner
+
+
+def test_the_owner_is_immutable_on_update(config: config_.OperatorConfig) -> None:
+    app = spark_app("etl", namespace="jobs")
+    stored = _admitted(app, mutation.review(app, old=None, config=config, owner_id="aaaa"))
+    # Dropped (a replace from the original manifest): restored.
+    dropped = copy.deepcopy(stored)
+    del dropped["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+    restored = _admitted(
+        dropped, mutation.review(dropped, old=stored, config=config, owner_id="zzzz")
+    )
+    assert appmeta.storage_owner(restored["metadata"]) == "k8s:jobs/etl/aaaa"
+    # Changed: denied, naming the annotation.
+    changed = copy.deepcopy(stored)
+    changed["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = "k8s:jobs/etl/other"
+    verdict = mutation.review(changed, old=stored, config=config, owner_id="zzzz")
+    assert not verdict.allowed
+    assert verdict.message.startswith(f"sparkguard: {appmeta.OWNER_ANNOTATION}: ")
+    # Unchanged: nothing to do.
+    same = mutation.review(stored, old=stored, config=config, owner_id="zzzz")
+    assert same.allowed
+    assert same.patch == {}
+    # Added to an app that never had one (stored while the webhook was down): denied.
+    legacy = mutation.mutate(app, config=config)
+    added = copy.deepcopy(legacy)
+    added["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = "k8s:jobs/etl/mine"
+    assert not mutation.review(added, old=legacy, config=config, owner_id="z").allowed
+
+
+def test_native_sidecar_is_an_init_container_that_restarts_always(
+    config: config_.OperatorConfig,
+) -> None:
+    app = spark_app()
+    spec = mutation.mutate(app, config=config, native_sidecar=True)["spec"]
+    assert "sidecars" not in spec["driver"]
+    names = [c["name"] for c in spec["driver"]["initContainers"]]
+    assert names == [mutation.LIB_INIT_NAME, mutation.ROLLBACK_INIT_NAME, mutation.SIDECAR_NAME]
+    sidecar = spec["driver"]["initContainers"][-1]
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["startupProbe"]["httpGet"] == {"path": "/readyz", "port": 7070}
+    # Idempotent, and an app mutated before (regular sidecar) keeps it where it is.
+    once = mutation.mutate(app, config=config, native_sidecar=True)
+    assert mutation.mutate(once, config=config, native_sidecar=True) == once
+    legacy = mutation.mutate(app, config=config, native_sidecar=False)
+    assert mutation.build_patch(legacy, config=config, native_sidecar=True) == {}
+
+
+def test_scheduled_runs_opt_in_by_label_each_with_its_own_job_id_and_owner(
+    config: config_.OperatorConfig,
+) -> None:
+    """A ScheduledSparkApplication's run: its labels plus scheduled-app-name, no annotations."""
+    runs = []
+    for stamp, unique in (("1763900000000000000", "r1"), ("1763900060000000000", "r2")):
+        run = spark_app(f"nightly-{stamp}", namespace="jobs", enabled=False)
+        del run["metadata"]["annotations"]
+        run["metadata"]["labels"] = {
+            appmeta.ENABLED_LABEL: "true",
+            "sparkoperator.k8s.io/scheduled-app-name": "nightly",
+        }
+        runs.append(_admitted(run, mutation.review(run, old=None, config=config, owner_id=unique)))
+    job_ids = [r["spec"]["sparkConf"]["spark.sparkguard.jobId"] for r in runs]
+    owners = [appmeta.storage_owner(r["metadata"]) for r in runs]
+    assert job_ids == ["jobs.nightly-1763900000000000000", "jobs.nightly-1763900060000000000"]
+    assert owners == [
+        "k8s:jobs/nightly-1763900000000000000/r1",
+        "k8s:jobs/nightly-1763900060000000000/r2",
+    ]
+    assert all(mutation.ROLLBACK_INIT_NAME in str(r["spec"]["driver"]) for r in runs)

@@ -1,0 +1,176 @@
+"""Admission with the cluster in view: what the pure :func:`mutation.review` cannot know.
+
+- the owner's fresh random id (one per CREATE request);
+- whether the API server runs native sidecars (Kubernetes >= 1.29), asked once;
+- whether another live SparkApplication already uses the job id (a metadata-only list of the
+  apps the operator sees: every watched namespace, or the whole cluster).
+
+"Live" means: not being deleted, and not marked ``Succeeded`` by the operator (a completed app
+no longer holds its job id). Two apps with one job id created at the same instant can both pass
+the check (neither is stored yet); the owner recorded in storage is the second line of defence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import config as config_
+
+logger = logging.getLogger(__name__)
+
+#: only metadata comes back: a list of 1,000 apps stays small (no specs, no status)
+_METADATA_ONLY: Final = (
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+)
+_PAGE: Final = 500
+#: the first Kubernetes version that runs native sidecars (SidecarContainers beta, on)
+NATIVE_SIDECARS_SINCE: Final = (1, 29)
+_MINOR: Final = re.compile(r"[0-9]+")
+
+
+def supports_native_sidecars(major: str, minor: str) -> bool:
+    """Whether an API server reporting ``major``/``minor`` (as ``/version`` does) runs native
+    sidecars. A purely computational function with no side-effects; ``minor`` may carry a
+    suffix (``"29+"`` on some distributions)."""
+    found = _MINOR.match(minor or "")
+    if not major.isdigit() or found is None:
+        return False
+    return (int(major), int(found.group())) >= NATIVE_SIDECARS_SINCE
+
+
+def effective_job_id(app: Mapping[str, Any]) -> str | None:
+    """The job id an opted-in app writes under (annotation, else derived); ``None`` otherwise.
+
+    A purely computational function with no side-effects.
+    """
+    if not appmeta.opted_in(app):
+        return None
+    given = appmeta.of(app).get(appmeta.JOB_ID)
+    if given:
+        return given
+    meta = app.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    if not namespace or not name:
+        return None
+    return appmeta.derive_job_id(namespace=str(namespace), name=str(name))
+
+
+def is_live(app: Mapping[str, Any]) -> bool:
+    """Whether ``app`` still holds its job id: not being deleted, not ``Succeeded``.
+
+    A purely computational function with no side-effects.
+    """
+    meta = app.get("metadata") or {}
+    return not meta.get("deletionTimestamp") and appmeta.of(app).get(appmeta.PHASE) != "Succeeded"
+
+
+class Admission:
+    """The admission decisions of one running operator (shared by every request)."""
+
+    def __init__(self, config: config_.OperatorConfig, api_client: client.ApiClient) -> None:
+        self.config = config
+        self.api_client = api_client
+        self._native: bool | None = None
+
+    async def native_sidecars(self) -> bool:
+        """Whether to inject the marker sidecar as a native sidecar (asked once per process)."""
+        if self.config.sidecar_native is not None:
+            return self.config.sidecar_native
+        if self._native is None:
+            try:
+                info = await asyncio.to_thread(client.VersionApi(self.api_client).get_code)
+            except Exception as exc:  # noqa: BLE001 - any failure: the safe choice, ask again later
+                logger.warning("cannot read the API server version (%s): regular sidecar", exc)
+                return False
+            self._native = supports_native_sidecars(str(info.major), str(info.minor))
+            logger.info(
+                "API server %s: marker sidecar injected as a %s",
+                info.git_version,
+                "native sidecar (initContainer, restartPolicy Always)" if self._native else
+                "regular sidecar container",
+            )  # fmt: skip
+        return self._native
+
+    async def review(
+        self, app: Mapping[str, Any], *, old: Mapping[str, Any] | None
+    ) -> mutation.Review:
+        """The verdict on one request: :func:`mutation.review`, then the duplicate job id."""
+        verdict = mutation.review(
+            app,
+            old=old,
+            config=self.config,
+            owner_id=secrets.token_hex(8),
+            native_sidecar=await self.native_sidecars(),
+        )
+        job_id = verdict.job_id
+        if not verdict.allowed or job_id is None:
+            return verdict
+        if old is not None and effective_job_id(old) == job_id:
+            return verdict  # the id it already held: checked when it got it
+        meta = app.get("metadata") or {}
+        holder = await asyncio.to_thread(
+            self.holder_of, job_id, namespace=meta.get("namespace"), name=meta.get("name")
+        )
+        if holder is None:
+            return verdict
+        return mutation.Review(
+            allowed=False,
+            problems=(
+                appmeta.Problem(
+                    appmeta.JOB_ID,
+                    f"{job_id!r} is already the job id of SparkApplication {holder}; two live "
+                    "apps with one job id would roll back each other's writes: set another "
+                    f"{appmeta.JOB_ID} (or delete {holder} first)",
+                ),
+            ),
+        )
+
+    def holder_of(self, job_id: str, *, namespace: object, name: object) -> str | None:
+        """``namespace/name`` of another live opted-in app with ``job_id``, or ``None``."""
+        for other in self._list_metadata():
+            meta = other.get("metadata") or {}
+            if (meta.get("namespace"), meta.get("name")) == (namespace, name):
+                continue
+            if is_live(other) and effective_job_id(other) == job_id:
+                return f"{meta.get('namespace')}/{meta.get('name')}"
+        return None
+
+    def _list_metadata(self) -> Iterator[Mapping[str, Any]]:
+        base = f"/apis/{mutation.GROUP}/{mutation.VERSION}"
+        paths = (
+            [f"{base}/{mutation.PLURAL}"]
+            if self.config.clusterwide
+            else [f"{base}/namespaces/{ns}/{mutation.PLURAL}" for ns in self.config.namespaces]
+        )
+        for path in paths:
+            token: str | None = None
+            while True:
+                query: list[tuple[str, Any]] = [("limit", _PAGE)]
+                if token:
+                    query.append(("continue", token))
+                method, url, headers, _, _ = self.api_client.param_serialize(
+                    "GET",
+                    path,
+                    query_params=query,
+                    header_params={"Accept": _METADATA_ONLY},
+                    auth_settings=["BearerToken"],
+                )
+                response = self.api_client.call_api(method, url, header_params=headers)
+                data = response.read()  # type: ignore[no-untyped-call]
+                if response.status >= 400:
+                    raise ApiException(http_resp=response)
+                page = cast(dict[str, Any], json.loads(data))
+                yield from page.get("items") or ()
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
