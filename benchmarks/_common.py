@@ -118,3 +118,26 @@ def proxied_s3(*, latency_ms: float, write_rate: float) -> Iterator[ProxiedS3]:
         with process(args):
             wait_http(proxy + "/_proxy/stats")
             yield ProxiedS3(s3=s3, proxy=proxy)
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def metric(endpoint: str, name: str) -> float:
+    """One sample of a Prometheus metric from ``<endpoint>/metrics``."""
+    with urllib.request.urlopen(f"{endpoint}/metrics", timeout=5) as answer:  # noqa: S310
+        for line in answer.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise RuntimeError(f"metric {name} not exposed by {endpoint}")
+
+
+def rotated(kinds: tuple[str, ...], round_: int) -> tuple[str, ...]:
+    """``kinds`` rotated by ``round_``: each kind goes first once every len(kinds) rounds."""
+    shift = round_ % len(kinds)
+    return kinds[shift:] + kinds[:shift]

@@ -54,20 +54,35 @@ async def test_client_round_trip(endpoint: str, root: str) -> None:
         client.close()
 
 
-async def test_client_reports_refusals_without_retrying(endpoint: str, root: str) -> None:
+async def test_client_reports_refusals_without_retrying(
+    aiohttp_server: Callable[..., Any], make_config: Callable[..., config.SidecarConfig], root: str
+) -> None:
+    requests: list[str] = []
+
+    @web.middleware
+    async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+        requests.append(request.path)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    application = app.create_app(make_config())
+    application.middlewares.insert(0, count)
+    server: TestServer = await aiohttp_server(application)
+    endpoint = f"http://127.0.0.1:{server.port}"
     directory = marker_dir_under(root)
     bad_token = HttpMarkerClient(endpoint, token="nope", deadline_s=10)
-    started = time.monotonic()
     with pytest.raises(errors.MarkerError, match="HTTP 401: wrong bearer token"):
         await asyncio.to_thread(bad_token.create, directory, "a.parquet")
-    assert time.monotonic() - started < 2
+    assert requests == ["/v1/markers/create"]  # one request: a refusal is not retried
     client = HttpMarkerClient(endpoint, token=TOKEN, deadline_s=10)
     with pytest.raises(errors.MarkerError, match="outside the sidecar's allowed roots"):
         await asyncio.to_thread(
             client.create, "/etc/t/_sparkguard/markers/20261122120000000-j", "a"
         )
+    assert len(requests) == 2
     with pytest.raises(errors.InvalidPathError):
         await asyncio.to_thread(client.create, directory, "../escape")
+    assert len(requests) == 2  # refused by the client before any request
     client.close()
     bad_token.close()
 

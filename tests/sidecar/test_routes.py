@@ -36,6 +36,17 @@ def marked(directory: str) -> set[str]:
     return markers.read_marked_files(manager, path)
 
 
+async def until_pending(client: Client, count: int) -> None:
+    """Wait (bounded) until ``count`` markers wait in the app's batcher: the explicit signal that
+    the requests sent so far were received and queued."""
+    batcher = client.server.app[app.BATCHER_KEY]
+    for _ in range(10_000):
+        if batcher.pending == count:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"{batcher.pending} markers pending, expected {count}")
+
+
 async def create(client: Client, directory: str, name: str, route: str = "create") -> Any:
     response = await client.post(
         f"/v1/markers/{route}", json={"markerdir": directory, "markername": name}, headers=AUTH
@@ -366,7 +377,7 @@ async def test_queue_full_answers_503_with_retry_after(
         )
         for i in range(5)
     ]
-    await asyncio.sleep(0.3)
+    await until_pending(client, 5)  # all five are queued in the batcher
     response = await client.post(
         "/v1/markers/create",
         json={"markerdir": directory, "markername": "one-too-many"},
@@ -402,7 +413,7 @@ async def test_shutdown_fails_what_it_cannot_write(
             "/v1/markers/create", json={"markerdir": directory, "markername": "a"}, headers=AUTH
         )
     )
-    await asyncio.sleep(0.2)
+    await until_pending(client, 1)  # queued in the batcher, not yet written
     await client.server.app.shutdown()
     response = await waiting
     assert response.status == 503
