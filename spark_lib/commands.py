@@ -37,6 +37,13 @@ def _job_id(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _owner(value: str) -> str:
+    try:
+        return timeline.validate_owner(value, what="--owner")
+    except errors.ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _non_empty(flag: str) -> Any:
     def parse(value: str) -> str:
         if not value.strip():
@@ -57,6 +64,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-id", required=True, type=_job_id, help="the job to roll back")
     parser.add_argument(
         "--journal", required=True, type=_non_empty("--journal"), help="job journal URL"
+    )
+    parser.add_argument(
+        "--owner",
+        type=_owner,
+        default=None,
+        help="roll back only instants of this owner (default: job:<job id>); others are "
+        "reported and left alone",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also roll back undecided instants of other owners (an orphaned instant)",
     )
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -89,7 +108,13 @@ def run_rollback(
             print(f"rollback {args.job_id}: {phase} {done}/{total}", file=err, flush=True)
 
     summary = rollback.rollback_job(
-        args.job_id, args.journal, storage_options=options, dry_run=args.dry_run, progress=progress
+        args.job_id,
+        args.journal,
+        owner=args.owner,
+        force=args.force,
+        storage_options=options,
+        dry_run=args.dry_run,
+        progress=progress,
     )
     if args.json:
         json.dump(summary.to_json(), out, indent=2)
@@ -107,8 +132,18 @@ def run_rollback(
     out.write(
         f"tables: {len(summary.tables)}  rolled back: {len(summary.instants_rolled_back)}  "
         f"committed: {len(summary.instants_committed)}  files deleted: {summary.files_deleted}  "
-        f"files kept: {summary.files_kept}\n"
+        f"files kept: {summary.files_kept}  temp files removed: {summary.temp_files_removed}\n"
     )
+    for table in summary.tables_missing:
+        out.write(f"table missing (no timeline; nothing done there): {table}\n")
+    for other in summary.instants_other_owner:
+        out.write(
+            f"left alone: {other.instant} on {other.table} is in flight for owner "
+            f"{other.owner!r}; if its writer is dead, run again with --owner '{other.owner}' "
+            "(or --force)\n"
+        )
+    for warning in summary.warnings:
+        out.write(f"warning: {warning}\n")
     return 0
 
 
@@ -117,20 +152,35 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
     manager, path = filemanager.resolve(url, storage_options=options)
     tl = timeline.Timeline(manager, path)
     instants = []
-    for status in tl.statuses():
+    for instant_id in tl.instant_ids():
+        # One damaged instant must not hide the others: its error is shown in its row.
+        try:
+            status = tl.status(instant_id)
+        except errors.CorruptFileError as exc:
+            instants.append(_damaged_instant(instant_id, str(exc)))
+            continue
         info = status.info
         extra = status.extra
         operation = extra.get("operation") or (info.operation if info else None)
         mdir = markers.marker_dir(path, status.instant)
-        marked = (
-            len(markers.read_marked_files(manager, mdir))
-            if status.state is not timeline.State.COMMITTED or manager.exists(mdir)
-            else 0
-        )
+        error = None
+        marked: int | None = 0
+        warnings: list[str] = []
+        if status.state is not timeline.State.COMMITTED or manager.exists(mdir):
+            try:
+                snapshot = markers.snapshot_marker_dir(manager, mdir)
+                marked = len(snapshot.marked_files)
+                warnings = [
+                    *snapshot.warnings,
+                    *(f"torn last line in {f}" for f, _ in snapshot.torn),
+                ]
+            except errors.CorruptFileError as exc:
+                marked, error = None, str(exc)
         instants.append(
             {
                 "instant": status.instant,
                 "jobId": status.job_id,
+                "owner": status.owner,
                 "state": status.state.value,
                 "operation": operation,
                 "attempt": info.attempt if info else None,
@@ -138,6 +188,8 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
                 "bytes": sum(f.size for f in status.files),
                 "rows": sum(f.rows for f in status.files),
                 "marked": marked,
+                "warnings": warnings,
+                "error": error,
             }
         )
     streams = []
@@ -170,6 +222,23 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
+    return {
+        "instant": instant,
+        "jobId": timeline.job_of_instant(instant),
+        "owner": None,
+        "state": "damaged",
+        "operation": None,
+        "attempt": None,
+        "files": 0,
+        "bytes": 0,
+        "rows": 0,
+        "marked": None,
+        "warnings": [],
+        "error": error,
+    }
+
+
 def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: TextIO) -> int:
     """``sparkguard inspect``."""
     manager, path = filemanager.resolve(url, storage_options=options)
@@ -193,11 +262,16 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
                 i["files"],
                 i["bytes"],
                 i["rows"],
-                i["marked"],
+                "?" if i["marked"] is None else i["marked"],
             ]
             for i in report["instants"]
         ],
     )
+    for i in report["instants"]:
+        if i["error"]:
+            out.write(f"damaged: {i['instant']}: {i['error']}\n")
+        for warning in i["warnings"]:
+            out.write(f"warning: {i['instant']}: {warning}\n")
     for stream in report["streams"]:
         out.write(
             f"stream {stream['jobId']}: {stream['batches']} batches (last "

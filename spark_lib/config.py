@@ -26,6 +26,7 @@ DRIVER_HOST_PLACEHOLDER: Final = "{driverHost}"
 #: setting name -> (SparkConf key, write option name)
 KEYS: Final[Mapping[str, tuple[str, str]]] = {
     "job_id": ("spark.sparkguard.jobId", "jobId"),
+    "owner": ("spark.sparkguard.owner", "owner"),
     "attempt": ("spark.sparkguard.attempt", "attempt"),
     "marker_type": ("spark.sparkguard.markers.type", "markerType"),
     "marker_endpoint": ("spark.sparkguard.markers.endpoint", "markerEndpoint"),
@@ -44,6 +45,8 @@ class WriteSettings:
 
     job_id: str
     attempt: int = 0
+    #: who starts this job's instants; ``None``: ``job:<jobId>`` (timeline.default_owner)
+    owner: str | None = None
     marker_type: markers.MarkerType = markers.MarkerType.DIRECT
     marker_endpoint: str | None = None
     token_file: str | None = None
@@ -51,6 +54,11 @@ class WriteSettings:
     file_manager: filemanager.Kind | None = None
     create_mode: filemanager.CreateMode = filemanager.CreateMode.CONDITIONAL
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def instant_owner(self) -> str:
+        """The owner recorded in this job's instants (``job:<jobId>`` when none is set)."""
+        return self.owner or timeline.default_owner(self.job_id)
 
     def resolve(self, url: str) -> tuple[filemanager.FileManager, str]:
         """The file manager and path for ``url`` under these settings."""
@@ -118,6 +126,10 @@ def parse_settings(
         )
     timeline.validate_job_id(job_id, what=f"{where}")
 
+    owner, where = _lookup("owner", conf, options)
+    if owner is not None:
+        timeline.validate_owner(owner, what=where)
+
     raw_attempt, where = _lookup("attempt", conf, options)
     attempt = 0
     if raw_attempt is not None:
@@ -167,6 +179,7 @@ def parse_settings(
 
     return WriteSettings(
         job_id=job_id,
+        owner=owner,
         attempt=attempt,
         marker_type=marker_type,
         marker_endpoint=endpoint,

@@ -43,6 +43,10 @@ class InstantDecidedError(SparkguardError):
         self.outcome = outcome
 
 
+class OwnerConflictError(SparkguardError):
+    """An undecided instant of another owner stands in the way (same job id, same table)."""
+
+
 class MarkerError(SparkguardError):
     """A marker could not be created or read."""
 

@@ -14,8 +14,12 @@ primitives of publication, chosen by the fsspec protocol and overridable by conf
   ``overwrite=False`` the upload is conditional (``If-None-Match: *``).
 * :class:`MemoryFileManager` (fsspec's in-memory filesystem) for fast tests.
 
-Leftover temp files of a killed writer are recognisable by name (:func:`is_temp_name`) so a
-cleanup can remove them; they start with ``.``, which Spark's file listing skips anyway.
+A killed writer leaves a temp file ``.<name>.sg-tmp-<12 hex>`` next to its target (rename
+backends) or an incomplete multipart upload of the target's key (direct put). Nothing removes
+them on its own: a rollback of the instant that marked ``<name>`` does
+(:meth:`FileManager.find_leftovers` / :meth:`FileManager.remove_leftovers`, only for names that
+instant marked, so a live writer of another name is never touched). Temp names start with
+``.``, which Spark's file listing skips anyway.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from types import TracebackType
 from typing import IO, Any, Final, Self
 
 import fsspec
+import fsspec.asyn
 from fsspec.spec import AbstractFileSystem
 
 from sparkguard.spark_lib import errors, paths
@@ -46,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 TEMP_MARKER: Final = ".sg-tmp-"
 _TEMP_NAME = re.compile(r"^\..+\.sg-tmp-[0-9a-f]{12}$")
+_TEMP_PARTS = re.compile(r"^\.(?P<target>.+)\.sg-tmp-[0-9a-f]{12}$")
+#: at or above this many names in one directory, one listing is cheaper than a HEAD per name
+LIST_THRESHOLD: Final = 100
 
 
 class Kind(enum.StrEnum):
@@ -93,6 +101,28 @@ def make_temp_name(name: str) -> str:
 def is_temp_name(name: str) -> bool:
     """Whether a file name is a temp file left by :class:`RenameFileManager`."""
     return bool(_TEMP_NAME.match(paths.basename(name)))
+
+
+def temp_target(name: str) -> str | None:
+    """The file name a temp file was going to publish (``None`` if not a temp name)."""
+    match = _TEMP_PARTS.match(paths.basename(name))
+    return match.group("target") if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Leftover:
+    """What a killed writer of :attr:`target` left: a temp file, or an incomplete upload."""
+
+    target: str
+    path: str  # the temp file; for an upload, the key's path
+    upload_id: str | None = None
+
+
+def _by_directory(file_paths: Iterable[str]) -> dict[str, set[str]]:
+    grouped: dict[str, set[str]] = {}
+    for path in file_paths:
+        grouped.setdefault(paths.parent(path), set()).add(path)
+    return grouped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,6 +353,67 @@ class FileManager(abc.ABC):
         """Temp files a killed writer left in directory ``path`` (see :func:`is_temp_name`)."""
         return [info.path for info in self.list(path) if is_temp_name(info.name)]
 
+    def existing_files(self, file_paths: Iterable[str]) -> set[str]:
+        """Which of ``file_paths`` exist now: one listing per directory, or one ``exists`` per
+        name where a directory holds fewer than :data:`LIST_THRESHOLD` of them."""
+        found: set[str] = set()
+        for directory, wanted in _by_directory(file_paths).items():
+            if len(wanted) >= LIST_THRESHOLD:
+                listed = {info.path for info in self.list(directory) if not info.is_dir}
+                found |= wanted & listed
+            else:
+                found.update(p for p in wanted if self.fs.isfile(p))
+        return found
+
+    def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
+        """Delete those of ``file_paths`` that exist; returns the ones actually removed.
+
+        A missing file is not an error (deletes are idempotent) and is not counted.
+        """
+        removed: set[str] = set()
+        for path in file_paths:
+            try:
+                self.fs.rm_file(paths.validate_base(path))
+            except FileNotFoundError:
+                continue
+            removed.add(path)
+        return removed
+
+    def find_leftovers(self, file_paths: Iterable[str]) -> builtins.list[Leftover]:
+        """Temp files a killed writer of one of ``file_paths`` left (one listing per directory).
+
+        Only temp files *of these names* are returned, never another file's.
+        """
+        result = []
+        for directory, wanted in _by_directory(file_paths).items():
+            names = {paths.basename(p) for p in wanted}
+            for info in self.list(directory):
+                target = temp_target(info.name)
+                if target is not None and target in names and not info.is_dir:
+                    result.append(Leftover(paths.join(directory, target), info.path))
+        return sorted(result, key=lambda leftover: leftover.path)
+
+    def remove_leftovers(self, leftovers: Iterable[Leftover]) -> int:
+        """Remove what :meth:`find_leftovers` found; returns how many were removed."""
+        return len(self.delete_existing(leftover.path for leftover in leftovers))
+
+    def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
+        """Delete ``path`` only if it still holds ``expected``.
+
+        Returns ``None`` when it was deleted (or is gone), else its current content (left in
+        place): a writer rewrote it since ``expected`` was read, so the caller must look at
+        the new content before deleting it. Backends make the compare-and-delete exact where
+        the store allows (rename away, or a delete conditional on the ETag).
+        """
+        try:
+            current = self.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        if current != expected:
+            return current
+        self.delete(path)
+        return None
+
 
 # --------------------------------------------------------------------------------------------
 # Rename-based: local filesystem and stores with an atomic rename.
@@ -459,6 +550,29 @@ class RenameFileManager(FileManager):
         else:
             super().mkdirs(path)
 
+    def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
+        """Exact on local disk: the file is renamed away first (atomic), so a rewrite that
+        lands meanwhile publishes a new file instead of being deleted unread. The renamed
+        copy has a temp name holding the old content, which the marker reader still reads."""
+        if self.protocol not in ("file", "local"):
+            return super().delete_if_unchanged(path, expected)
+        directory = os.path.dirname(path) or "."
+        aside = os.path.join(directory, make_temp_name(os.path.basename(path)))
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return None
+        with open(aside, "rb") as handle:
+            taken = handle.read()
+        if taken == expected:
+            os.unlink(aside)
+            return None
+        try:  # put the newer content back, unless a yet newer rewrite is already there
+            rename_noreplace(aside, path)
+        except FileExistsError:
+            os.unlink(aside)  # superseded: a rewrite keeps every line it had
+        return self.read_bytes(path) if os.path.exists(path) else taken
+
 
 # --------------------------------------------------------------------------------------------
 # Direct put: object stores.
@@ -538,6 +652,16 @@ class _DirectPutStream(AtomicStream):
                 self._call("abort_multipart_upload", UploadId=upload_id)
 
 
+def _read_body(fs: AbstractFileSystem, body: Any) -> bytes:
+    """Read an (async) streaming body of ``get_object`` on the filesystem's event loop."""
+
+    async def read() -> bytes:
+        async with body as stream:
+            return bytes(await stream.read())
+
+    return bytes(fsspec.asyn.sync(fs.loop, read))
+
+
 def _error_code(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     response = getattr(cause, "response", None) or getattr(exc, "response", None)
@@ -608,6 +732,62 @@ class DirectPutFileManager(FileManager):
     def _delete_files(self, file_paths: list[str]) -> None:
         # One bulk request per 1,000 keys on S3; missing keys are not an error there.
         self.fs.rm(file_paths)
+
+    def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
+        """Bulk-delete the files that exist (a bulk delete cannot tell which existed)."""
+        existing = self.existing_files(file_paths)
+        if existing:
+            self._delete_files(sorted(existing))
+        return existing
+
+    def find_leftovers(self, file_paths: Iterable[str]) -> builtins.list[Leftover]:
+        """Incomplete multipart uploads of exactly these keys (one listing per directory)."""
+        result = []
+        for directory, wanted in _by_directory(file_paths).items():
+            bucket, _, _ = self.fs.split_path(directory + "/")
+            for upload in self.list_pending_uploads(directory.rstrip("/") + "/"):
+                path = f"{bucket}/{upload['Key']}"
+                if path in wanted:
+                    result.append(Leftover(path, path, upload["UploadId"]))
+        return sorted(result, key=lambda leftover: (leftover.path, leftover.upload_id or ""))
+
+    def remove_leftovers(self, leftovers: Iterable[Leftover]) -> int:
+        """Abort the incomplete uploads; returns how many were aborted."""
+        count = 0
+        for leftover in leftovers:
+            bucket, key, _ = self.fs.split_path(leftover.path)
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.call_s3(
+                    "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=leftover.upload_id
+                )
+                count += 1
+        return count
+
+    def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
+        """Exact on S3: the delete carries ``If-Match`` with the ETag of the content compared
+        (a store that refuses conditional deletes gets a plain delete after the compare)."""
+        bucket, key, _ = self.fs.split_path(path)
+        for _ in range(100):
+            try:
+                response = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
+            except FileNotFoundError:
+                return None
+            current = _read_body(self.fs, response["Body"])
+            if current != expected:
+                return current
+            try:
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=response["ETag"])
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if _is_precondition_failed(exc):
+                    continue  # rewritten between the read and the delete: compare again
+                if _is_not_implemented(exc):
+                    self.delete(path)
+                    return None
+                raise
+            return None
+        raise errors.SparkguardError(f"{path} keeps changing; could not delete it")
 
     def mkdirs(self, path: str) -> None:
         """Object stores have no directories: nothing to do."""

@@ -2,15 +2,19 @@
 
 Rollback deletes exactly the marked files of an uncommitted instant, so its cost grows with the
 markers, not with the table. Two formats live under ``<table>/_sparkguard/markers/<instant>/``
-(DESIGN.md, "Storage contract"):
+(docs/storage-contract.md, "Markers"):
 
 * direct: one empty file per data file, ``<file>.marker.<CREATE|MERGE|APPEND>`` (``/`` in the
   data file's relative path kept as sub-directories);
 * batched (written by the marker sidecar): ``MARKERS.type`` holding ``TIMELINE_SERVER_BASED``,
   and ``MARKERS0`` .. ``MARKERS<n-1>``, each a list of marker names, one per line.
 
-:func:`read_marked_files` reads either (or both, mixed) and copes with a missing or empty
-``MARKERS.type``: rollback must never break on it.
+:func:`snapshot_marker_dir` reads either (or both, mixed) and copes with a missing, empty or
+wrong ``MARKERS.type`` (a warning, never a failure). A torn *last* line of a ``MARKERS<i>``
+file (a crash mid-append: no newline, not a whole marker name) is expected and tolerated: it is
+reported in :attr:`MarkerDirSnapshot.torn`, and rollback looks for its file by name prefix.
+Anything else that is not a marker name raises :class:`~sparkguard.spark_lib.errors.
+CorruptFileError` naming the file, the line and the fix.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import dataclasses
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, Protocol
 
 from sparkguard.spark_lib import errors, filemanager, paths, timeline
@@ -82,16 +86,63 @@ def parse_marker_name(name: str) -> tuple[str, IOType]:
     return data_file, IOType(match.group("io"))
 
 
-def parse_batch_file(content: bytes, *, source: str) -> list[str]:
-    """Marker names in one ``MARKERS<i>`` file (one per line; blank lines ignored)."""
+@dataclasses.dataclass(frozen=True)
+class BatchContent:
+    """The marker names of one ``MARKERS<i>`` file, and its torn last line (if any)."""
+
+    names: tuple[str, ...]
+    torn: str | None = None
+
+
+def _is_marker_name(name: str) -> bool:
     try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        raise errors.CorruptFileError(f"{source} is not UTF-8 text") from None
-    names = [line for line in text.split("\n") if line]
-    for name in names:
         parse_marker_name(name)
-    return names
+    except (errors.CorruptFileError, errors.InvalidPathError):
+        return False
+    return True
+
+
+def parse_batch_content(content: bytes, *, source: str, lenient: bool = False) -> BatchContent:
+    """Parse one ``MARKERS<i>`` file: one marker name per line, blank lines ignored.
+
+    A last line without its newline that is not a whole marker name is *torn* (a crash
+    mid-append) and returned apart. Any other line that is not a marker name raises
+    :class:`CorruptFileError` naming ``source`` and the line; with ``lenient`` (a temp copy,
+    never acknowledged as a whole) such lines are skipped instead.
+    """
+    lines = content.split(b"\n")
+    tail = lines.pop()  # after the last newline: b"" for a well-formed file
+    names: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw:
+            continue
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            name = ""
+        if _is_marker_name(name):
+            names.append(name)
+        elif not lenient:
+            raise errors.CorruptFileError(
+                f"{source} line {number} is not a marker name ({raw[:80]!r}); expected "
+                "'<data file>.marker.CREATE|MERGE|APPEND'. The file was damaged or not "
+                "written by sparkguard: fix or remove that line (check whether the data file "
+                "it meant exists and delete it if uncommitted), then run the rollback again"
+            )
+    torn = None
+    if tail:
+        text = tail.decode("utf-8", errors="replace")
+        if _is_marker_name(text):
+            names.append(text)  # whole name, only its newline is missing
+        else:
+            torn = text
+    return BatchContent(tuple(names), torn)
+
+
+def parse_batch_file(content: bytes, *, source: str) -> list[str]:
+    """Marker names in one ``MARKERS<i>`` file (see :func:`parse_batch_content`; a torn last
+    line is left out)."""
+    return list(parse_batch_content(content, source=source).names)
 
 
 def render_batch_file(names: Iterable[str]) -> bytes:
@@ -117,12 +168,19 @@ class MarkerDirSnapshot:
     Rollback deletes the data files of :attr:`marked_files` and then exactly :attr:`files`
     (:func:`delete_snapshot`), never a marker that appeared after the listing: such a late
     marker (a zombie executor's) keeps the directory alive, so the next rollback pass finds it
-    and its file.
+    and its file. A ``MARKERS<i>`` file is deleted only if it still holds the content read
+    here (:attr:`contents`); one rewritten since is read again first.
     """
 
     directory: str
     files: tuple[str, ...]
     names: frozenset[str]
+    #: content of each batch file as read (path -> bytes)
+    contents: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
+    #: torn last lines: (batch file, the partial text)
+    torn: tuple[tuple[str, str], ...] = ()
+    #: what is odd but harmless (a garbage or disagreeing ``MARKERS.type``)
+    warnings: tuple[str, ...] = ()
 
     @property
     def marked_files(self) -> set[str]:
@@ -130,29 +188,85 @@ class MarkerDirSnapshot:
         return {parse_marker_name(name)[0] for name in self.names}
 
 
+def _type_warnings(directory: str, raw: bytes | None, *, batched: bool, direct: bool) -> list[str]:
+    """Warnings about ``MARKERS.type`` vs. what the directory holds (purely computational)."""
+    if raw is None or not raw.strip():
+        return []
+    where = paths.join(directory, TYPE_FILE)
+    try:
+        declared = parse_marker_type(raw.decode("utf-8"), key=where)
+    except (errors.ConfigError, UnicodeDecodeError):
+        return [
+            f"{where} holds {raw[:40]!r}, not DIRECT or TIMELINE_SERVER_BASED; markers were "
+            "read from the files present (both formats)"
+        ]
+    found = []
+    if declared is MarkerType.DIRECT and batched:
+        found.append("MARKERS<i> files")
+    if declared is MarkerType.TIMELINE_SERVER_BASED and direct:
+        found.append("direct marker files")
+    if not found:
+        return []
+    return [
+        f"{where} says {declared.value} but the directory holds {found[0]}; all of them were read"
+    ]
+
+
 def snapshot_marker_dir(manager: filemanager.FileManager, directory: str) -> MarkerDirSnapshot:
     """List ``directory`` once and read every marker in it, batched and direct alike.
 
     Reads what is there rather than trusting ``MARKERS.type``, so a missing, empty or wrong
-    type file never hides a marker.
+    type file never hides a marker (a wrong one is reported in :attr:`warnings`). A temp copy
+    of a batch file (an interrupted rewrite, or one a rollback set aside) is read too, leniently.
     """
     names: set[str] = set()
     files = []
+    contents: dict[str, bytes] = {}
+    torn: list[tuple[str, str]] = []
+    type_raw: bytes | None = None
+    batched = direct = False
     for info in _walk(manager, directory):
         files.append(info.path)
         relative = info.path[len(directory.rstrip("/")) + 1 :]
         base = paths.basename(relative)
-        if filemanager.is_temp_name(base) or relative == TYPE_FILE:
+        if relative == TYPE_FILE:
+            with contextlib.suppress(FileNotFoundError):
+                type_raw = manager.read_bytes(info.path)
+            continue
+        if filemanager.is_temp_name(base):
+            target = filemanager.temp_target(base)
+            if "/" not in relative and target is not None and _BATCH_FILE.match(target):
+                with contextlib.suppress(FileNotFoundError):
+                    content = manager.read_bytes(info.path)
+                    names.update(parse_batch_content(content, source=info.path, lenient=True).names)
             continue
         if "/" not in relative and _BATCH_FILE.match(relative):
-            names.update(parse_batch_file(manager.read_bytes(info.path), source=info.path))
-        elif _MARKER_SUFFIX.match(relative):
+            batched = True
+            try:
+                content = manager.read_bytes(info.path)
+            except FileNotFoundError:
+                continue  # removed since the listing (a concurrent rollback)
+            parsed = parse_batch_content(content, source=info.path)
+            contents[info.path] = content
+            names.update(parsed.names)
+            if parsed.torn is not None:
+                torn.append((info.path, parsed.torn))
+        elif _MARKER_SUFFIX.match(relative) and _is_marker_name(relative):
+            direct = True
             names.add(relative)
         else:
             raise errors.CorruptFileError(
-                f"unexpected file {info.path} in marker directory {directory}; move it elsewhere"
+                f"unexpected file {info.path} in marker directory {directory}; it is not a "
+                "marker: move it elsewhere, then run the rollback again"
             )
-    return MarkerDirSnapshot(directory, tuple(files), frozenset(names))
+    return MarkerDirSnapshot(
+        directory,
+        tuple(files),
+        frozenset(names),
+        contents=contents,
+        torn=tuple(torn),
+        warnings=tuple(_type_warnings(directory, type_raw, batched=batched, direct=direct)),
+    )
 
 
 def read_marker_names(manager: filemanager.FileManager, directory: str) -> set[str]:
@@ -171,9 +285,38 @@ def delete_marker_dir(manager: filemanager.FileManager, directory: str) -> int:
     return _delete_marker_files(manager, directory, files)
 
 
-def delete_snapshot(manager: filemanager.FileManager, snapshot: MarkerDirSnapshot) -> int:
-    """Delete exactly the files ``snapshot`` listed (not later ones); returns how many."""
-    return _delete_marker_files(manager, snapshot.directory, list(snapshot.files))
+def delete_snapshot(
+    manager: filemanager.FileManager,
+    snapshot: MarkerDirSnapshot,
+    *,
+    on_new_names: Callable[[set[str]], None] | None = None,
+) -> int:
+    """Delete exactly the files ``snapshot`` listed (not later ones); returns how many.
+
+    A batch file rewritten since the snapshot (a sidecar append that landed after it was read)
+    is not deleted unread: its new names go to ``on_new_names`` (which must deal with their
+    files) and only then is that version deleted, compared again; without a callback the file
+    is left for the next pass.
+    """
+    files = [p for p in snapshot.files if p not in snapshot.contents]
+    seen = set(snapshot.names)
+    removed = 0
+    for path, content in snapshot.contents.items():
+        expected = content
+        for _ in range(100):
+            current = manager.delete_if_unchanged(path, expected)
+            if current is None:
+                removed += 1
+                break
+            parsed = parse_batch_content(current, source=path)
+            fresh = set(parsed.names) - seen
+            if on_new_names is None:
+                break  # left in place: the next pass reads it
+            if fresh:
+                on_new_names({parse_marker_name(name)[0] for name in fresh})
+                seen |= fresh
+            expected = current
+    return removed + _delete_marker_files(manager, snapshot.directory, files)
 
 
 def _delete_marker_files(manager: filemanager.FileManager, directory: str, files: list[str]) -> int:

@@ -1,15 +1,24 @@
 """Rollback: delete exactly the files of failed writes, found through their markers.
 
-For each undecided instant (DESIGN.md, "Rollback"): first decide its fate with
-``claim_rollback`` (put-if-absent; if a commit won, the instant is left alone), only then read
-its markers (direct or batched; a missing or empty ``MARKERS.type`` is fine), delete every
-marked file that no committed instant lists, then the markers, then write ``.rolledback``.
+The contract is docs/storage-contract.md ("Rollback"). For each undecided instant *of the owner
+asked about* (``owner=None``: ``job:<jobId>``): first decide its fate with ``claim_rollback``
+(put-if-absent; if a commit won, the instant is left alone), only then read its markers (direct
+or batched; a missing, empty or wrong ``MARKERS.type`` is fine), record the marked names in
+``<instant>.rolledback``, delete every marked file that no committed instant lists (and the temp
+files or incomplete uploads a killed writer of those names left), then the markers it read.
 
-* Instants in state ROLLING_BACK (claimed, cleanup interrupted) are resumed.
-* ROLLED_BACK instants whose marker directory reappeared (a zombie executor marked and wrote a
-  file after the first pass) are cleaned again: a second pass catches late files.
+* Undecided instants of another owner are reported (``instantsOtherOwner``) and never touched,
+  unless ``force=True``; the names they marked are never deleted while they are undecided.
+* ROLLING_BACK instants (claimed, cleanup interrupted) are resumed, whoever owns them.
+* ROLLED_BACK instants are checked again: a name they marked that exists again (a zombie task
+  that was mid-upload published it after the pass) is deleted, and a marker directory that
+  reappeared is cleaned. :func:`sweep_late_files` does the same before a commit of the job.
 * A committed file is never deleted, even when a failed re-run overwrote a name an earlier
   commit lists: the name is kept (its content is the last complete write of that name).
+* A torn last line of a ``MARKERS<i>`` file is tolerated (its file is looked up by name prefix
+  in one directory and reported as a warning); other damage raises one
+  :class:`~sparkguard.spark_lib.errors.CorruptFileError` naming the file, the instant and the fix,
+  after every other instant was handled; the instant stays resumable.
 * Stream marker directories of the job (``_sparkguard/streams/<jobId>/markers``) are handled the
   same way, with the batch's slot in the stream log as the decision (see ``reader.StreamLog``).
 
@@ -26,7 +35,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from sparkguard.spark_lib import filemanager, markers, paths, reader, timeline
+from sparkguard.spark_lib import errors, filemanager, markers, paths, reader, timeline
 from sparkguard.spark_lib import journal as job_journal
 
 logger = logging.getLogger(__name__)
@@ -44,6 +53,8 @@ class Action(enum.StrEnum):
     COMMITTED = "committed"  # a commit decided it: left alone (only stale markers cleaned)
     NOTHING = "nothing"  # already rolled back, nothing reappeared
     WOULD_ROLL_BACK = "would_roll_back"  # dry run
+    OTHER_OWNER = "other_owner"  # undecided, started by another owner: reported, untouched
+    MISSING = "missing"  # the journal names it, but the table has no trace of it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +67,9 @@ class InstantRollback:
     files_deleted: int
     files_kept: int
     markers_deleted: int
+    owner: str = ""
+    temp_files_removed: int = 0
+    warnings: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,33 +85,61 @@ class RollbackSummary:
     tables: tuple[str, ...] = ()
     markers_deleted: int = 0
     details: tuple[InstantRollback, ...] = ()
+    owner: str | None = None
+    forced: bool = False
+    #: undecided instants of other owners, left alone
+    instants_other_owner: tuple[InstantRollback, ...] = ()
+    #: tables the journal names that no longer have a timeline
+    tables_missing: tuple[str, ...] = ()
+    temp_files_removed: int = 0
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable form (for ``--json`` output and operator events)."""
         return {
             "jobId": self.job_id,
+            "owner": self.owner,
+            "force": self.forced,
             "dryRun": self.dry_run,
             "tables": list(self.tables),
+            "tablesMissing": list(self.tables_missing),
             "instantsRolledBack": list(self.instants_rolled_back),
             "instantsCommitted": list(self.instants_committed),
+            "instantsOtherOwner": [
+                {"instant": r.instant, "table": r.table, "owner": r.owner}
+                for r in self.instants_other_owner
+            ],
             "filesDeleted": self.files_deleted,
             "filesKept": self.files_kept,
             "markersDeleted": self.markers_deleted,
+            "tempFilesRemoved": self.temp_files_removed,
+            "warnings": list(self.warnings),
             "details": [
                 {
                     "table": d.table,
                     "instant": d.instant,
+                    "owner": d.owner,
                     "action": d.action.value,
                     "filesDeleted": d.files_deleted,
                     "filesKept": d.files_kept,
                     "markersDeleted": d.markers_deleted,
+                    "tempFilesRemoved": d.temp_files_removed,
+                    "warnings": list(d.warnings),
                 }
                 for d in self.details
             ],
         }
 
 
-def summarise(job_id: str, results: Iterable[InstantRollback], *, dry_run: bool) -> RollbackSummary:
+def summarise(
+    job_id: str,
+    results: Iterable[InstantRollback],
+    *,
+    dry_run: bool,
+    owner: str | None = None,
+    force: bool = False,
+    tables_missing: Iterable[str] = (),
+) -> RollbackSummary:
     """Fold per-instant results into a summary (a purely computational function)."""
     items = tuple(results)
     rolled = [
@@ -116,11 +158,17 @@ def summarise(job_id: str, results: Iterable[InstantRollback], *, dry_run: bool)
         tables=tuple(sorted({r.table for r in items})),
         markers_deleted=sum(r.markers_deleted for r in items),
         details=items,
+        owner=owner,
+        forced=force,
+        instants_other_owner=tuple(r for r in items if r.action is Action.OTHER_OWNER),
+        tables_missing=tuple(sorted(set(tables_missing))),
+        temp_files_removed=sum(r.temp_files_removed for r in items),
+        warnings=tuple(f"{r.instant}: {w}" for r in items for w in r.warnings),
     )
 
 
 # --------------------------------------------------------------------------------------------
-# What is committed.
+# What is committed, and what is protected.
 # --------------------------------------------------------------------------------------------
 
 
@@ -148,18 +196,100 @@ def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]
     return marked_set & listed
 
 
+def owns(status: timeline.InstantStatus, owner: str | None) -> bool:
+    """Whether a rollback asked about ``owner`` (None: ``job:<jobId>``) may touch ``status``."""
+    wanted = owner if owner is not None else timeline.default_owner(status.job_id)
+    return status.owner == wanted
+
+
+def marked_by_live_instants(
+    tl: timeline.Timeline, statuses: Iterable[timeline.InstantStatus]
+) -> set[str]:
+    """Data files the undecided instants among ``statuses`` marked: a live writer's names.
+
+    They are never deleted while those instants are undecided. A damaged marker directory of
+    such an instant raises :class:`CorruptFileError`: its names cannot be known.
+    """
+    protected: set[str] = set()
+    for status in statuses:
+        if status.state is not timeline.State.INFLIGHT:
+            continue
+        mdir = markers.marker_dir(tl.table, status.instant)
+        snapshot = markers.snapshot_marker_dir(tl.manager, mdir)
+        protected |= snapshot.marked_files
+        for _, prefix in snapshot.torn:
+            protected |= _files_by_prefix(tl, prefix, job_id=status.job_id)
+    return protected
+
+
+def _files_by_prefix(tl: timeline.Timeline, prefix: str, *, job_id: str) -> set[str]:
+    """Data files of ``job_id`` whose relative path starts with ``prefix`` (a torn marker
+    line): one listing of the directory the prefix points into, deeper only under
+    sub-directories that match the prefix."""
+    data_prefix = prefix.split(".marker.", 1)[0]
+    if not data_prefix or data_prefix.startswith(("/", ".", "_")) or ".." in data_prefix:
+        return set()
+    relative_dir = data_prefix.rpartition("/")[0]
+    root = tl.table.rstrip("/")
+    directory = paths.join(root, relative_dir) if relative_dir else root
+    tag = f"-{job_id}-"
+    found: set[str] = set()
+    for info in tl.manager.list(directory):
+        relative = info.path[len(root) + 1 :]
+        if relative.startswith("_") or filemanager.is_temp_name(info.name):
+            continue
+        if info.is_dir:
+            if relative.startswith(data_prefix) or data_prefix.startswith(relative + "/"):
+                candidates = [i.path[len(root) + 1 :] for i in tl.manager.list_files(info.path)]
+            else:
+                continue
+        else:
+            candidates = [relative]
+        found.update(
+            c
+            for c in candidates
+            if c.startswith(data_prefix)
+            and tag in paths.basename(c)
+            and not filemanager.is_temp_name(paths.basename(c))
+        )
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Deleting.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Deleted:
+    files: int = 0
+    temp_files: int = 0
+
+
 def _delete(
     manager: filemanager.FileManager,
     table: str,
     relative: list[str],
     progress: Progress | None,
-) -> None:
+    *,
+    dry_run: bool = False,
+) -> _Deleted:
+    """Delete the files of ``relative`` that exist, and the leftovers a killed writer of those
+    names left; counts what was actually removed (or, dry run, what would be)."""
+    result = _Deleted()
     total = len(relative)
     for start in range(0, total, DELETE_CHUNK):
-        chunk = relative[start : start + DELETE_CHUNK]
-        manager.delete_many(paths.join(table, rel) for rel in chunk)
+        chunk = [paths.join(table, rel) for rel in relative[start : start + DELETE_CHUNK]]
+        leftovers = manager.find_leftovers(chunk)
+        if dry_run:
+            result.files += len(manager.existing_files(chunk))
+            result.temp_files += len(leftovers)
+        else:
+            result.files += len(manager.delete_existing(chunk))
+            result.temp_files += manager.remove_leftovers(leftovers)
         if progress is not None:
-            progress("delete", start + len(chunk), total)
+            progress("delete", start + min(DELETE_CHUNK, total - start), total)
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,56 +301,155 @@ def rollback_instant(
     tl: timeline.Timeline,
     instant: str,
     *,
+    owner: str | None = None,
+    force: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
     table_label: str | None = None,
+    protected: Iterable[str] | None = None,
 ) -> InstantRollback:
     """Roll back one instant of ``tl`` unless it is committed (see the module docstring).
 
-    Idempotent and resumable: run it again after any interruption.
+    An undecided instant whose owner is not ``owner`` (None: ``job:<jobId>``) is left alone
+    (:attr:`Action.OTHER_OWNER`) unless ``force``. ``protected`` are names a live instant
+    marked (never deleted); when None they are read from the timeline. Idempotent and
+    resumable: run it again after any interruption.
     """
-    manager = tl.manager
-    label = table_label or tl.table
     status = tl.status(instant)
-    mdir = markers.marker_dir(tl.table, instant)
+    label = table_label or tl.table
+    if status.info is None and status.outcome is None and status.rolledback is None:
+        return InstantRollback(label, instant, Action.MISSING, 0, 0, 0)
+    if status.state is timeline.State.INFLIGHT and not force and not owns(status, owner):
+        return InstantRollback(label, instant, Action.OTHER_OWNER, 0, 0, 0, owner=status.owner)
+    if protected is None:
+        others = [
+            s
+            for s in tl.statuses(job_id=status.job_id)
+            if s.instant != instant and not (force or owns(s, owner))
+        ]
+        protected = marked_by_live_instants(tl, others)
+    return _roll_back(
+        tl, status, dry_run=dry_run, progress=progress, label=label, protected=set(protected)
+    )
+
+
+def _roll_back(
+    tl: timeline.Timeline,
+    status: timeline.InstantStatus,
+    *,
+    dry_run: bool,
+    progress: Progress | None,
+    label: str,
+    protected: set[str],
+) -> InstantRollback:
+    manager = tl.manager
+    instant = status.instant
     state = status.state
-    if state is timeline.State.ROLLED_BACK and not manager.exists(mdir):
-        return InstantRollback(label, instant, Action.NOTHING, 0, 0, 0)
+    mdir = markers.marker_dir(tl.table, instant)
     if state is timeline.State.COMMITTED:
         return _clean_committed(tl, instant, mdir, label=label, dry_run=dry_run)
-    if dry_run:
-        marked = markers.read_marked_files(manager, mdir)
-        kept = committed_names(tl, job_id=status.job_id, marked=marked)
-        return InstantRollback(
-            label, instant, Action.WOULD_ROLL_BACK, len(marked - kept), len(kept), 0
-        )
-    if state is timeline.State.INFLIGHT and not tl.claim_rollback(instant):
+    if state is timeline.State.INFLIGHT and not dry_run and not tl.claim_rollback(instant):
         logger.info("instant %s was committed before rollback could claim it", instant)
-        return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0)
-    # Claimed: the instant can no longer commit. Now read the markers and clean up: exactly
-    # the markers read here, so a late marker survives for the next pass.
+        return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0, owner=status.owner)
+    # Claimed: the instant can no longer commit. Now read its markers (exactly these are
+    # deleted later, so a late marker survives for the next pass).
     snapshot = markers.snapshot_marker_dir(manager, mdir)
-    marked = snapshot.marked_files
-    kept = committed_names(tl, job_id=status.job_id, marked=marked)
-    doomed = sorted(marked - kept)
-    _delete(manager, tl.table, doomed, progress)
-    markers_deleted = markers.delete_snapshot(manager, snapshot)
-    previous = status.rolledback or {}
-    tl.record_rolled_back(
-        instant,
-        {
-            "filesDeleted": int(previous.get("filesDeleted", 0)) + len(doomed),
-            "filesKept": sorted(kept)[:RECORDED_NAMES_LIMIT],
-            "deleted": doomed[:RECORDED_NAMES_LIMIT],
-            "passes": int(previous.get("passes", 0)) + 1,
-        },
+    marked = set(snapshot.marked_files)
+    warnings = list(snapshot.warnings)
+    for source, prefix in snapshot.torn:
+        matches = _files_by_prefix(tl, prefix, job_id=status.job_id)
+        marked |= matches
+        warnings.append(
+            f"torn last line {prefix!r} in {source} (a crash mid-append) tolerated; "
+            f"{len(matches)} file(s) of the job start with it"
+        )
+    recorded = set(status.rolled_back_names)
+    names = recorded | marked
+    kept = committed_names(tl, job_id=status.job_id, marked=names)
+    doomed = sorted(names - kept - protected)
+    previous: Mapping[str, Any] = status.rolledback or {}
+    passes = int(previous.get("passes", 0))
+
+    def record(files_deleted: int, temp_removed: int, deleted: list[str], *, done: bool) -> None:
+        tl.record_rolled_back(
+            instant,
+            {
+                "owner": status.owner,
+                "marked": sorted(names),
+                "filesDeleted": int(previous.get("filesDeleted", 0)) + files_deleted,
+                "tempFilesRemoved": int(previous.get("tempFilesRemoved", 0)) + temp_removed,
+                "filesKept": sorted(kept)[:RECORDED_NAMES_LIMIT],
+                "deleted": deleted[:RECORDED_NAMES_LIMIT],
+                "passes": passes + (1 if done else 0),
+                "complete": done,
+                "warnings": warnings[:RECORDED_NAMES_LIMIT],
+            },
+        )
+
+    if dry_run:
+        would = _delete(manager, tl.table, doomed, None, dry_run=True)
+        action = (
+            Action.WOULD_ROLL_BACK if state is not timeline.State.ROLLED_BACK else Action.NOTHING
+        )
+        return InstantRollback(
+            label,
+            instant,
+            action,
+            would.files,
+            len(kept),
+            0,
+            status.owner,
+            would.temp_files,
+            tuple(warnings),
+        )
+    if names - recorded:
+        # The names must stay findable before their markers go: a zombie task may still
+        # publish one of them after this pass (docs/storage-contract.md, "Late files").
+        record(0, 0, [], done=False)
+    deleted = _delete(manager, tl.table, doomed, progress)
+    late: set[str] = set()
+
+    def delete_late(new_files: set[str]) -> None:
+        # A batch file was rewritten after the snapshot: its new names are doomed too.
+        nonlocal names
+        names |= new_files
+        record(deleted.files, deleted.temp_files, [], done=False)
+        extra = sorted(new_files - committed_names(tl, job_id=status.job_id, marked=new_files))
+        extra = [n for n in extra if n not in protected]
+        more = _delete(manager, tl.table, extra, None)
+        deleted.files += more.files
+        deleted.temp_files += more.temp_files
+        late.update(extra)
+
+    markers_deleted = 0
+    if snapshot.files:
+        markers_deleted = markers.delete_snapshot(manager, snapshot, on_new_names=delete_late)
+    changed = (
+        deleted.files
+        or deleted.temp_files
+        or markers_deleted
+        or names - recorded
+        or state is not timeline.State.ROLLED_BACK
+        or warnings
     )
+    if changed:
+        record(deleted.files, deleted.temp_files, sorted(set(doomed) | late), done=True)
     if kept:
         logger.warning(
             "instant %s: kept %d marked files that a committed instant lists", instant, len(kept)
         )
     action = Action.ROLLED_BACK if state is not timeline.State.ROLLED_BACK else Action.NOTHING
-    return InstantRollback(label, instant, action, len(doomed), len(kept), markers_deleted)
+    return InstantRollback(
+        label,
+        instant,
+        action,
+        deleted.files,
+        len(kept),
+        markers_deleted,
+        status.owner,
+        deleted.temp_files,
+        tuple(warnings),
+    )
 
 
 def _clean_committed(
@@ -235,10 +464,97 @@ def _clean_committed(
     kept = committed_names(tl, job_id=timeline.job_of_instant(instant), marked=marked)
     doomed = sorted(marked - kept)
     if dry_run:
-        return InstantRollback(label, instant, Action.COMMITTED, len(doomed), len(kept), 0)
-    _delete(manager, tl.table, doomed, None)
+        would = _delete(manager, tl.table, doomed, None, dry_run=True)
+        return InstantRollback(label, instant, Action.COMMITTED, would.files, len(kept), 0)
+    deleted = _delete(manager, tl.table, doomed, None)
     count = markers.delete_snapshot(manager, snapshot)
-    return InstantRollback(label, instant, Action.COMMITTED, len(doomed), len(kept), count)
+    return InstantRollback(
+        label,
+        instant,
+        Action.COMMITTED,
+        deleted.files,
+        len(kept),
+        count,
+        temp_files_removed=deleted.temp_files,
+        warnings=snapshot.warnings,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Before a write, and before a commit.
+# --------------------------------------------------------------------------------------------
+
+
+def roll_back_before_write(
+    tl: timeline.Timeline,
+    *,
+    job_id: str,
+    owner: str,
+    table_label: str | None = None,
+    skip_operations: Iterable[str] = (),
+) -> list[InstantRollback]:
+    """Before a write of ``job_id`` by ``owner``: roll back this owner's undecided instants of
+    the job on the table (an earlier attempt's leftovers; this also fences that attempt).
+
+    Raises :class:`~sparkguard.spark_lib.errors.OwnerConflictError` when another owner has an
+    undecided instant of the same job here: both would write the same file names. Instants
+    whose operation is in ``skip_operations`` are ignored.
+    """
+    skipped = set(skip_operations)
+    statuses = [
+        s
+        for s in tl.statuses(job_id=job_id)
+        if s.state in (timeline.State.INFLIGHT, timeline.State.ROLLING_BACK)
+        and not (s.info is not None and s.info.operation in skipped)
+    ]
+    for status in statuses:
+        if status.state is timeline.State.INFLIGHT and status.owner != owner:
+            raise errors.OwnerConflictError(
+                f"instant {status.instant} of job {job_id!r} on {table_label or tl.table} is "
+                f"in flight for owner {status.owner!r}, and this write's owner is {owner!r}: "
+                "both would write the same file names, so this write is refused. Wait for "
+                "that write to finish, give this job another job id, or, if that writer is "
+                f"dead, roll it back: sparkguard rollback --job-id {job_id} --journal <its "
+                f"journal> --owner '{status.owner}' (or --force)"
+            )
+    results = []
+    for status in statuses:
+        logger.info("rolling back stale instant %s before writing", status.instant)
+        results.append(rollback_instant(tl, status.instant, owner=owner, table_label=table_label))
+    return results
+
+
+def sweep_late_files(
+    tl: timeline.Timeline, *, job_id: str, instant: str, keep: Iterable[str]
+) -> int:
+    """Before ``instant`` commits: delete files that rolled-back instants of ``job_id`` on this
+    table marked and that exist again (a zombie task published them after the rollback).
+
+    Never deletes ``keep`` (the files this commit lists), a committed file, or a name another
+    undecided instant marked. Returns how many files were removed.
+    """
+    statuses = tl.statuses(job_id=job_id)
+    recorded: set[str] = set()
+    for status in statuses:
+        if status.outcome is timeline.Outcome.ROLLED_BACK:
+            recorded |= status.rolled_back_names
+    if not recorded:
+        return 0
+    live = [s for s in statuses if s.instant != instant]
+    protected = marked_by_live_instants(tl, live) | set(keep)
+    kept = committed_names(tl, job_id=job_id, marked=recorded)
+    doomed = sorted(recorded - kept - protected)
+    removed = _delete(tl.manager, tl.table, doomed, None)
+    if removed.files or removed.temp_files:
+        logger.warning(
+            "before committing %s: removed %d late files (and %d temp files) of rolled-back "
+            "instants of job %s",
+            instant,
+            removed.files,
+            removed.temp_files,
+            job_id,
+        )
+    return removed.files
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,9 +581,8 @@ def rollback_stream(
             marked = markers.read_marked_files(tl.manager, directory)
             winner = log.winner_of(log.slots(batch_id))
             listed = {f.path for f in winner.files} if winner else set()
-            results.append(
-                InstantRollback(label, name, Action.WOULD_ROLL_BACK, len(marked - listed), 0, 0)
-            )
+            would = _delete(tl.manager, tl.table, sorted(marked - listed), None, dry_run=True)
+            results.append(InstantRollback(label, name, Action.WOULD_ROLL_BACK, would.files, 0, 0))
             continue
         results.append(
             clean_stream_dir(tl, log, batch_id, run, directory, progress=progress, label=label)
@@ -297,11 +612,26 @@ def clean_stream_dir(
     marked = snapshot.marked_files
     kept = marked & listed
     doomed = sorted(marked - listed)
-    _delete(tl.manager, tl.table, doomed, progress)
-    count = markers.delete_snapshot(tl.manager, snapshot)
+    deleted = _delete(tl.manager, tl.table, doomed, progress)
+
+    def delete_late(new_files: set[str]) -> None:
+        more = _delete(tl.manager, tl.table, sorted(new_files - listed), None)
+        deleted.files += more.files
+        deleted.temp_files += more.temp_files
+
+    count = markers.delete_snapshot(tl.manager, snapshot, on_new_names=delete_late)
     action = Action.COMMITTED if winner and winner.run == run else Action.ROLLED_BACK
     name = f"stream:{log.job_id}:{batch_id}:{run}"
-    return InstantRollback(label or tl.table, name, action, len(doomed), len(kept), count)
+    return InstantRollback(
+        label or tl.table,
+        name,
+        action,
+        deleted.files,
+        len(kept),
+        count,
+        temp_files_removed=deleted.temp_files,
+        warnings=snapshot.warnings,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,22 +639,66 @@ def clean_stream_dir(
 # --------------------------------------------------------------------------------------------
 
 
+class _Damage:
+    """Damaged marker directories met during a pass: reported once, at the end."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def add(self, table: str, instant: str, exc: errors.CorruptFileError) -> None:
+        self.messages.append(f"instant {instant} of {table}: {exc}")
+
+    def raise_if_any(self) -> None:
+        if not self.messages:
+            return
+        more = f" (and {len(self.messages) - 1} more: {'; '.join(self.messages[1:])})"
+        raise errors.CorruptFileError(
+            self.messages[0]
+            + (more if len(self.messages) > 1 else "")
+            + ". Every other instant was handled; the damaged one stays claimed and resumable"
+        )
+
+
 def _rollback_in_table(
     tl: timeline.Timeline,
     *,
     job_id: str | None,
     extra_instants: Iterable[str],
+    owner: str | None,
+    force: bool,
     dry_run: bool,
     progress: Progress | None,
     label: str,
+    damage: _Damage,
 ) -> list[InstantRollback]:
-    statuses_ids = set(tl.instant_ids(job_id=job_id)) | set(extra_instants)
-    ordered = sorted(statuses_ids)
+    ordered = sorted(set(tl.instant_ids(job_id=job_id)) | set(extra_instants))
+    statuses = {instant: tl.status(instant) for instant in ordered}
+    # Names that undecided instants of other owners marked: a live writer's, never deleted.
+    protected: dict[str, set[str]] = collections.defaultdict(set)
+    for status in statuses.values():
+        if status.state is timeline.State.INFLIGHT and not (force or owns(status, owner)):
+            try:
+                protected[status.job_id] |= marked_by_live_instants(tl, [status])
+            except errors.CorruptFileError as exc:
+                damage.add(label, status.instant, exc)
     results = []
     for index, instant in enumerate(ordered, start=1):
-        results.append(
-            rollback_instant(tl, instant, dry_run=dry_run, progress=progress, table_label=label)
-        )
+        status = statuses[instant]
+        try:
+            results.append(
+                rollback_instant(
+                    tl,
+                    instant,
+                    owner=owner,
+                    force=force,
+                    dry_run=dry_run,
+                    progress=progress,
+                    table_label=label,
+                    protected=protected[status.job_id],
+                )
+            )
+        except errors.CorruptFileError as exc:
+            damage.add(label, instant, exc)
         if progress is not None:
             progress("instants", index, len(ordered))
     jobs = [job_id] if job_id is not None else reader.stream_jobs(tl.manager, tl.table)
@@ -336,70 +710,120 @@ def _rollback_in_table(
                     tl, stream_job, dry_run=dry_run, progress=progress, table_label=label
                 )
             )
+    for result in results:
+        if result.action is Action.OTHER_OWNER:
+            logger.warning(
+                "left instant %s of %s alone: it is in flight for owner %r (roll back as that "
+                "owner, or with force, if its writer is dead)",
+                result.instant,
+                label,
+                result.owner,
+            )
     # Committed instants are reported only when rollback had something to decide about them.
-    return [r for r in results if not (r.action is Action.COMMITTED and not r.files_deleted)]
+    return [
+        r
+        for r in results
+        if not (r.action is Action.COMMITTED and not r.files_deleted and not r.markers_deleted)
+        and r.action is not Action.MISSING
+    ]
 
 
 def rollback_table(
     url: str,
     *,
     job_id: str | None = None,
+    owner: str | None = None,
+    force: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     file_manager: str | filemanager.Kind | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> RollbackSummary:
-    """Roll back every undecided instant of the table at ``url`` (of ``job_id`` only, if given).
+    """Roll back the undecided instants of the table at ``url`` (of ``job_id`` only, if given)
+    that belong to ``owner`` (None: each job's default owner ``job:<jobId>``; ``force``: all).
 
-    Reads one listing of the timeline plus each instant's markers; never lists data files.
+    Reads one listing of the timeline plus each instant's markers; never lists data files
+    except the directories of marked names. A table without a timeline is reported in
+    ``tables_missing`` and not touched.
     """
     if job_id is not None:
         timeline.validate_job_id(job_id)
+    if owner is not None:
+        timeline.validate_owner(owner)
     manager, path = filemanager.resolve(url, storage_options=storage_options, kind=file_manager)
     tl = timeline.Timeline(manager, path)
+    label = reader.table_url(url)
+    if not tl.exists():
+        return summarise(
+            job_id or "*", [], dry_run=dry_run, owner=owner, force=force, tables_missing=[label]
+        )
+    damage = _Damage()
     results = _rollback_in_table(
         tl,
         job_id=job_id,
         extra_instants=(),
+        owner=owner,
+        force=force,
         dry_run=dry_run,
         progress=progress,
-        label=reader.table_url(url),
+        label=label,
+        damage=damage,
     )
-    return summarise(job_id or "*", results, dry_run=dry_run)
+    damage.raise_if_any()
+    return summarise(job_id or "*", results, dry_run=dry_run, owner=owner, force=force)
 
 
 def rollback_job(
     job_id: str,
     journal: str,
     *,
+    owner: str | None = None,
+    force: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     dry_run: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> RollbackSummary:
     """Roll back everything job ``job_id`` left undecided, on every table its journal names.
 
+    Only instants of ``owner`` (None: ``job:<jobId>``) are rolled back; undecided instants of
+    other owners are reported in ``instants_other_owner`` and left alone unless ``force``.
     Cheap when there is nothing to do: one journal listing, then one timeline listing and a
     few small reads per table. Idempotent: run it again to resume or to catch late files.
     """
     timeline.validate_job_id(job_id)
+    if owner is not None:
+        timeline.validate_owner(owner)
     jmanager, jpath = filemanager.resolve(journal, storage_options=storage_options)
     entries = job_journal.Journal(jmanager, jpath, job_id).entries()
     by_table: dict[str, list[str]] = collections.defaultdict(list)
     for entry in entries:
         by_table[entry.table].append(entry.instant)
     results: list[InstantRollback] = []
+    missing: list[str] = []
+    damage = _Damage()
     for table_url in sorted(by_table):
         manager, path = filemanager.resolve(table_url, storage_options=storage_options)
         tl = timeline.Timeline(manager, path)
+        if not tl.exists():
+            # Deleted table: report it, never recreate its _sparkguard/ directories.
+            logger.warning("table %s of job %s has no timeline (deleted?)", table_url, job_id)
+            missing.append(table_url)
+            continue
         results.extend(
             _rollback_in_table(
                 tl,
                 job_id=job_id,
                 extra_instants=by_table[table_url],
+                owner=owner,
+                force=force,
                 dry_run=dry_run,
                 progress=progress,
                 label=table_url,
+                damage=damage,
             )
         )
-    summary = summarise(job_id, results, dry_run=dry_run)
+    damage.raise_if_any()
+    summary = summarise(
+        job_id, results, dry_run=dry_run, owner=owner, force=force, tables_missing=missing
+    )
     return dataclasses.replace(summary, tables=tuple(sorted(by_table)))

@@ -1,15 +1,19 @@
 """The timeline of a table: instants that are inflight, then decided exactly once.
 
-Layout under ``<table>/_sparkguard/timeline/`` (see DESIGN.md, "Storage contract")::
+Layout under ``<table>/_sparkguard/timeline/`` (docs/storage-contract.md, "Timeline")::
 
-    <instant>.inflight     written when a write starts (job id, attempt, marker type, started)
+    <instant>.inflight     written when a write starts (job id, owner, attempt, marker type, ...)
     <instant>.outcome      "committed" + files | "rolled_back": put-if-absent, decided once
-    <instant>.rolledback   what a rollback deleted, written after the fact
+    <instant>.rolledback   the names a rollback found marked and what it deleted
 
 An instant id is ``<UTC yyyyMMddHHmmssSSS>-<jobId>``: it sorts by start time and names its job,
 so a rollback finds the instants of one job from a single listing. The outcome file is written
 put-if-absent by both a committing driver and a rollback: of the two, exactly one wins. A driver
 whose instant a rollback claimed first (a zombie) gets :class:`InstantDecidedError` on commit.
+
+Every instant has an *owner* (``"owner"`` in its ``.inflight``; ``job:<jobId>`` when the writer
+was given none, and for inflight files written before owners existed). A rollback touches only
+the undecided instants of the owner it was asked about (see ``rollback``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ VERSION: Final = 1
 JOB_ID_PATTERN: Final = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,98}[a-z0-9])?$")
 _INSTANT_PATTERN: Final = re.compile(r"^(?P<ts>[0-9]{17})-(?P<job>[a-z0-9][a-z0-9.-]*)$")
 _SUFFIXES: Final = (".inflight", ".outcome", ".rolledback")
+OWNER_MAX_LENGTH: Final = 256
+DEFAULT_OWNER_PREFIX: Final = "job:"
 
 
 class Outcome(enum.StrEnum):
@@ -63,6 +69,29 @@ def validate_job_id(job_id: str, *, what: str = "job id") -> str:
             "starting and ending with a letter or digit (e.g. 'nightly-sales-2026-11-22')"
         )
     return job_id
+
+
+def default_owner(job_id: str) -> str:
+    """The owner of an instant whose writer was given none: ``job:<jobId>``."""
+    return f"{DEFAULT_OWNER_PREFIX}{job_id}"
+
+
+def validate_owner(owner: str, *, what: str = "owner") -> str:
+    """Return ``owner`` if it is a usable instant owner, else raise ConfigError.
+
+    1-256 printable characters (no control characters), e.g. ``k8s:<namespace>/<name>/<id>``.
+    """
+    if (
+        not isinstance(owner, str)
+        or not owner.strip()
+        or len(owner) > OWNER_MAX_LENGTH
+        or not owner.isprintable()
+    ):
+        raise errors.ConfigError(
+            f"{what} {owner!r} is not valid: use 1-{OWNER_MAX_LENGTH} printable characters "
+            "without control characters (e.g. 'k8s:spark-jobs/nightly/4f2a9c')"
+        )
+    return owner
 
 
 def job_of_instant(instant: str) -> str:
@@ -114,6 +143,10 @@ class InstantInfo:
     operation: str
     started: str
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: who started the write (``job:<jobId>`` when the inflight names none)
+    owner: str = ""
+    #: the write identity: the n-th write of this job to this table in its driver run
+    write: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +174,19 @@ class InstantStatus:
         """The job that opened this instant."""
         return job_of_instant(self.instant)
 
+    @property
+    def owner(self) -> str:
+        """Who started the write (``job:<jobId>`` when unknown: no or an old ``.inflight``)."""
+        if self.info is not None and self.info.owner:
+            return self.info.owner
+        return default_owner(self.job_id)
+
+    @property
+    def rolled_back_names(self) -> frozenset[str]:
+        """Data files (relative) a rollback of this instant found marked (``.rolledback``)."""
+        raw = (self.rolledback or {}).get("marked") or []
+        return frozenset(n for n in raw if isinstance(n, str))
+
 
 class Timeline:
     """The instants of one table, and the put-if-absent decisions about them."""
@@ -149,6 +195,10 @@ class Timeline:
         self.manager = manager
         self.table = paths.validate_base(table, what="table path")
         self.directory = paths.join(self.table, SPARKGUARD_DIR, TIMELINE_DIR)
+
+    def exists(self) -> bool:
+        """Whether the timeline directory exists (a deleted table has none)."""
+        return self.manager.exists(self.directory)
 
     def _path(self, instant: str, suffix: str) -> str:
         job_of_instant(instant)
@@ -163,22 +213,30 @@ class Timeline:
         marker_type: str,
         operation: str = "append",
         extra: Mapping[str, Any] | None = None,
+        owner: str | None = None,
+        write: int | None = None,
     ) -> str:
         """Open a new instant for ``job_id`` and write its ``.inflight``; returns the instant id.
 
-        Two writers never get the same instant: the inflight file is put-if-absent and a loser
-        retries with the next millisecond.
+        ``owner`` (default ``job:<jobId>``) is recorded: rollbacks of other owners leave the
+        instant alone while it is undecided. ``write`` (the write identity) is recorded when
+        given. Two writers never get the same instant: the inflight file is put-if-absent and
+        a loser retries with the next millisecond.
         """
         validate_job_id(job_id)
+        owner = validate_owner(owner) if owner is not None else default_owner(job_id)
         self.manager.mkdirs(self.directory)
-        body = {
+        body: dict[str, Any] = {
             "jobId": job_id,
+            "owner": owner,
             "attempt": attempt,
             "markerType": marker_type,
             "operation": operation,
             "started": datetime.datetime.now(datetime.UTC).isoformat(),
             "extra": dict(extra or {}),
         }
+        if write is not None:
+            body["write"] = write
         for _ in range(1000):
             instant = f"{_now_millis()}-{job_id}"
             data = formats.encode(INFLIGHT_KIND, VERSION, {"instant": instant, **body})
@@ -193,23 +251,25 @@ class Timeline:
         files: Sequence[DataFile],
         *,
         extra: Mapping[str, Any] | None = None,
+        write: int | None = None,
     ) -> None:
         """Decide ``instant`` as committed, listing its ``files`` (put-if-absent).
+
+        ``write`` (the write identity, as in the ``.inflight``) is recorded when given.
 
         Raises :class:`InstantDecidedError` when the instant was already decided, e.g. by a
         rollback that claimed it first: then nothing of this commit is published.
         """
-        data = formats.encode(
-            OUTCOME_KIND,
-            VERSION,
-            {
-                "instant": instant,
-                "outcome": Outcome.COMMITTED.value,
-                "decided": datetime.datetime.now(datetime.UTC).isoformat(),
-                "files": [f.to_json() for f in files],
-                "extra": dict(extra or {}),
-            },
-        )
+        body: dict[str, Any] = {
+            "instant": instant,
+            "outcome": Outcome.COMMITTED.value,
+            "decided": datetime.datetime.now(datetime.UTC).isoformat(),
+            "files": [f.to_json() for f in files],
+            "extra": dict(extra or {}),
+        }
+        if write is not None:
+            body["write"] = write
+        data = formats.encode(OUTCOME_KIND, VERSION, body)
         if not self.manager.put_if_absent(self._path(instant, ".outcome"), data):
             decided = self.read_outcome(instant)
             outcome = decided[0].value if decided else "unknown"
@@ -264,14 +324,23 @@ class Timeline:
         except FileNotFoundError:
             return None
         doc = formats.decode(data, kind=INFLIGHT_KIND, versions=frozenset({VERSION}), source=path)
+        job_id = formats.require(doc, "jobId", str, source=path)
+        owner = doc.get("owner", default_owner(job_id))
+        if not isinstance(owner, str) or not owner:
+            raise errors.CorruptFileError(f"{path} field 'owner' should be a non-empty string")
+        write = doc.get("write")
+        if write is not None and (not isinstance(write, int) or isinstance(write, bool)):
+            raise errors.CorruptFileError(f"{path} field 'write' should be int")
         return InstantInfo(
             instant=instant,
-            job_id=formats.require(doc, "jobId", str, source=path),
+            job_id=job_id,
             attempt=formats.require(doc, "attempt", int, source=path),
             marker_type=formats.require(doc, "markerType", str, source=path),
             operation=formats.require(doc, "operation", str, source=path),
             started=formats.require(doc, "started", str, source=path),
             extra=doc.get("extra") or {},
+            owner=owner,
+            write=write,
         )
 
     def read_outcome(

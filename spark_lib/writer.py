@@ -480,13 +480,14 @@ def roll_back_stale(target: Target, settings: config.WriteSettings) -> None:
     """
     from sparkguard.spark_lib import rollback
 
-    for status in target.timeline.statuses(job_id=settings.job_id):
-        if status.state in (timeline.State.INFLIGHT, timeline.State.ROLLING_BACK):
-            info = status.info
-            if info is not None and info.operation == reader.Operation.STREAM_REGISTER.value:
-                continue
-            logger.info("rolling back stale instant %s before writing", status.instant)
-            rollback.rollback_instant(target.timeline, status.instant)
+    # Only this owner's instants; another owner's undecided instant refuses the write.
+    rollback.roll_back_before_write(
+        target.timeline,
+        job_id=settings.job_id,
+        owner=settings.instant_owner,
+        table_label=target.url,
+        skip_operations=[reader.Operation.STREAM_REGISTER.value],
+    )
 
 
 class SparkguardDataSource(DataSource):
@@ -572,6 +573,7 @@ class SparkguardDataSource(DataSource):
             operation = reader.Operation.APPEND
         instant = target.timeline.start(
             settings.job_id,
+            owner=settings.instant_owner,
             attempt=settings.attempt,
             marker_type=settings.marker_type.value,
             operation=operation.value,
@@ -676,7 +678,11 @@ class BatchWriter(DataSourceArrowWriter):
 
         fire_faults(self.spec.faults, "abort:start")
         manager, table = self.spec.settings.resolve(self.spec.table_url)
-        result = rollback.rollback_instant(timeline.Timeline(manager, table), self.instant)
+        result = rollback.rollback_instant(
+            timeline.Timeline(manager, table),
+            self.instant,
+            force=True,  # our own instant
+        )
         logger.warning(
             "write %s aborted: %s (deleted %d files)",
             self.instant,
@@ -722,6 +728,13 @@ def commit_instant(
             keep = set(tl.committed_files(instants=tl.instant_ids(job_id=spec.settings.job_id)))
             deleted = delete_unlisted(manager, table, unlisted, keep)
             logger.info("commit %s: deleted %d files of failed attempts", instant, deleted)
+        from sparkguard.spark_lib import rollback
+
+        # Late files of this job's rolled-back instants (a zombie task published them after
+        # the rollback): gone before this commit (docs/storage-contract.md, "Late files").
+        rollback.sweep_late_files(
+            tl, job_id=spec.settings.job_id, instant=instant, keep=[f.path for f in files]
+        )
         fire_faults(spec.faults, "commit:before-outcome")
         tl.commit(
             instant,

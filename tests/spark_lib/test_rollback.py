@@ -126,10 +126,10 @@ def test_marker_made_during_a_rollback_survives_it_and_the_next_pass_deletes_its
     _task(w, 0, PARTS[0])
     real_delete = rollback._delete
 
-    def delete_with_a_zombie_in_between(*args: Any, **kwargs: Any) -> None:
+    def delete_with_a_zombie_in_between(*args: Any, **kwargs: Any) -> Any:
         monkeypatch.setattr(rollback, "_delete", real_delete)  # once
         _task(w, 1, PARTS[1])  # after the markers were read, before they are deleted
-        real_delete(*args, **kwargs)
+        return real_delete(*args, **kwargs)
 
     monkeypatch.setattr(rollback, "_delete", delete_with_a_zombie_in_between)
     first = rollback.rollback_job("zombie-2", journal, storage_options=options)
