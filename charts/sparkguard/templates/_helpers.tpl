@@ -61,3 +61,23 @@ app.kubernetes.io/component: operator
 {{- define "sparkguard.webhookSecretName" -}}
 {{- printf "%s-webhook-tls" (include "sparkguard.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/* The operator's identity as the API server sees it (the webhook lets its patches pass). */}}
+{{- define "sparkguard.operatorUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "sparkguard.serviceAccountName" .) }}
+{{- end }}
+
+{{/*
+The webhook's namespaceSelector: webhook.namespaceSelector, plus the watched namespaces
+(operator.watchNamespaces, by their kubernetes.io/metadata.name label) when they are listed.
+*/}}
+{{- define "sparkguard.webhookNamespaceSelector" -}}
+{{- $selector := deepCopy (default dict .Values.webhook.namespaceSelector) }}
+{{- if .Values.operator.watchNamespaces }}
+{{- $watched := dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" .Values.operator.watchNamespaces }}
+{{- $_ := set $selector "matchExpressions" (append (default list $selector.matchExpressions) $watched) }}
+{{- end }}
+{{- if $selector }}
+{{- toYaml $selector }}
+{{- end }}
+{{- end }}
