@@ -9,7 +9,9 @@ WORKDIR /src
 COPY pyproject.toml constraints.txt ./
 COPY scripts/image-install.sh scripts/image-install.sh
 RUN scripts/image-install.sh deps /opt/sparkguard/venv /src
-# Then the source.
+# Then the source. spark_lib/ must already hold the JVM layer's jar (spark_lib/jars/, built on the
+# host by scripts/build-jvm.sh: this image has no JDK or Maven); image-install.sh app refuses
+# to install without it.
 COPY README.md ./
 COPY sparkguard/ sparkguard/
 COPY spark_lib/ spark_lib/

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The image's install steps, shared by the Dockerfile and tests/chart/test_image.py.
 #   image-install.sh deps <venv> <src>   dependencies only (a cacheable layer: pyproject + pins)
-#   image-install.sh app  <venv> <src>   sparkguard itself, no dependencies
+#   image-install.sh app  <venv> <src>   sparkguard itself, no dependencies; needs the JVM jar
+#                                        built first (scripts/build-jvm.sh -> spark_lib/jars/)
 set -euo pipefail
 export PYTHONSAFEPATH=1
 phase=$1 venv=$2 src=$3
@@ -20,6 +21,12 @@ case "$phase" in
     rm -rf "$stub"
     ;;
   app)
+    # The jar is package data built outside the image (the image has no JDK or Maven): refuse
+    # to build an image whose library lacks the JVM layer.
+    if [ ! -f "$src/spark_lib/jars/sparkguard-spark.jar" ]; then
+      echo "image-install.sh: $src/spark_lib/jars/sparkguard-spark.jar is missing; run scripts/build-jvm.sh before building the image" >&2
+      exit 2
+    fi
     "$venv/bin/pip" install --disable-pip-version-check -q --no-deps "$src"
     ;;
   *)

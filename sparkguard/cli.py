@@ -24,6 +24,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("sparkguard.spark_lib.commands", "show a table's instants, states and files"),
     "sidecar": ("sparkguard.sidecar.cli", "run the marker-batching sidecar"),
     "bundle": ("sparkguard.spark_lib.bundle", "copy the library into a directory for Spark"),
+    "spark-conf": (
+        "sparkguard.spark_lib.sparkconf",
+        "print the Spark conf that guards an unchanged job (JVM commit protocol)",
+    ),
     "operator": (
         "sparkguard.operator.cli",
         "run the Kubernetes operator (admission webhook + failure recovery)",

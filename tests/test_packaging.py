@@ -1,9 +1,11 @@
-"""The distribution maps the fixed folders to sparkguard.* in editable and wheel installs."""
+"""The distribution maps the fixed folders to sparkguard.* in editable and wheel installs, and
+carries the JVM layer's jar (built by scripts/build-jvm.sh, which scripts/test.sh runs first)."""
 
 from __future__ import annotations
 
 import importlib
 import operator
+import shutil
 import subprocess
 import sys
 import venv
@@ -12,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from sparkguard.spark_lib import sparkconf
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["sparkguard.spark_lib", "sparkguard.sidecar", "sparkguard.operator"]
+JAR_IN_WHEEL = "sparkguard/spark_lib/jars/sparkguard-spark.jar"
 
 
 def test_editable_install_imports_the_three_folders() -> None:
@@ -27,6 +32,17 @@ def test_editable_install_imports_the_three_folders() -> None:
 @pytest.mark.slow
 def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
+    # Build from a clean copy: an in-tree build reuses build/ and *.egg-info/SOURCES.txt from
+    # earlier builds, which would let a file missing from the package data slip in.
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".cache", "build", "dist", "*.egg-info", "target", "__pycache__",
+            "tests", "benchmarks", "charts", "docs", "demo-output",
+        ),
+    )  # fmt: skip
     subprocess.run(
         [
             sys.executable,
@@ -38,7 +54,7 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
             "-q",
             "-w",
             str(dist),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         cwd=tmp_path,
@@ -53,9 +69,14 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
         "sparkguard/spark_lib/py.typed",
         "sparkguard/sidecar/__init__.py",
         "sparkguard/operator/__init__.py",
+        JAR_IN_WHEEL,
     ]:
         assert required in names, f"{required} missing from {wheel.name}"
     assert not any(n.startswith(("tests/", "operator/", "spark_lib/")) for n in names)
+    # The JVM module's sources and build tree stay out: only the built jar ships.
+    assert not any("/jvm/" in n for n in names), sorted(n for n in names if "/jvm/" in n)
+    with zipfile.ZipFile(wheel) as whl:
+        assert whl.read(JAR_IN_WHEEL) == sparkconf.jar_path().read_bytes()
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True, system_site_packages=True)
@@ -69,10 +90,14 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
         "import importlib, operator, sparkguard;"
         f"mods = [importlib.import_module(m) for m in {PACKAGES!r}];"
         "print(*[m.__file__ for m in mods]);"
-        "assert hasattr(operator, 'itemgetter')"
+        "assert hasattr(operator, 'itemgetter');"
+        # (the base Python has no fsspec: find the jar the way sparkconf.jar_path does)
+        "import importlib.resources as r;"
+        "print(r.files('sparkguard.spark_lib').joinpath('jars/sparkguard-spark.jar'))"
     )
     out = subprocess.run(
         [python, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path
     ).stdout
     assert str(ROOT) not in out  # imported from the wheel, not from the checkout
     assert "site-packages/sparkguard/operator/__init__.py" in out
+    assert f"site-packages/{JAR_IN_WHEEL}" in out  # the helper finds the installed jar

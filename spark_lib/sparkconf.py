@@ -1,0 +1,240 @@
+"""The Spark conf that puts sparkguard's JVM layer under an unchanged job (`sparkguard spark-conf`).
+
+Spark's own file writes (``df.write.parquet``, ``insertInto``, ...) go through the class named by
+``spark.sql.sources.commitProtocolClass``; sparkguard's is in the jar this package ships
+(``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build-jvm.sh``). One function,
+:func:`build_spark_conf`, produces every key that enables it: the protocol class, the jar in
+``spark.jars`` and the ``spark.sparkguard.*`` settings the protocol reads (the same keys the
+Python writer reads, see :mod:`sparkguard.spark_lib.config`). The operator injects its result;
+the CLI prints it for users without the operator. It is a purely computational function with no
+side-effects besides locating the packaged jar when none is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from sparkguard.spark_lib import config, errors, timeline
+from sparkguard.spark_lib import markers as marker_files
+
+#: The FileCommitProtocol implementation in the jar.
+PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardCommitProtocol"
+COMMIT_PROTOCOL_KEY: Final = "spark.sql.sources.commitProtocolClass"
+JARS_KEY: Final = "spark.jars"
+#: Owner of the instants (fixed by the lead: admission's ``sparkguard.io/owner`` annotation).
+OWNER_KEY: Final = "spark.sparkguard.owner"
+OWNER_MAX_LENGTH: Final = 256
+#: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
+JAR_NAME: Final = "sparkguard-spark.jar"
+JARS_DIR: Final = Path(__file__).resolve().parent / "jars"
+
+
+class MarkerMode(enum.StrEnum):
+    """Where the protocol's markers go: straight to storage, or batched by the driver's sidecar."""
+
+    DIRECT = "direct"
+    SIDECAR = "sidecar"
+
+    @property
+    def marker_type(self) -> marker_files.MarkerType:
+        """The ``spark.sparkguard.markers.type`` value of this mode."""
+        if self is MarkerMode.SIDECAR:
+            return marker_files.MarkerType.TIMELINE_SERVER_BASED
+        return marker_files.MarkerType.DIRECT
+
+
+class OutputFormat(enum.StrEnum):
+    """How ``sparkguard spark-conf`` prints the conf."""
+
+    ARGS = "args"  # --conf k=v lines for spark-submit
+    JSON = "json"  # one JSON object (sparkConf of a SparkApplication)
+    PROPERTIES = "properties"  # a Java properties file (spark-submit --properties-file)
+
+
+class JarNotBuiltError(errors.SparkguardError):
+    """The package carries no JVM jar: it was installed from a checkout that never built it."""
+
+
+def jar_path() -> Path:
+    """The path of the JVM layer's jar in this installation.
+
+    Raises :class:`JarNotBuiltError` (saying how to build it) when the package has no jar.
+    """
+    path = JARS_DIR / JAR_NAME
+    if not path.is_file():
+        raise JarNotBuiltError(
+            f"the JVM layer's jar is missing from this installation ({path}): run "
+            "scripts/build-jvm.sh in the sparkguard checkout before installing it"
+        )
+    return path
+
+
+#: How each parameter is called in error messages: by the function, and by the CLI.
+PARAMETER_NAMES: Final[Mapping[str, str]] = {
+    name: name
+    for name in ("job_id", "owner", "markers", "endpoint", "token_file", "journal", "jar")
+}
+FLAG_NAMES: Final[Mapping[str, str]] = {
+    name: "--" + name.replace("_", "-") for name in PARAMETER_NAMES
+}
+
+
+def build_spark_conf(
+    job_id: str,
+    *,
+    owner: str | None = None,
+    markers: MarkerMode | str = MarkerMode.DIRECT,
+    endpoint: str | None = None,
+    token_file: str | None = None,
+    journal: str | None = None,
+    jar: str | Path | None = None,
+    names: Mapping[str, str] = PARAMETER_NAMES,
+) -> dict[str, str]:
+    """The Spark conf that makes every file write of a job go through sparkguard's protocol.
+
+    ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
+    to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
+    may contain ``{driverHost}``). ``owner=None`` leaves the owner to the default
+    ``job:<jobId>``. ``jar`` is where the driver finds the jar (e.g. ``local:///...`` inside a
+    pod); by default the one packaged here. ``names`` says how errors call each parameter.
+
+    Raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the parameter and the fix.
+    """
+    timeline.validate_job_id(job_id, what=names["job_id"])
+    try:
+        mode = MarkerMode(str(markers).lower())
+    except ValueError:
+        raise errors.ConfigError(
+            f"{names['markers']} {markers!r} is not valid: use 'direct' (markers on storage) or "
+            "'sidecar' (batched by the driver's marker sidecar)"
+        ) from None
+    conf: dict[str, str] = {
+        COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
+        JARS_KEY: _jar_location(jar, what=names["jar"]),
+        config.KEYS["job_id"][0]: job_id,
+    }
+    if owner is not None:
+        conf[OWNER_KEY] = _validate_owner(owner, what=names["owner"])
+    conf[config.KEYS["marker_type"][0]] = mode.marker_type.value
+    if mode is MarkerMode.SIDECAR:
+        if not endpoint:
+            raise errors.ConfigError(
+                f"{names['markers']} sidecar needs the sidecar's address: give "
+                f"{names['endpoint']} (e.g. http://{{driverHost}}:8765)"
+            )
+        if not endpoint.startswith(("http://", "https://")):
+            raise errors.ConfigError(
+                f"{names['endpoint']} {endpoint!r} is not an http(s) URL: give e.g. "
+                "http://{driverHost}:8765"
+            )
+        conf[config.KEYS["marker_endpoint"][0]] = endpoint
+        if token_file is not None:
+            conf[config.KEYS["token_file"][0]] = _non_empty(token_file, what=names["token_file"])
+    else:
+        for name, value in (("endpoint", endpoint), ("token_file", token_file)):
+            if value is not None:
+                raise errors.ConfigError(
+                    f"{names[name]} applies only to {names['markers']} sidecar: drop it, or "
+                    f"add {names['markers']} sidecar"
+                )
+    if journal is not None:
+        conf[config.KEYS["journal"][0]] = _non_empty(journal, what=names["journal"])
+    return conf
+
+
+def _jar_location(jar: str | Path | None, *, what: str) -> str:
+    if jar is None:
+        return str(jar_path())
+    location = _non_empty(str(jar), what=what)
+    if "," in location:
+        # spark.jars is a comma-separated list: a comma would split our entry in two.
+        raise errors.ConfigError(f"{what} {location!r} contains a comma: give one jar location")
+    return location
+
+
+def _non_empty(value: str, *, what: str) -> str:
+    if not value.strip() or not value.isprintable():
+        raise errors.ConfigError(
+            f"{what} {value!r} is not valid: give a non-empty value without control characters"
+        )
+    return value
+
+
+def _validate_owner(owner: str, *, what: str) -> str:
+    if not owner.strip() or len(owner) > OWNER_MAX_LENGTH or not owner.isprintable():
+        raise errors.ConfigError(
+            f"{what} {owner!r} is not valid: use 1-{OWNER_MAX_LENGTH} printable characters "
+            "(e.g. 'k8s:spark-jobs/nightly/4f2a9c'), or leave it out for 'job:<jobId>'"
+        )
+    return owner
+
+
+def format_conf(conf: Mapping[str, str], output: OutputFormat | str) -> str:
+    """``conf`` as text: ``--conf k=v`` lines (shell-quoted where needed), JSON, or a Java
+    properties file; each ends with a newline."""
+    output = OutputFormat(output)
+    if output is OutputFormat.JSON:
+        return json.dumps(dict(conf), indent=2) + "\n"
+    if output is OutputFormat.PROPERTIES:
+        return "".join(f"{key}={_properties_value(value)}\n" for key, value in conf.items())
+    return "".join(f"--conf {shlex.quote(f'{key}={value}')}\n" for key, value in conf.items())
+
+
+def _properties_value(value: str) -> str:
+    # java.util.Properties.load: backslash escapes; a leading space would be dropped.
+    escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    escaped = escaped.replace("\t", "\\t")
+    return "\\" + escaped if escaped.startswith(" ") else escaped
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``spark-conf`` command's flags."""
+    parser.add_argument("--job-id", required=True, help="the job's id ([a-z0-9.-], 1-100)")
+    parser.add_argument("--owner", help="owner of the job's instants (default: job:<jobId>)")
+    parser.add_argument(
+        "--markers",
+        default=MarkerMode.DIRECT.value,
+        help="direct (markers on storage, the default) or sidecar (batched by the marker sidecar)",
+    )
+    parser.add_argument("--endpoint", help="the sidecar's URL, with --markers sidecar")
+    parser.add_argument("--token-file", help="the sidecar's bearer token file")
+    parser.add_argument("--journal", help="the job journal's location (for sparkguard rollback)")
+    parser.add_argument(
+        "--jar", help="where Spark finds sparkguard's jar (default: the one installed here)"
+    )
+    parser.add_argument(
+        "--format",
+        default=OutputFormat.ARGS.value,
+        choices=[f.value for f in OutputFormat],
+        help="args: --conf k=v lines for spark-submit (default); json; properties",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the conf; exit 2 on bad input, 1 when the jar is missing."""
+    try:
+        conf = build_spark_conf(
+            args.job_id,
+            owner=args.owner,
+            markers=args.markers,
+            endpoint=args.endpoint,
+            token_file=args.token_file,
+            journal=args.journal,
+            jar=args.jar,
+            names=FLAG_NAMES,
+        )
+    except errors.ConfigError as exc:
+        print(f"sparkguard spark-conf: {exc}", file=sys.stderr)
+        return 2
+    except JarNotBuiltError as exc:
+        print(f"sparkguard spark-conf: {exc}, or pass --jar PATH", file=sys.stderr)
+        return 1
+    sys.stdout.write(format_conf(conf, args.format))
+    return 0

@@ -1,0 +1,154 @@
+"""One function builds the Spark conf that enables the JVM layer; ``sparkguard spark-conf``
+prints it as spark-submit arguments, JSON or a properties file, and rejects bad input in one
+line naming the flag and the fix (exit status 2)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from sparkguard import cli
+from sparkguard.spark_lib import errors, sparkconf
+
+JAR = str(sparkconf.jar_path())
+
+
+def test_direct_markers_by_default() -> None:
+    conf = sparkconf.build_spark_conf("nightly-1")
+    assert conf == {
+        "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
+        "spark.jars": JAR,
+        "spark.sparkguard.jobId": "nightly-1",
+        "spark.sparkguard.markers.type": "DIRECT",
+    }
+
+
+def test_sidecar_markers_owner_journal_and_jar_location() -> None:
+    conf = sparkconf.build_spark_conf(
+        "nightly-1",
+        owner="k8s:jobs/nightly/4f2a9c",
+        markers="sidecar",
+        endpoint="http://{driverHost}:8765",
+        token_file="/var/run/sparkguard/token",
+        journal="s3://b/journal",
+        jar="local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
+    )
+    assert conf == {
+        "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
+        "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
+        "spark.sparkguard.jobId": "nightly-1",
+        "spark.sparkguard.owner": "k8s:jobs/nightly/4f2a9c",
+        "spark.sparkguard.markers.type": "TIMELINE_SERVER_BASED",
+        "spark.sparkguard.markers.endpoint": "http://{driverHost}:8765",
+        "spark.sparkguard.markers.tokenFile": "/var/run/sparkguard/token",
+        "spark.sparkguard.journal": "s3://b/journal",
+    }
+
+
+def test_the_python_writer_accepts_the_same_settings() -> None:
+    from sparkguard.spark_lib import config
+
+    conf = sparkconf.build_spark_conf(
+        "nightly-1", markers="sidecar", endpoint="http://127.0.0.1:8765", journal="/j"
+    )
+    settings = config.parse_settings(conf=conf)
+    assert settings.job_id == "nightly-1"
+    assert settings.marker_type.value == "TIMELINE_SERVER_BASED"
+    assert settings.marker_endpoint == "http://127.0.0.1:8765"
+    assert settings.journal == "/j"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"job_id": "Bad_Id"}, "job_id 'Bad_Id' is not valid"),
+        ({"job_id": "j", "markers": "hdfs"}, "markers 'hdfs' is not valid: use 'direct'"),
+        ({"job_id": "j", "markers": "sidecar"}, "markers sidecar needs the sidecar's address"),
+        (
+            {"job_id": "j", "markers": "sidecar", "endpoint": "127.0.0.1:8765"},
+            "endpoint '127.0.0.1:8765' is not an http(s) URL",
+        ),
+        ({"job_id": "j", "endpoint": "http://x:1"}, "endpoint applies only to markers sidecar"),
+        ({"job_id": "j", "token_file": "/t"}, "token_file applies only to markers sidecar"),
+        ({"job_id": "j", "owner": " "}, "owner ' ' is not valid"),
+        ({"job_id": "j", "owner": "a\nb"}, "owner 'a\\nb' is not valid"),
+        ({"job_id": "j", "jar": "a.jar,b.jar"}, "contains a comma"),
+        ({"job_id": "j", "journal": ""}, "journal '' is not valid"),
+    ],
+)
+def test_bad_input_names_the_parameter(kwargs: dict[str, str], message: str) -> None:
+    job_id = kwargs.pop("job_id")
+    with pytest.raises(errors.ConfigError) as raised:
+        sparkconf.build_spark_conf(job_id, **kwargs)  # type: ignore[arg-type]
+    assert message in str(raised.value)
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(["spark-conf", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_args_format_is_conf_lines_for_spark_submit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(
+        ["--job-id", "j-1", "--markers", "sidecar", "--endpoint", "http://{driverHost}:8765"],
+        capsys,
+    )
+    assert (code, err) == (0, "")
+    words = shlex.split(out)  # what a shell makes of it
+    assert words[0::2] == ["--conf"] * 5
+    assert dict(w.split("=", 1) for w in words[1::2]) == sparkconf.build_spark_conf(
+        "j-1", markers="sidecar", endpoint="http://{driverHost}:8765"
+    )
+    assert all(line.startswith("--conf ") for line in out.splitlines())
+
+
+def test_json_format(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(["--job-id", "j-1", "--format", "json", "--journal", "/j"], capsys)
+    assert code == 0
+    assert json.loads(out) == sparkconf.build_spark_conf("j-1", journal="/j")
+
+
+def test_properties_format_escapes_for_java_properties(tmp_path: Path) -> None:
+    text = sparkconf.format_conf({"a.b": r"C:\dir\x.jar", "c": " lead", "d": "x=y:z"}, "properties")
+    assert text.splitlines() == [r"a.b=C:\\dir\\x.jar", r"c=\ lead", "d=x=y:z"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--job-id", "UPPER"], ["--job-id 'UPPER' is not valid"]),
+        (["--job-id", "j", "--markers", "sidecar"], ["--markers sidecar", "--endpoint"]),
+        (["--job-id", "j", "--token-file", "/t"], ["--token-file applies only to --markers"]),
+        (["--job-id", "j", "--markers", "nfs"], ["--markers 'nfs' is not valid"]),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(
+    argv: list[str], names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(argv, capsys)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("sparkguard spark-conf: ")
+    for name in names:
+        assert name in lines[0]
+
+
+def test_cli_without_a_built_jar_says_how_to_build_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sparkconf, "JARS_DIR", tmp_path)
+    code, out, err = _cli(["--job-id", "j"], capsys)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert "scripts/build-jvm.sh" in err
+    assert "--jar PATH" in err
+    # An explicit location needs no local jar (e.g. the bundle's path inside a pod).
+    code, out, _ = _cli(["--job-id", "j", "--jar", "local:///opt/x.jar"], capsys)
+    assert code == 0
+    assert "--conf spark.jars=local:///opt/x.jar" in out.splitlines()
