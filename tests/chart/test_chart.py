@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import subprocess
+import sys
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from cryptography import x509
 
 from sparkguard.operator import config as operator_config
@@ -181,3 +184,94 @@ def test_flipped_values_do_not_mutate_defaults() -> None:
     before = copy.deepcopy(FLIPPED)
     render(FLIPPED)
     assert before == FLIPPED
+
+
+#: a typo inside each free-form Kubernetes object of the values
+K8S_TYPOS = {
+    "affinity": {"operator": {"affinity": {"nodeAfinity": {}}}},
+    "tolerations": {"operator": {"tolerations": [{"keyy": "spark", "operator": "Exists"}]}},
+    "extraEnv": {"operator": {"extraEnv": [{"nam": "AWS_REGION", "value": "eu-west-1"}]}},
+    "resources": {"operator": {"resources": {"limit": {"cpu": "1"}}}},
+    "imagePullSecrets": {"imagePullSecrets": [{"nmae": "regcred"}]},
+    "namespaceSelector": {"webhook": {"namespaceSelector": {"matchLabel": {"a": "b"}}}},
+    "issuerRef": {"webhook": {"certManager": {"enabled": True, "issuerRef": {"nam": "ca"}}}},
+}
+
+
+@pytest.mark.parametrize("values", list(K8S_TYPOS.values()), ids=list(K8S_TYPOS))
+def test_a_typo_inside_a_kubernetes_object_fails_the_render(values: dict[str, Any]) -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match="additional properties"):
+        render(values)
+
+
+def test_kubernetes_objects_in_values_are_accepted_whole() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}
+                ]
+            }
+        },
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "sparkguard"}},
+                    },
+                }
+            ]
+        },
+    }
+    env = [
+        {"name": "AWS_REGION", "value": "eu-west-1"},
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ]
+    (deployment,) = _by_kind(
+        render({"operator": {"affinity": affinity, "extraEnv": env}}), "Deployment"
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["affinity"] == affinity
+    assert env[1] in pod["containers"][0]["env"]
+
+
+def test_the_schema_is_generated_from_the_kubernetes_schemas() -> None:
+    """values.schema.json is what scripts/chart-schema.py makes of it (no hand drift)."""
+    script = CHART.parents[1] / "scripts" / "chart-schema.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("namespaces", [[], ["spark-a", "spark-b"]], ids=["clusterwide", "ns"])
+def test_notes_say_exactly_what_to_grant_without_rbac(namespaces: list[str]) -> None:
+    import helm_python as helm
+
+    values: dict[str, Any] = {
+        "rbac": {"create": False},
+        "operator": {"watchNamespaces": namespaces},
+    }
+    notes = _notes_of(helm, values)
+    _, _, tail = notes.partition("RBAC: rbac.create=false")
+    assert "system:serviceaccount:ops:sg-sparkguard" in tail
+    _, _, rules_text = tail.partition(" to it")
+    rules_text = rules_text.split(":\n", 1)[1]
+    granted_by_chart = render({"operator": {"watchNamespaces": namespaces}})
+    kind = "Role" if namespaces else "ClusterRole"
+    expected = _by_kind(granted_by_chart, kind)[0]["rules"]
+    assert yaml.safe_load(rules_text) == expected
+    if namespaces:
+        assert "spark-a, spark-b" in tail
+    assert "RBAC:" not in _notes_of(helm, {})
+
+
+def _notes_of(helm: Any, values: dict[str, Any]) -> str:
+    rendered = helm.Chart.load(str(CHART)).render(
+        values, name="sg", namespace="ops", is_install=True
+    )
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
