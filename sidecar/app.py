@@ -7,15 +7,17 @@ Handlers are thin: they parse parameters (:mod:`~sparkguard.sidecar.validation`)
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import math
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import prometheus_client
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
 from sparkguard.sidecar import batcher, config, errors, metrics, validation
 from sparkguard.spark_lib import markers
@@ -31,6 +33,9 @@ DIR_CACHE_KEY: Final = web.AppKey("dir_cache", dict[str, validation.MarkerDir])
 _DIR_CACHE_SIZE: Final = 4096
 
 PREFIX: Final = "/v1/markers/"
+_BODY_TYPES: Final = frozenset(
+    {"application/json", "application/x-www-form-urlencoded", "multipart/form-data"}
+)
 _UNAUTHENTICATED: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 
 routes = web.RouteTableDef()
@@ -41,34 +46,82 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def read_params(request: web.Request) -> dict[str, str]:
     """``markerdir``/``markername`` from the query string and, for POST, a JSON or form body.
 
-    A parameter given twice with different values is refused rather than guessed.
+    A parameter given twice with different values is refused rather than guessed. Whatever the
+    client sends (bytes that are not UTF-8, an unknown charset, JSON nested a million deep, a
+    multipart body without boundary, a body that never arrives or stops half way) is answered
+    with a 4xx naming the problem, never with a 500.
     """
     params: dict[str, str] = {}
     for key, value in request.query.items():
         _put_param(params, key, value)
     if request.method == "POST" and request.can_read_body:
-        body: Mapping[str, Any]
-        if request.content_type == "application/json":
-            try:
-                body = await request.json()
-            except json.JSONDecodeError as exc:
-                raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})") from None
-            if not isinstance(body, dict):
-                raise errors.BadRequestError(
-                    'the JSON body must be an object, e.g. {"markerdir": ..., "markername": ...}'
-                )
-        elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-            body = dict(await request.post())
-        else:
-            raise errors.BadRequestError(
-                f"unsupported body type {request.content_type!r}; send application/json, a "
-                "form, or the parameters in the query string"
-            )
-        for name, field in body.items():
+        for name, field in (await _read_body(request)).items():
             if not isinstance(field, str):
                 raise errors.BadRequestError(f"parameter {name!r} must be a string")
             _put_param(params, name, field)
     return params
+
+
+async def _read_body(request: web.Request) -> Mapping[str, Any]:
+    content_type = request.content_type
+    if content_type not in _BODY_TYPES:
+        raise errors.BadRequestError(
+            f"unsupported body type {content_type!r}; send application/json, a "
+            "form, or the parameters in the query string"
+        )
+    charset = (request.charset or "utf-8").lower()
+    if charset not in ("utf-8", "utf8", "us-ascii", "ascii"):
+        raise errors.BadRequestError(
+            f"unsupported charset {charset[:40]!r}; send the body in UTF-8 (charset=utf-8)"
+        )
+    timeout_s = request.app[CONFIG_KEY].body_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            if content_type == "multipart/form-data":
+                return await _read_multipart(request)
+            raw = await request.read()
+    except TimeoutError:
+        raise errors.RequestTimeoutError(
+            f"the request body did not arrive within {timeout_s:g} s "
+            "(SPARKGUARD_SIDECAR_BODY_TIMEOUT_S); send the whole body at once"
+        ) from None
+    except (ConnectionError, web.RequestPayloadError, http_exceptions.HttpProcessingError) as exc:
+        raise errors.BadRequestError(
+            f"the request body could not be read ({type(exc).__name__}: {exc}); the client "
+            "closed the connection or sent a malformed body"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise errors.BadRequestError(
+            f"the request body is not valid UTF-8 (byte {exc.start}); send UTF-8 text"
+        ) from None
+    if content_type == "application/x-www-form-urlencoded":
+        return dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})") from None
+    except RecursionError:
+        raise errors.BadRequestError(
+            'the JSON body is nested too deeply; send a flat object {"markerdir": ..., '
+            '"markername": ...}'
+        ) from None
+    if not isinstance(body, dict):
+        raise errors.BadRequestError(
+            'the JSON body must be an object, e.g. {"markerdir": ..., "markername": ...}'
+        )
+    return body
+
+
+async def _read_multipart(request: web.Request) -> Mapping[str, Any]:
+    try:
+        return dict(await request.post())
+    except (ValueError, LookupError) as exc:  # no boundary, bad part encoding, bad charset
+        raise errors.BadRequestError(
+            f"the multipart body cannot be parsed ({type(exc).__name__}: {str(exc)[:120]}); "
+            "send application/json instead"
+        ) from None
 
 
 def _put_param(params: dict[str, str], key: str, value: str) -> None:
@@ -182,10 +235,21 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
     except errors.UnavailableError as exc:
         retry_after = str(max(1, math.ceil(exc.retry_after_s)))
         response = _error_response(exc.status, str(exc), **{"Retry-After": retry_after})
+    except errors.InstantDecidedError as exc:
+        response = web.json_response(
+            {"error": str(exc), "status": exc.status, "instant": exc.instant}, status=exc.status
+        )
     except errors.SidecarError as exc:
         if exc.status >= 500:
             logger.error("%s %s failed: %s", request.method, request.path, exc)
+        else:
+            # The client's fault: one line (no traceback), at INFO so a flood stays quiet.
+            logger.info(
+                "%s %s refused with %s: %.300s", request.method, request.path, exc.status, exc
+            )
         response = _error_response(exc.status, str(exc))
+        if isinstance(exc, errors.RequestTimeoutError | errors.BadRequestError):
+            response.force_close()  # the body may be half read: don't reuse the connection
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[CONFIG_KEY].max_body_bytes
         response = _error_response(
@@ -214,7 +278,14 @@ async def require_token(request: web.Request, handler: Handler) -> web.StreamRes
         raise errors.UnauthorizedError(
             "missing bearer token: send 'Authorization: Bearer <token>' with the sidecar's token"
         )
-    if not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
+    token = token.strip()
+    if not token.isascii():
+        # Header bytes that are not ASCII arrive as text no token can equal; comparing
+        # their encoding would fail on the surrogates they decode to.
+        raise errors.UnauthorizedError(
+            "the bearer token contains non-ASCII characters: send the sidecar's token as is"
+        )
+    if not hmac.compare_digest(token.encode(), settings.token.encode()):
         raise errors.UnauthorizedError("wrong bearer token: use the token the sidecar was given")
     return await handler(request)
 

@@ -9,6 +9,15 @@ write has returned are the requests answered, so an acknowledged marker is on st
 The state of a directory loads lazily from its files on first use: a restarted sidecar appends
 to what its predecessor wrote and acknowledges a re-created marker without writing it again.
 
+**Decided instants are fenced.** Markers of an instant whose ``<instant>.outcome`` exists
+(committed, or claimed by a rollback) are refused with :class:`~sparkguard.sidecar.errors.
+InstantDecidedError` (409): the sidecar checks the outcome when it loads a directory, before
+each flush writes (so nothing is appended to the files of a decided instant) and after it
+(so a rollback that claimed the instant while the batch was being written, and may have read the
+file before this write, never sees its markers acknowledged). A refused task never writes its
+data file. A re-created, already durable marker rides on the next flush too, so it is checked
+the same way before it is acknowledged.
+
 Two flush policies (:class:`~sparkguard.sidecar.config.FlushMode`): ``interval`` starts a flush
 of every directory with queued names each ``batch_interval_ms`` (up to ``batch_threads`` flushes
 of one directory at a time, each on its own file); ``group-commit`` starts a directory's flush
@@ -32,7 +41,7 @@ from typing import Final, TypeVar
 
 from sparkguard.sidecar import config, errors, metrics, validation
 from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, paths
+from sparkguard.spark_lib import filemanager, markers, paths, timeline
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +106,21 @@ def write_type_file(manager: filemanager.FileManager, path: str) -> None:
     manager.write_bytes(paths.join(path, markers.TYPE_FILE), _TYPE_CONTENT, overwrite=True)
 
 
+def outcome_path(marker_dir_path: str, instant: str) -> str:
+    """``<table>/_sparkguard/timeline/<instant>.outcome`` for a marker directory's path."""
+    table = marker_dir_path.rstrip("/").rsplit("/", 3)[0]
+    return paths.join(table, timeline.SPARKGUARD_DIR, timeline.TIMELINE_DIR, instant + ".outcome")
+
+
+def is_decided(manager: filemanager.FileManager, path: str) -> bool:
+    """Whether the outcome file at ``path`` exists, asked of the store (no listing cache)."""
+    try:
+        manager.fs.info(path, refresh=True)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def write_batch_file(
     manager: filemanager.FileManager, path: str, index: int, content: bytes
 ) -> None:
@@ -111,14 +135,18 @@ class _DirState:
         self.dir = marker_dir
         self.manager = manager
         self.path = marker_dir.path
+        self.outcome_path = outcome_path(marker_dir.path, marker_dir.instant)
+        #: the instant's outcome exists (sticky: an instant is decided once and for all)
+        self.decided = False
         self.loaded = False
         self.load_lock = asyncio.Lock()
         self.type_lock = asyncio.Lock()
         self.type_written = False
         self.known: set[str] = set()
         self.files: dict[int, bytes] = {}
-        #: name -> future resolved when durable; names queued or being written
-        self.waiting: dict[str, asyncio.Future[None]] = {}
+        #: name -> future resolved when acknowledged (result: whether this sidecar wrote it);
+        #: names queued or being written
+        self.waiting: dict[str, asyncio.Future[bool]] = {}
         self.queue: list[str] = []
         self.busy: set[int] = set()
         self.next_index = 0
@@ -230,9 +258,9 @@ class MarkerBatcher:
         state = await self._state(marker_dir)
         state.users += 1
         try:
-            if name in state.known:
-                self._metrics.acknowledged_known.inc()
-                return False
+            self._refuse_if_decided(state)
+            # A known name is not written again, but it waits for the next flush all the same:
+            # that flush checks the instant's outcome before the marker is acknowledged.
             future = state.waiting.get(name)
             if future is None:
                 if self._pending >= self._settings.max_pending:
@@ -250,9 +278,12 @@ class MarkerBatcher:
                 self._metrics.pending.set(self._pending)
                 if self._group_commit:
                     self._schedule(state)
-            await asyncio.shield(future)
-            self._metrics.acknowledged_written.inc()
-            return True
+            written = await asyncio.shield(future)
+            if written:
+                self._metrics.acknowledged_written.inc()
+            else:
+                self._metrics.acknowledged_known.inc()
+            return written
         finally:
             state.users -= 1
 
@@ -340,6 +371,7 @@ class MarkerBatcher:
     async def _load(self, state: _DirState) -> LoadedDir:
         try:
             loaded = await self._run(load_marker_dir, state.manager, state.path)
+            await self._check_decided(state)
         except OSError as exc:
             raise errors.StorageError(
                 f"could not read marker directory {state.dir.key}: {exc}; retry"
@@ -388,64 +420,146 @@ class MarkerBatcher:
     async def _flush(self, state: _DirState, index: int) -> None:
         # Names are taken when the task runs, not when it was scheduled: requests that arrived
         # in between join this batch.
-        batch, state.queue = state.queue, []
+        batch = [(name, state.waiting[name]) for name in state.queue if name in state.waiting]
+        state.queue = []
         started = time.monotonic()
+        wrote = False
         try:
             if batch:
-                await self._write(state, index, batch)
+                wrote = await self._write(state, index, batch)
+        except asyncio.CancelledError:
+            self._settle(state, batch, errors.ShuttingDownError("the sidecar is stopping; retry"))
+            raise
+        except Exception:
+            logger.exception("flush of %s markers to %s failed", len(batch), state.dir.key)
+            self._metrics.flush_failures.inc()
+            self._settle(
+                state,
+                batch,
+                errors.StorageError(
+                    f"internal error while writing markers to {state.dir.key}; nothing was "
+                    "acknowledged, retry"
+                ),
+            )
         finally:
+            # Whatever happened above, every request of this batch has its answer by now and
+            # its place in the queue is released (settling twice is a no-op).
+            self._settle(state, batch, errors.StorageError("the flush ended unexpectedly; retry"))
             state.busy.discard(index)
             if not state.busy:
                 state.idle.set()
-            if batch:
+            if wrote:
                 self._metrics.flush_duration.observe(time.monotonic() - started)
             self._metrics.pending.set(self._pending)
             if self._group_commit or self._draining:
                 self._schedule(state)
 
-    async def _write(self, state: _DirState, index: int, batch: list[str]) -> None:
-        content = state.files.get(index, b"") + markers.render_batch_file(batch)
-        try:
-            async with state.type_lock:
-                if not state.type_written:
-                    await self._run(write_type_file, state.manager, state.path)
-                    state.type_written = True
-            await self._run(write_batch_file, state.manager, state.path, index, content)
-        except Exception as exc:  # noqa: BLE001 - any storage failure fails the batch, not the app
-            logger.warning(
-                "flush of %s markers to %s/MARKERS%s failed: %s",
-                len(batch),
-                state.dir.key,
-                index,
-                exc,
-            )
-            self._metrics.flush_failures.inc()
-            failure = errors.StorageError(
-                f"could not write markers to {state.dir.key}/MARKERS{index}: {exc}; "
-                "nothing was acknowledged, retry"
-            )
-            self._settle(state, batch, failure)
-            return
-        state.files[index] = content
-        state.known.update(batch)
-        self._metrics.batch_size.observe(len(batch))
-        self._settle(state, batch, None)
+    async def _write(
+        self, state: _DirState, index: int, batch: list[tuple[str, asyncio.Future[bool]]]
+    ) -> bool:
+        """Check the instant, write the batch's new names, check again, answer the batch.
 
-    def _settle(self, state: _DirState, batch: list[str], failure: Exception | None) -> None:
-        for name in batch:
-            future = state.waiting.pop(name, None)
-            if future is None:
-                continue
+        Returns whether a batch file was written.
+        """
+        try:
+            refused = await self._check_decided(state)  # before: never append to a decided one
+        except Exception as exc:  # noqa: BLE001 - any storage failure fails the batch, not the app
+            self._fail_flush(state, index, batch, exc)
+            return False
+        if refused:
+            self._settle(state, batch, self._decided_error(state))
+            return False
+        new = [name for name, _ in batch if name not in state.known]
+        if new:
+            content = state.files.get(index, b"") + markers.render_batch_file(new)
+            try:
+                async with state.type_lock:
+                    if not state.type_written:
+                        await self._run(write_type_file, state.manager, state.path)
+                        state.type_written = True
+                await self._run(write_batch_file, state.manager, state.path, index, content)
+            except Exception as exc:  # noqa: BLE001 - as above
+                self._fail_flush(state, index, batch, exc)
+                return False
+            state.files[index] = content
+            state.known.update(new)
+            self._metrics.batch_size.observe(len(new))
+            try:
+                # After: a rollback that claimed the instant during the write may have read
+                # MARKERS<index> before it; its task must not go on to write the data file.
+                refused = await self._check_decided(state)
+            except Exception as exc:  # noqa: BLE001 - as above
+                self._fail_flush(state, index, batch, exc)
+                return True
+            if refused:
+                self._settle(state, batch, self._decided_error(state))
+                return True
+        self._settle(state, batch, None, written=set(new))
+        return bool(new)
+
+    def _fail_flush(
+        self,
+        state: _DirState,
+        index: int,
+        batch: list[tuple[str, asyncio.Future[bool]]],
+        exc: Exception,
+    ) -> None:
+        logger.warning(
+            "flush of %s markers to %s/MARKERS%s failed: %s", len(batch), state.dir.key, index, exc
+        )
+        self._metrics.flush_failures.inc()
+        failure = errors.StorageError(
+            f"could not write markers to {state.dir.key}/MARKERS{index}: {exc}; "
+            "nothing was acknowledged, retry"
+        )
+        self._settle(state, batch, failure)
+
+    async def _check_decided(self, state: _DirState) -> bool:
+        """Ask storage whether the instant is decided (once decided, never again)."""
+        if not state.decided and await self._run(is_decided, state.manager, state.outcome_path):
+            state.decided = True
+            logger.warning(
+                "instant %s is decided (%s exists): refusing its markers from now on",
+                state.dir.instant,
+                state.outcome_path,
+            )
+        return state.decided
+
+    def _refuse_if_decided(self, state: _DirState) -> None:
+        if state.decided:
+            raise self._decided_error(state)
+
+    def _decided_error(self, state: _DirState) -> errors.InstantDecidedError:
+        return errors.InstantDecidedError(
+            f"instant {state.dir.instant} is already decided ({state.outcome_path} exists: it "
+            "was committed or rolled back); the sidecar refuses new markers for it. This task "
+            "belongs to a finished write and must not write its data file",
+            instant=state.dir.instant,
+        )
+
+    def _settle(
+        self,
+        state: _DirState,
+        batch: list[tuple[str, asyncio.Future[bool]]],
+        failure: Exception | None,
+        *,
+        written: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """Answer the requests of ``batch`` not answered yet and release their places."""
+        for name, future in batch:
+            if state.waiting.get(name) is not future:
+                continue  # answered already (a later request for the name has its own future)
+            del state.waiting[name]
             self._pending -= 1
             if future.done():
-                continue
+                continue  # failed by drain() while the write ran
             if failure is None:
-                future.set_result(None)
+                future.set_result(name in written)
             else:
                 future.set_exception(failure)
 
 
-def _consume_exception(future: asyncio.Future[None]) -> None:
+def _consume_exception(future: asyncio.Future[bool]) -> None:
     # A client that hung up no longer awaits its future; don't log "never retrieved".
     if not future.cancelled():
         future.exception()

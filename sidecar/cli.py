@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM/SIGINT, then drain; returns the process exit code."""
-    from aiohttp import web
+    import asyncio
 
-    from sparkguard.sidecar import app
+    from sparkguard.sidecar import server
 
     flags = {setting: getattr(args, setting, None) for setting in config.SETTINGS}
     try:
@@ -53,15 +53,18 @@ def run(args: argparse.Namespace) -> int:
         settings.flush_mode.value,
         ",".join(settings.allowed_roots),
     )
-    web.run_app(
-        app.create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        shutdown_timeout=settings.shutdown_timeout_s,
-        access_log=None,
-        print=logger.info,
-        handle_signals=True,
-    )
+    try:
+        asyncio.run(server.serve(settings))
+    except errors.ConfigError as exc:
+        print(f"sparkguard sidecar: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the port is taken, the host cannot be bound
+        print(
+            f"sparkguard sidecar: cannot listen on {settings.host}:{settings.port} ({exc}); "
+            "choose another SPARKGUARD_SIDECAR_PORT / --port or host",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

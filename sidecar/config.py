@@ -48,6 +48,9 @@ class SidecarConfig:
     max_pending: int = 100_000
     max_body_bytes: int = 64 * 1024
     max_cached_dirs: int = 1_000
+    max_connections: int = 1_024
+    header_timeout_s: float = 15.0
+    body_timeout_s: float = 15.0
     shutdown_timeout_s: float = 20.0
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -78,6 +81,9 @@ SETTINGS: Final[Mapping[str, tuple[str, str]]] = {
     "max_pending": (f"{ENV_PREFIX}MAX_PENDING", "--max-pending"),
     "max_body_bytes": (f"{ENV_PREFIX}MAX_BODY_BYTES", "--max-body-bytes"),
     "max_cached_dirs": (f"{ENV_PREFIX}MAX_CACHED_DIRS", "--max-cached-dirs"),
+    "max_connections": (f"{ENV_PREFIX}MAX_CONNECTIONS", "--max-connections"),
+    "header_timeout_s": (f"{ENV_PREFIX}HEADER_TIMEOUT_S", "--header-timeout-s"),
+    "body_timeout_s": (f"{ENV_PREFIX}BODY_TIMEOUT_S", "--body-timeout-s"),
     "shutdown_timeout_s": (f"{ENV_PREFIX}SHUTDOWN_TIMEOUT_S", "--shutdown-timeout-s"),
     "storage_options": (STORAGE_OPTIONS_ENV, "(env only)"),
 }
@@ -257,6 +263,11 @@ def load_config(
         max_cached_dirs=_parse(
             "max_cached_dirs", raw("max_cached_dirs"), _int_in(1, 1_000_000), 1_000
         ),
+        max_connections=_parse(
+            "max_connections", raw("max_connections"), _int_in(1, 1_000_000), 1_024
+        ),
+        header_timeout_s=_parse("header_timeout_s", raw("header_timeout_s"), _positive_float, 15.0),
+        body_timeout_s=_parse("body_timeout_s", raw("body_timeout_s"), _positive_float, 15.0),
         shutdown_timeout_s=_parse(
             "shutdown_timeout_s", raw("shutdown_timeout_s"), _positive_float, 20.0
         ),

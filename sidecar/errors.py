@@ -36,6 +36,26 @@ class ForbiddenDirError(SidecarError):
     status = 403
 
 
+class RequestTimeoutError(SidecarError):
+    """The client did not send its request body within the body timeout (408)."""
+
+    status = 408
+
+
+class InstantDecidedError(SidecarError):
+    """The marker's instant is already committed or rolled back: no new markers for it (409).
+
+    A task asking for one belongs to a finished write (a zombie); refusing the marker makes it
+    fail before it writes its data file, which no rollback pass would then find.
+    """
+
+    status = 409
+
+    def __init__(self, message: str, *, instant: str) -> None:
+        super().__init__(message)
+        self.instant = instant
+
+
 class UnavailableError(SidecarError):
     """The sidecar cannot take the request now; the client should retry later (503)."""
 

@@ -23,6 +23,8 @@ class SidecarMetrics:
     flush_failures: prometheus_client.Counter
     pending: prometheus_client.Gauge
     cached_dirs: prometheus_client.Gauge
+    open_connections: prometheus_client.Gauge
+    refused_connections: prometheus_client.Counter
     #: pre-bound children: ``labels()`` costs more than the increment on the hot path
     _children: dict[tuple[str, int], Any] = dataclasses.field(default_factory=dict)
 
@@ -94,6 +96,16 @@ def build_metrics() -> SidecarMetrics:
         cached_dirs=prometheus_client.Gauge(
             "sparkguard_sidecar_cached_marker_dirs",
             "Marker directories whose state is held in memory",
+            registry=registry,
+        ),
+        open_connections=prometheus_client.Gauge(
+            "sparkguard_sidecar_open_connections",
+            "Client connections currently open",
+            registry=registry,
+        ),
+        refused_connections=prometheus_client.Counter(
+            "sparkguard_sidecar_refused_connections",
+            "Connections answered 503 and closed at once: max_connections were already open",
             registry=registry,
         ),
     )

@@ -49,6 +49,7 @@ def validate_marker_dir(raw: str | None, *, allowed_roots: Sequence[str]) -> Mar
         raise errors.BadRequestError(
             f"markerdir is {len(raw)} characters long; the limit is {MAX_DIR_LENGTH}"
         )
+    _require_utf8(raw, what="markerdir")
     if _FORBIDDEN_CHARS.search(raw):
         raise errors.BadRequestError(
             "markerdir contains a backslash or control character; send a plain URL or path"
@@ -69,10 +70,7 @@ def validate_marker_dir(raw: str | None, *, allowed_roots: Sequence[str]) -> Mar
             )
         protocol, path, key = "file", value, value
         segments = value.split("/")[1:]
-    if any(segment in ("", ".", "..") for segment in segments):
-        raise errors.BadRequestError(
-            f"markerdir {raw!r} has an empty, '.' or '..' segment; send the resolved path"
-        )
+    _check_segments(raw, segments)
     if len(segments) < 4 or segments[-3:-1] != [timeline.SPARKGUARD_DIR, markers.MARKERS_DIR]:
         raise errors.BadRequestError(
             f"markerdir {raw!r} is not a marker directory; it must end with "
@@ -80,11 +78,15 @@ def validate_marker_dir(raw: str | None, *, allowed_roots: Sequence[str]) -> Mar
         )
     instant = segments[-1]
     try:
-        timeline.job_of_instant(instant)
+        timeline.validate_job_id(timeline.job_of_instant(instant), what="its job id")
     except lib_errors.CorruptFileError:
         raise errors.BadRequestError(
-            f"markerdir {raw!r} ends with {instant!r}, which is not an instant id "
+            f"markerdir {raw!r} ends with {instant[:80]!r}, which is not an instant id "
             "(<yyyyMMddHHmmssSSS>-<job id>)"
+        ) from None
+    except lib_errors.ConfigError as exc:
+        raise errors.BadRequestError(
+            f"markerdir ends with instant {instant[:80]!r}, whose job id is invalid ({exc})"
         ) from None
     if not any(_is_under(key, root) for root in allowed_roots):
         raise errors.ForbiddenDirError(
@@ -93,6 +95,22 @@ def validate_marker_dir(raw: str | None, *, allowed_roots: Sequence[str]) -> Mar
             "location to SPARKGUARD_SIDECAR_ALLOWED_ROOTS"
         )
     return MarkerDir(key=key, protocol=protocol, path=path, instant=instant)
+
+
+def _check_segments(raw: str, segments: Sequence[str]) -> None:
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise errors.BadRequestError(
+            f"markerdir {raw!r} has an empty, '.' or '..' segment; send the resolved path"
+        )
+    for segment in segments:
+        # Checked before any storage call: no store takes a longer name, and the store's error
+        # would read as an outage (503) that clients retry in vain.
+        if len(segment.encode()) > paths.MAX_SEGMENT_LENGTH:
+            raise errors.BadRequestError(
+                f"markerdir has a segment of {len(segment.encode())} bytes "
+                f"({segment[:40]!r}...); the limit is {paths.MAX_SEGMENT_LENGTH} bytes per "
+                "segment: use a shorter table path"
+            )
 
 
 def _is_under(key: str, root: str) -> bool:
@@ -114,10 +132,18 @@ def validate_marker_name(raw: str | None, *, io_type: markers.IOType, any_io: bo
             "markername is missing: send the data file's path relative to the table "
             "(e.g. part-00003-<job>-c000.parquet), optionally with its .marker.<IO> suffix"
         )
+    _require_utf8(raw, what="markername")
     if len(raw) > MAX_MARKER_NAME_LENGTH:
         raise errors.BadRequestError(
             f"markername is {len(raw)} characters long; the limit is {MAX_MARKER_NAME_LENGTH}"
         )
+    for segment in _MARKER_SUFFIX.sub("", raw).split("/"):
+        if len(segment.encode()) > paths.MAX_SEGMENT_LENGTH:
+            raise errors.BadRequestError(
+                f"markername has a segment of {len(segment.encode())} bytes "
+                f"({segment[:40]!r}...); the limit is {paths.MAX_SEGMENT_LENGTH} bytes per "
+                "segment of the data file's path"
+            )
     try:
         if _MARKER_SUFFIX.search(raw):
             data_file, given_io = markers.parse_marker_name(raw)
@@ -130,3 +156,15 @@ def validate_marker_name(raw: str | None, *, io_type: markers.IOType, any_io: bo
         return markers.marker_name(raw, io_type)
     except lib_errors.SparkguardError as exc:
         raise errors.BadRequestError(f"markername is invalid: {exc}") from None
+
+
+def _require_utf8(raw: str, *, what: str) -> None:
+    # A lone surrogate is what Python makes of a file name that is not UTF-8 (PEP 383); JSON
+    # can carry it ("\udc80"), but no marker file can store it.
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise errors.BadRequestError(
+            f"{what} {raw[:80]!r} is not valid Unicode (a lone surrogate at position "
+            f"{exc.start}, e.g. from a file name that is not UTF-8); name the files in UTF-8"
+        ) from None

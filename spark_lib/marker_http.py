@@ -9,7 +9,10 @@ attempts and the last error. Each attempt's connect and read timeouts are clippe
 left, so a call never outlives its deadline by more than a scheduling hiccup.
 
 Answers 502/503/504/429 are retried (``Retry-After`` honoured); other 4xx/5xx answers raise
-:class:`~sparkguard.spark_lib.errors.MarkerError` carrying the sidecar's message, at once.
+:class:`~sparkguard.spark_lib.errors.MarkerError` carrying the sidecar's message, at once. Among
+them 409: the marker's instant is already committed or rolled back, so the calling task belongs
+to a finished write and must fail before it writes its data file (the message names the
+instant).
 """
 
 from __future__ import annotations

@@ -66,8 +66,14 @@ def run_sidecar(
     extra_env: Mapping[str, str] | None = None,
     args: tuple[str, ...] = (),
     ready_timeout_s: float = 30.0,
+    log_path: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``python -m sparkguard.sidecar`` as a real process; kill -9 it on exit if alive."""
+    """Run ``python -m sparkguard.sidecar`` as a real process; kill -9 it on exit if alive.
+
+    ``log_path`` receives its stderr (the log); ``preexec_fn`` runs in the child before exec
+    (e.g. to lower its open-files limit).
+    """
     env = {
         **os.environ,
         "PYTHONSAFEPATH": "1",
@@ -77,14 +83,16 @@ def run_sidecar(
         "SPARKGUARD_SIDECAR_LOG_LEVEL": os.environ.get("SG_TEST_SIDECAR_LOG", "WARNING"),
         **(extra_env or {}),
     }
+    log = log_path.open("wb") if log_path is not None else None
     process = subprocess.Popen(
         [sys.executable, "-m", "sparkguard.sidecar", *args],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=None if os.environ.get("SG_TEST_SIDECAR_LOG") else subprocess.PIPE,
+        stderr=log or (None if os.environ.get("SG_TEST_SIDECAR_LOG") else subprocess.PIPE),
+        preexec_fn=preexec_fn,  # noqa: PLW1509 - only resource limits, no threads involved
     )
     try:
-        wait_ready(process, port, timeout_s=ready_timeout_s)
+        wait_ready(process, port, timeout_s=ready_timeout_s, log_path=log_path)
         yield process
     finally:
         if process.poll() is None:
@@ -92,10 +100,14 @@ def run_sidecar(
         process.wait(timeout=30)
         if process.stderr:
             process.stderr.close()
+        if log is not None:
+            log.close()
 
 
-def wait_ready(process: subprocess.Popen[bytes], port: int, *, timeout_s: float) -> None:
-    """Poll /readyz until 200; fail with the process's stderr if it exits."""
+def wait_ready(
+    process: subprocess.Popen[bytes], port: int, *, timeout_s: float, log_path: Path | None = None
+) -> None:
+    """Poll /readyz until 200; fail with the process's stderr (or log file) if it exits."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -106,6 +118,8 @@ def wait_ready(process: subprocess.Popen[bytes], port: int, *, timeout_s: float)
             pass
         if process.poll() is not None:
             err = process.stderr.read().decode() if process.stderr else ""
+            if log_path is not None:
+                err = log_path.read_text(errors="replace")
             raise RuntimeError(f"sidecar exited with {process.returncode}: {err[-3000:]}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"sidecar not ready within {timeout_s} s")
@@ -118,6 +132,11 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def open_fds(pid: int) -> int:
+    """How many file descriptors a process has open, from /proc."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 free_port = s3server.free_port

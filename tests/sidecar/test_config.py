@@ -22,6 +22,11 @@ def test_defaults_and_roots() -> None:
     assert settings.port == config.DEFAULT_PORT
     assert settings.token == "t"
     assert settings.storage_options == {}
+    assert (settings.max_connections, settings.header_timeout_s, settings.body_timeout_s) == (
+        1024,
+        15.0,
+        15.0,
+    )
 
 
 def test_flags_override_environment(tmp_path: Path) -> None:
@@ -62,6 +67,18 @@ def test_flags_override_environment(tmp_path: Path) -> None:
         ({"SPARKGUARD_SIDECAR_FLUSH_MODE": "sometimes"}, "use one of interval, group-commit"),
         ({"SPARKGUARD_SIDECAR_SHUTDOWN_TIMEOUT_S": "nan"}, "positive number of seconds"),
         ({"SPARKGUARD_SIDECAR_AUTH_DISABLED": "maybe"}, "not a boolean"),
+        (
+            {"SPARKGUARD_SIDECAR_MAX_CONNECTIONS": "0"},
+            "SPARKGUARD_SIDECAR_MAX_CONNECTIONS / --max-connections=0 is out of range",
+        ),
+        (
+            {"SPARKGUARD_SIDECAR_HEADER_TIMEOUT_S": "0"},
+            "SPARKGUARD_SIDECAR_HEADER_TIMEOUT_S / --header-timeout-s='0' is not a positive",
+        ),
+        (
+            {"SPARKGUARD_SIDECAR_BODY_TIMEOUT_S": "soon"},
+            "SPARKGUARD_SIDECAR_BODY_TIMEOUT_S / --body-timeout-s='soon' is not a positive",
+        ),
         ({"SPARKGUARD_STORAGE_OPTIONS": "{oops"}, "SPARKGUARD_STORAGE_OPTIONS is not valid JSON"),
         ({"SPARKGUARD_STORAGE_OPTIONS": "[1]"}, "must be a JSON object"),
         ({"SPARKGUARD_SIDECAR_TOKEN": None}, "no bearer token configured"),

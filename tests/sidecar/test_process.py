@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -45,6 +46,31 @@ def test_bad_settings_exit_2_naming_the_setting() -> None:
         "SPARKGUARD_SIDECAR_BATCH_THREADS / --batch-threads='zero' is not an integer"
         in result.stderr
     )
+
+
+def test_open_files_limit_without_room_for_connections_exits_2(root: str) -> None:
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    env = {
+        **os.environ,
+        "PYTHONSAFEPATH": "1",
+        "SPARKGUARD_SIDECAR_TOKEN": "t",
+        "SPARKGUARD_SIDECAR_ALLOWED_ROOTS": root,
+        "SPARKGUARD_SIDECAR_PORT": str(free_port()),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkguard.sidecar"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=low_limit,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "the open-files limit (64) leaves no room for connections" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_sigterm_drains_and_exits_cleanly(root: str) -> None:

@@ -1,0 +1,247 @@
+"""Serving the sidecar app on TCP with bounded connections, bounded read times and signals.
+
+``aiohttp.web.run_app`` holds every connection a client opens for as long as the client
+likes. Here:
+
+* at most ``max_connections`` connections are open (fewer if the open-files limit leaves less
+  room): the one past the limit is answered ``503`` with ``Retry-After`` and closed at once;
+* a connection must complete each request head within ``header_timeout_s`` of opening (or of
+  the previous answer on a kept-alive connection), else it is closed (aiohttp's keep-alive
+  timer, which also runs before the first request);
+* the request body must arrive within ``body_timeout_s`` (``408``, in the app);
+* shedding, and ``accept()`` failing for want of file descriptors, is logged as one line at
+  most every few seconds, never as a traceback per connection.
+
+SIGTERM and SIGINT stop the listener, then drain the batcher while running requests finish
+(:func:`~sparkguard.sidecar.app.start_draining`), then close the remaining connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import resource
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from aiohttp import web
+
+from sparkguard.sidecar import app, config, errors, metrics
+
+logger = logging.getLogger(__name__)
+
+#: open files the sidecar needs besides its connections: std streams, the event loop, the
+#: listener, imports, and per storage thread a temp file, a directory and a socket or two
+_FD_RESERVE_BASE: Final = 64
+_FD_PER_IO_THREAD: Final = 2
+_LOG_EVERY_S: Final = 10.0
+_RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _refusal() -> bytes:
+    body = json.dumps(
+        {
+            "error": "the sidecar has too many open connections "
+            "(SPARKGUARD_SIDECAR_MAX_CONNECTIONS); retry in a moment",
+            "status": 503,
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Retry-After: 1\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_REFUSAL: Final = _refusal()
+
+
+class RateLimitedLog:
+    """Log a warning at most once per ``interval_s``, counting the ones held back."""
+
+    def __init__(self, interval_s: float = _LOG_EVERY_S) -> None:
+        self.interval_s = interval_s
+        self._last = -float("inf")
+        self._held_back = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        """Log ``message`` now, or count it if one was logged less than the interval ago."""
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self._held_back += 1
+            return
+        held_back, self._held_back, self._last = self._held_back, 0, now
+        logger.warning("%s (%s similar since the last report)", message % args, held_back)
+
+
+def connection_limit(settings: config.SidecarConfig) -> int:
+    """``max_connections``, lowered to what the process's open-files limit can hold.
+
+    Raises the soft limit towards the hard one first when it is too low; raises
+    :class:`~sparkguard.sidecar.errors.ConfigError` when not even one connection fits.
+    """
+    reserve = _FD_RESERVE_BASE + _FD_PER_IO_THREAD * (settings.batch_threads + 4)
+    wanted = settings.max_connections + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        if raised > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+            except (ValueError, OSError):
+                pass
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return settings.max_connections
+    limit = soft - reserve
+    if limit < 1:
+        raise errors.ConfigError(
+            f"the open-files limit ({soft}) leaves no room for connections: the sidecar needs "
+            f"{reserve} for itself; raise it (ulimit -n) to at least {reserve + 16}, or lower "
+            "SPARKGUARD_SIDECAR_BATCH_THREADS"
+        )
+    logger.warning(
+        "the open-files limit (%s) holds only %s connections; serving at most that many "
+        "(SPARKGUARD_SIDECAR_MAX_CONNECTIONS=%s)",
+        soft,
+        limit,
+        settings.max_connections,
+    )
+    return limit
+
+
+class ConnectionLimiter:
+    """A protocol factory around aiohttp's: at most ``limit`` connections open at a time."""
+
+    def __init__(
+        self,
+        factory: Callable[[], asyncio.Protocol],
+        *,
+        limit: int,
+        instruments: metrics.SidecarMetrics,
+    ) -> None:
+        self._factory = factory
+        self.limit = limit
+        self.open = 0
+        self._metrics = instruments
+        self._log = RateLimitedLog()
+
+    def __call__(self) -> asyncio.Protocol:
+        if self.open >= self.limit:
+            self._metrics.refused_connections.inc()
+            self._log.warning(
+                "%s connections are open (SPARKGUARD_SIDECAR_MAX_CONNECTIONS); refusing new "
+                "ones with 503",
+                self.open,
+            )
+            return _Refuser()
+        self.open += 1
+        self._metrics.open_connections.set(self.open)
+        return _Counted(self, self._factory())
+
+    def release(self) -> None:
+        """One counted connection ended."""
+        self.open -= 1
+        self._metrics.open_connections.set(self.open)
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted by a :class:`ConnectionLimiter`."""
+
+    def __init__(self, limiter: ConnectionLimiter, inner: asyncio.Protocol) -> None:
+        self._limiter: ConnectionLimiter | None = limiter
+        self._inner = inner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._limiter is not None:
+            self._limiter.release()
+            self._limiter = None
+        self._inner.connection_lost(exc)
+
+
+class _Refuser(asyncio.Protocol):
+    """Answer 503 without reading the request, then close."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_REFUSAL)
+        transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+
+def _quiet_exception_handler(log: RateLimitedLog) -> Callable[..., None]:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
+            # asyncio pauses accept() for a second and logs a traceback per attempt.
+            log.warning(
+                "%s (%s); lower SPARKGUARD_SIDECAR_MAX_CONNECTIONS or raise the open-files limit",
+                context.get("message", "out of resources"),
+                exc,
+            )
+            return
+        loop.default_exception_handler(context)
+
+    return handle
+
+
+async def serve(settings: config.SidecarConfig) -> None:
+    """Serve the sidecar on ``settings.host:port`` until SIGTERM/SIGINT, then stop gracefully."""
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_quiet_exception_handler(RateLimitedLog()))
+    limit = connection_limit(settings)
+    application = app.create_app(settings)
+    runner = web.AppRunner(
+        application,
+        handle_signals=False,
+        access_log=None,
+        keepalive_timeout=settings.header_timeout_s,
+        shutdown_timeout=settings.shutdown_timeout_s,
+    )
+    await runner.setup()
+    assert runner.server is not None
+    limiter = ConnectionLimiter(
+        runner.server, limit=limit, instruments=application[app.METRICS_KEY]
+    )
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        listener = await loop.create_server(
+            limiter, host=settings.host, port=settings.port, reuse_address=True
+        )
+        try:
+            logger.info(
+                "serving on %s:%s (at most %s connections)", settings.host, settings.port, limit
+            )
+            await stop.wait()
+        finally:
+            listener.close()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
