@@ -1,0 +1,43 @@
+"""Fixtures of the JVM layer's tests: the S3A jars, and plain PySpark jobs run as processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.jvm import s3a
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+
+
+@pytest.fixture(scope="session")
+def s3a_jars() -> Path:
+    """The S3A jars, fetched once into ~/.cache/sparkguard/s3a (Maven Central the first time)."""
+    return s3a.fetch_jars()
+
+
+def run_job(script: str, *args: str, conf: dict[str, str], timeout: float = 300) -> Any:
+    """Run ``tests/jvm/jobs/<script>`` with Spark ``conf`` in its own Python process (its own
+    Spark JVM, so its jars and conf never meet another test's session); returns the JSON of its
+    last stdout line, or fails with the job's stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    # Only ever 127.0.0.1; never the instance-metadata address.
+    env.update(
+        {"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true", "SPARK_LOCAL_IP": "127.0.0.1"}
+    )
+    result = subprocess.run(
+        [sys.executable, str(JOBS / script), json.dumps(conf), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, f"{script} failed (exit {result.returncode}):\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
