@@ -86,8 +86,9 @@ async def _read_body(request: web.Request) -> Mapping[str, Any]:
             "(SPARKGUARD_SIDECAR_BODY_TIMEOUT_S); send the whole body at once"
         ) from None
     except (ConnectionError, web.RequestPayloadError, http_exceptions.HttpProcessingError) as exc:
+        detail = " ".join(str(exc).split())[:200]
         raise errors.BadRequestError(
-            f"the request body could not be read ({type(exc).__name__}: {exc}); the client "
+            f"the request body could not be read ({type(exc).__name__}: {detail}); the client "
             "closed the connection or sent a malformed body"
         ) from None
     try:
@@ -245,7 +246,11 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         else:
             # The client's fault: one line (no traceback), at INFO so a flood stays quiet.
             logger.info(
-                "%s %s refused with %s: %.300s", request.method, request.path, exc.status, exc
+                "%s %s refused with %s: %.300s",
+                request.method,
+                request.path,
+                exc.status,
+                " ".join(str(exc).split()),
             )
         response = _error_response(exc.status, str(exc))
         if isinstance(exc, errors.RequestTimeoutError | errors.BadRequestError):

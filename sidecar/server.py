@@ -28,11 +28,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
 
 from sparkguard.sidecar import app, config, errors, metrics
 
 logger = logging.getLogger(__name__)
+#: what aiohttp's connection handlers log (parse errors, connections lost mid-request)
+http_logger = logging.getLogger("sparkguard.sidecar.http")
 
 #: open files the sidecar needs besides its connections: std streams, the event loop, the
 #: listener, imports, and per storage thread a temp file, a directory and a socket or two
@@ -40,6 +42,12 @@ _FD_RESERVE_BASE: Final = 64
 _FD_PER_IO_THREAD: Final = 2
 _LOG_EVERY_S: Final = 10.0
 _RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: errors that are what a client sent (or how it left), not the sidecar's
+_CLIENT_FAULTS: Final = (
+    http_exceptions.HttpProcessingError,
+    web.RequestPayloadError,
+    ConnectionError,
+)
 
 
 def _refusal() -> bytes:
@@ -79,6 +87,28 @@ class RateLimitedLog:
             return
         held_back, self._held_back, self._last = self._held_back, 0, now
         logger.warning("%s (%s similar since the last report)", message % args, held_back)
+
+
+class ClientFaultFilter(logging.Filter):
+    """Turn aiohttp's traceback for a malformed request into one INFO line.
+
+    aiohttp answers a request it cannot parse (a bad request line, a header over 8190 bytes, a
+    broken chunked or compressed body) with 400 itself, then logs the parser's exception at
+    ERROR with its traceback: a flood of bad requests would become a flood of tracebacks.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, _CLIENT_FAULTS):
+            return True
+        detail = " ".join(str(exc).split())[:300]
+        record.msg = f"{record.getMessage()}: {type(exc).__name__}: {detail}"
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno = logging.INFO
+        record.levelname = logging.getLevelName(logging.INFO)
+        return http_logger.isEnabledFor(logging.INFO)
 
 
 def connection_limit(settings: config.SidecarConfig) -> int:
@@ -214,11 +244,14 @@ async def serve(settings: config.SidecarConfig) -> None:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_quiet_exception_handler(RateLimitedLog()))
     limit = connection_limit(settings)
+    if not any(isinstance(f, ClientFaultFilter) for f in http_logger.filters):
+        http_logger.addFilter(ClientFaultFilter())
     application = app.create_app(settings)
     runner = web.AppRunner(
         application,
         handle_signals=False,
         access_log=None,
+        logger=http_logger,
         keepalive_timeout=settings.header_timeout_s,
         shutdown_timeout=settings.shutdown_timeout_s,
     )

@@ -17,6 +17,8 @@ from sparkguard.spark_lib import errors as lib_errors
 from sparkguard.spark_lib import markers, paths, timeline
 
 MAX_DIR_LENGTH: Final = 2048
+#: S3's (and GCS's) limit on an object key, in UTF-8 bytes
+MAX_OBJECT_KEY_BYTES: Final = 1024
 MAX_MARKER_NAME_LENGTH: Final = paths.MAX_NAME_LENGTH + len(".marker.APPEND")
 _FORBIDDEN_CHARS: Final = re.compile(r"[\x00-\x1f\x7f\\]")
 _MARKER_SUFFIX: Final = re.compile(r"\.marker\.(CREATE|MERGE|APPEND)$")
@@ -63,6 +65,13 @@ def validate_marker_dir(raw: str | None, *, allowed_roots: Sequence[str]) -> Mar
         path = rest
         key = f"{protocol}://{rest}"
         segments = rest.split("/")
+        object_key = rest.partition("/")[2]
+        if len(object_key.encode()) + len("/MARKERS999999") > MAX_OBJECT_KEY_BYTES:
+            raise errors.BadRequestError(
+                f"markerdir's object key is {len(object_key.encode())} bytes long; object stores "
+                f"take keys of at most {MAX_OBJECT_KEY_BYTES} bytes, including the marker file "
+                "names: use a shorter table path"
+            )
     else:
         if not value.startswith("/"):
             raise errors.BadRequestError(

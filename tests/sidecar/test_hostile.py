@@ -239,14 +239,32 @@ def test_malformed_requests_get_4xx_and_one_log_line_each(root: str, tmp_path: P
         (good, {"auth": b"Authorization: Bearer s3cr3t\xe9\xff\r\n"}, 401, "non-ASCII"),
         (b"--x\r\n\r\n--x--\r\n", {"content_type": b"multipart/form-data"}, 400, "multipart"),
     ]
+    # Requests aiohttp's parser refuses (400) before the app sees them: logged by aiohttp.
+    unparsable = [
+        (
+            b"POST /v1/markers/create HTTP/1.1\r\nHost: sidecar\r\n"
+            + AUTH_LINE
+            + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+            "Invalid character in chunk size",
+        ),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: sidecar\r\nX: " + b"a" * 20_000 + b"\r\n\r\n",
+            "LineTooLong",
+        ),
+    ]
     with sidecar(root, tmp_path) as sc:
         for body, head, status, fragment in cases:
             answer = raw_post(sc.port, body, **head)
             assert (answer.status, fragment in answer.json()["error"]) == (status, True), answer
+        for request, _ in unparsable:
+            with socket.create_connection(("127.0.0.1", sc.port), timeout=10) as sock:
+                sock.sendall(request)
+                assert read_answer(sock).status == 400
         acked = create_markers(sc, directory, 10, prefix="after")
+        wait_for_log(sc, unparsable[-1][1])
         log = sc.log()
         assert "Traceback" not in log
-        for _, _, _, fragment in cases:
+        for fragment in [case[3] for case in cases] + [case[1] for case in unparsable]:
             assert sum(fragment in line for line in log.splitlines()) == 1, log
         sc.assert_bounded()
     assert_durable(directory, acked)
@@ -273,8 +291,9 @@ def test_overlong_table_segment_or_job_id_is_400_and_touches_no_storage(
         marker_dir_under(root, table="t" * 300),
         marker_dir_under(root, instant="20261122120000000-" + "j" * 300),
         marker_dir_under(root, instant="20261122120000000-" + "j" * 120),  # job ids: <= 100
+        marker_dir_under("s3://bucket/" + "/".join(["d" * 200] * 5)),  # S3 keys: <= 1024 bytes
     ]
-    with sidecar(root, tmp_path) as sc:
+    with sidecar(f"{root},s3://bucket", tmp_path) as sc:
         for directory in too_long:
             body = json.dumps({"markerdir": directory, "markername": "a.parquet"}).encode()
             answer = raw_post(sc.port, body)
