@@ -36,7 +36,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
 from sparkguard.sidecar import config, errors, metrics, validation
@@ -168,11 +168,19 @@ class _DirState:
 class MarkerBatcher:
     """Queues marker requests per directory and acknowledges them once durable."""
 
-    def __init__(self, settings: config.SidecarConfig, instruments: metrics.SidecarMetrics) -> None:
+    def __init__(
+        self,
+        settings: config.SidecarConfig,
+        instruments: metrics.SidecarMetrics,
+        *,
+        managers: Mapping[str, filemanager.FileManager] | None = None,
+    ) -> None:
+        """``managers`` maps protocols (``file``, ``s3``, ...) to the file manager to use for
+        them; the others are resolved from the protocol on first use."""
         self._settings = settings
         self._metrics = instruments
         self._dirs: collections.OrderedDict[str, _DirState] = collections.OrderedDict()
-        self._managers: dict[str, filemanager.FileManager] = {}
+        self._managers: dict[str, filemanager.FileManager] = dict(managers or {})
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.batch_threads + 4, thread_name_prefix="sidecar-io"
         )

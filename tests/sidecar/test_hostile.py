@@ -228,6 +228,49 @@ async def test_an_error_in_a_flush_answers_its_whole_batch(root: str) -> None:
     assert_durable(marker_dir_under(root), acked)
 
 
+class ClaimDuringWrite:
+    """The local file manager, but a rollback claims the instant just before a batch file is
+    written: the window between the sidecar's check before a flush and its write."""
+
+    def __init__(self, inner: filemanager.FileManager, claim: Callable[[], object]) -> None:
+        self._inner = inner
+        self._claim = claim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def write_bytes(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+        if Path(path).name == "MARKERS0":
+            self._claim()
+        self._inner.write_bytes(path, data, overwrite=overwrite)
+
+
+async def test_a_claim_between_check_and_write_refuses_the_batch(root: str) -> None:
+    table = f"{root}/orders"
+    tl, instant = _start_instant(table)
+    directory = markers.marker_dir(table, instant)
+    local, _ = filemanager.resolve(directory)
+    manager: Any = ClaimDuringWrite(local, lambda: tl.claim_rollback(instant))
+    settings = config.SidecarConfig(allowed_roots=(root,), auth_disabled=True)
+    marker_batcher = batcher.MarkerBatcher(
+        settings, metrics.build_metrics(), managers={"file": manager}
+    )
+    marker_batcher.start()
+    marker_dir = validation.validate_marker_dir(directory, allowed_roots=(root,))
+    try:
+        with pytest.raises(errors.InstantDecidedError, match=re.escape(instant)):
+            await asyncio.wait_for(
+                marker_batcher.create(marker_dir, "a.parquet.marker.CREATE"), timeout=30
+            )
+        assert marker_batcher.pending == 0
+    finally:
+        await marker_batcher.drain(5)
+        await marker_batcher.close()
+    # Written, but never acknowledged: its task fails before writing a.parquet.
+    assert markers.read_marked_files(local, directory) == {"a.parquet"}
+    assert tl.status(instant).state is timeline.State.ROLLING_BACK
+
+
 # -- malformed requests: the client's fault, 4xx, one line, no traceback -----------------------
 def test_malformed_requests_get_4xx_and_one_log_line_each(root: str, tmp_path: Path) -> None:
     directory = marker_dir_under(root)
