@@ -259,7 +259,8 @@ class MarkerBatcher:
         """Return once ``name`` is durable in ``marker_dir``; whether this sidecar wrote it.
 
         ``False`` means the marker was already on storage (a retry, or a restarted sidecar):
-        acknowledged without a new write.
+        acknowledged without a new write. Raises :class:`~sparkguard.sidecar.errors.
+        InstantDecidedError` when the instant's outcome exists (checked after the write).
         """
         if self._draining:
             raise errors.ShuttingDownError("the sidecar is stopping; retry in a moment")
