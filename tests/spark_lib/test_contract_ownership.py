@@ -69,9 +69,7 @@ def test_rollback_of_one_owner_leaves_another_owners_instant_alone(
     url, journal_a, journal_b, options = where
     # A's write fails in every task attempt: Spark aborts it, A's instant is rolled back, and
     # A's journal now names the table.
-    failing = ids_df(spark, range(300)).selectExpr(
-        "if(id = 7, raise_error('boom'), id) as id", "s"
-    )
+    failing = ids_df(spark, range(300)).selectExpr("if(id = 7, raise_error('boom'), id) as id", "s")
     with pytest.raises(Exception, match="boom"):
         _spark_write_a(spark, url, journal_a, options, failing)
     tl = timeline.timeline_for(url, storage_options=options)
@@ -139,3 +137,41 @@ def test_default_owner_and_owner_validation(tmp_path: Path) -> None:
     assert rollback.rollback_table(str(tmp_path / "t")).instants_rolled_back == (instant,)
     with pytest.raises(errors.ConfigError, match="owner"):
         tl.start("job-x", attempt=0, marker_type="DIRECT", owner="bad\nowner")
+
+
+def test_cli_owner_and_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sparkguard rollback --owner/--force``: the orphan is named with the way to recover it."""
+    import argparse
+
+    from sparkguard.spark_lib import commands
+
+    url, journal = str(tmp_path / "t"), str(tmp_path / "j")
+    wb = _start_b(url, journal, {})
+    _task(wb, 0, PARTS[0])
+
+    def run(*argv: str) -> tuple[int, str]:
+        parser = argparse.ArgumentParser(prog="sparkguard")
+        commands.add_arguments(parser.add_subparsers().add_parser("rollback"))
+        code = commands.run(
+            parser.parse_args(["rollback", "--job-id", JOB, "--journal", journal, *argv])
+        )
+        return code, capsys.readouterr().out
+
+    code, out = run()  # default owner job:shared-job: B's instant is left alone
+    assert code == 0
+    assert f"left alone: {wb.instant}" in out
+    assert f"--owner '{OWNER_B}'" in out
+    assert timeline.timeline_for(url).status(wb.instant).state is timeline.State.INFLIGHT
+    code, out = run("--owner", OWNER_A, "--json")
+    assert json.loads(out)["instantsOtherOwner"][0]["owner"] == OWNER_B
+    code, out = run("--owner", OWNER_B, "--json")
+    assert json.loads(out)["instantsRolledBack"] == [wb.instant]
+    assert json.loads(out)["filesDeleted"] == 1
+    orphan = _start_b(url, journal, {})
+    code, out = run("--force", "--json")
+    assert json.loads(out)["instantsRolledBack"] == [orphan.instant]
+    assert json.loads(out)["force"] is True
+    with pytest.raises(SystemExit) as bad:
+        run("--owner", "bad\towner")
+    assert bad.value.code == 2
+    assert "--owner" in capsys.readouterr().err
