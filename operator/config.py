@@ -92,6 +92,19 @@ class OperatorConfig:
     error_backoff_seconds: float = 30.0
     #: longest single sleep while waiting for a backoff to expire
     max_sleep_seconds: float = 600.0
+    #: only the holder of a coordination.k8s.io Lease recovers apps (every replica admits)
+    leader_election: bool = False
+    lease_name: str = "sparkguard-operator"
+    #: namespace of the Lease (the chart's release namespace); required with leader election
+    lease_namespace: str | None = None
+    #: a Lease not renewed for this long is taken over by another replica
+    lease_duration_seconds: float = 15.0
+    #: this process's name in Leases and claims (a random suffix is added); default: hostname
+    pod_name: str | None = None
+    #: a rollback claim not renewed for this long is taken over (its holder renews it at 1/3)
+    claim_ttl_seconds: float = 30.0
+    #: how long a resubmitted app may stay FAILED before the resubmission is patched again
+    resubmit_timeout_seconds: float = 60.0
 
     @property
     def clusterwide(self) -> bool:
@@ -248,6 +261,13 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "max_concurrent_rollbacks": ("MAX_CONCURRENT_ROLLBACKS", _bounded_int(1, 256)),
     "error_backoff_seconds": ("ERROR_BACKOFF", _seconds),
     "max_sleep_seconds": ("MAX_SLEEP", _seconds),
+    "leader_election": ("LEADER_ELECTION", _bool),
+    "lease_name": ("LEASE_NAME", _k8s_name),
+    "lease_namespace": ("LEASE_NAMESPACE", _optional),
+    "lease_duration_seconds": ("LEASE_DURATION", _seconds),
+    "pod_name": ("POD_NAME", _optional),
+    "claim_ttl_seconds": ("CLAIM_TTL", _seconds),
+    "resubmit_timeout_seconds": ("RESUBMIT_TIMEOUT", _seconds),
 }
 
 
@@ -301,5 +321,11 @@ def check_config(config: OperatorConfig) -> None:
         )
     if not config.image:
         problems.append(f"{variable_of('image')} must name the sparkguard image")
+    if config.leader_election and not config.lease_namespace:
+        problems.append(
+            f"{variable_of('leader_election')}=true needs {variable_of('lease_namespace')} (the "
+            "namespace of the Lease, usually the operator's own); set it, or turn leader "
+            "election off for a single replica"
+        )
     if problems:
         raise errors.ConfigError("invalid operator settings: " + "; ".join(problems))

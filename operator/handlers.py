@@ -1,18 +1,28 @@
 """kopf handlers: admission mutation and failure recovery, calling the pure decisions.
 
-The recovery handler reacts to every watch event of an opted-in SparkApplication (including
-the initial listing after a restart), reads the app fresh, asks :func:`recovery.decide` what
-to do, does it, and repeats until nothing is left to do. All progress is in annotations, so
-kopf keeps no state of its own on the apps and a restarted operator simply continues.
+Every replica serves admission. The recovery handler sees every watch event of an opted-in
+SparkApplication (including the initial listing after a restart) in every replica, and
+remembers which apps need a step; only the leader (see :mod:`leadership`) acts: it reads the
+app fresh, asks :func:`recovery.decide` what to do, does it, and repeats until nothing is left
+to do. A replica that becomes leader goes through the apps it remembered. All progress is in
+annotations, so kopf keeps no state of its own on the apps and a new leader simply continues.
+
+No step relies on the lease alone (a lease can expire mid-rollback): every patch names the
+app's uid, so it never lands on an app recreated under the same name, and the ones that decide
+something carry the resourceVersion they were decided on; a rollback starts only under a claim
+that one operator wins (:mod:`recovery`), and its conclusion is written only while that claim
+is still ours.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import kopf
 from aiohttp import web
@@ -22,6 +32,7 @@ from sparkguard.operator import (
     appmeta,
     errors,
     kube,
+    leadership,
     metrics,
     mutation,
     recovery,
@@ -49,6 +60,7 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
     @kopf.on.startup(registry=registry)
     async def start_metrics(logger: Logger, **_: Any) -> None:
         runtime.rollback_slots()
+        start_leader_election(runtime)
         if config.metrics_port:
             servers.append(
                 await metrics.start_server(
@@ -59,6 +71,7 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.cleanup(registry=registry)
     async def stop_metrics(**_: Any) -> None:
+        await stop_background(runtime)
         while servers:
             await servers.pop().cleanup()
 
@@ -110,12 +123,114 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
     ) -> None:
         if namespace is None:  # pragma: no cover - SparkApplications are namespaced
             return
+        app = _plain(body)
+        key = runtime_.AppKey.of(app)
         if type == "DELETED":
+            runtime.pending.pop(key.id, None)
             runtime.metrics.track_recovery((namespace, name), recovering=False)
             return
-        await reconcile(runtime, namespace=namespace, name=name, body=_plain(body), logger=logger)
+        decision = recovery.decide(app, now=runtime.clock(), config=config, holder=runtime.identity)
+        runtime.decided(key, decision)
+        if decision.action is recovery.Action.NOTHING:
+            runtime.pending.pop(key.id, None)
+            _track(runtime, namespace, name, app)
+            return  # the cheap, common case: no API call at all
+        runtime.pending[key.id] = key
+        if not runtime.leading():
+            return  # the leader acts; we remember the app in case we become the leader
+        wake(runtime, key, logger=logger)
 
     return registry
+
+
+def start_leader_election(runtime: runtime_.Runtime) -> None:
+    """Campaign for the Lease in the background (if configured); resync when elected."""
+    config = runtime.config
+    runtime.metrics.leader.set(0 if config.leader_election else 1)
+    if not config.leader_election or runtime.elector is not None:
+        return
+    assert config.lease_namespace is not None  # check_config guarantees it
+
+    async def changed(leading: bool) -> None:
+        runtime.metrics.leader.set(1 if leading else 0)
+        if leading:
+            resync(runtime)
+        else:  # running workers see it at their next step and stop
+            for flag in runtime.workers.values():
+                flag.set()
+
+    runtime.elector = leadership.LeaderElector(
+        runtime.kube,
+        namespace=config.lease_namespace,
+        name=config.lease_name,
+        identity=runtime.identity,
+        timing=leadership.Timing.for_duration(config.lease_duration_seconds),
+        on_change=changed,
+    )
+    _spawn(runtime, runtime.elector.run())
+
+
+async def stop_background(runtime: runtime_.Runtime) -> None:
+    """Stop the campaign and resyncs; release the Lease so another replica takes over now."""
+    tasks = list(runtime.tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if runtime.elector is not None:
+        await runtime.elector.release()
+
+
+def _spawn(runtime: runtime_.Runtime, work: Any) -> None:
+    task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+    runtime.tasks.add(task)
+    task.add_done_callback(runtime.tasks.discard)
+
+
+def resync(runtime: runtime_.Runtime) -> None:
+    """Reconcile every app this replica saw needing a step (it just became the leader)."""
+    keys = list(runtime.pending.values())
+    if keys:
+        _log.info("leading now: resuming %d app(s) that need a recovery step", len(keys))
+    for key in keys:
+        wake(runtime, key, logger=_AppLogger(_log, key))
+
+
+def wake(runtime: runtime_.Runtime, key: runtime_.AppKey, *, logger: Logger) -> None:
+    """Make the app's worker look at it again (starting one if it has none).
+
+    One worker per app and process: it waits (for a backoff, a claim, an unanswered
+    resubmission) without holding up kopf, and news of the app cut its wait short.
+    """
+    flag = runtime.workers.get(key.id)
+    if flag is not None:
+        flag.set()
+        return
+    flag = asyncio.Event()
+    runtime.workers[key.id] = flag
+    _spawn(runtime, _work(runtime, key, flag, logger=logger))
+
+
+async def _work(
+    runtime: runtime_.Runtime, key: runtime_.AppKey, flag: asyncio.Event, *, logger: Logger
+) -> None:
+    try:
+        await reconcile(runtime, key=key, logger=logger, wakeup=flag)
+    finally:
+        # No await between reconcile's last look at the flag and this: news that arrives
+        # from now on starts a new worker.
+        del runtime.workers[key.id]
+
+
+_log = logging.getLogger(__name__)
+
+
+class _AppLogger(logging.LoggerAdapter[logging.Logger]):
+    def __init__(self, logger: logging.Logger, key: runtime_.AppKey) -> None:
+        super().__init__(logger, {})
+        self.prefix = f"[{key.namespace}/{key.name}] "
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"{self.prefix}{msg}", kwargs
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,56 +244,80 @@ def _track(runtime: runtime_.Runtime, namespace: str, name: str, app: Mapping[st
     )
 
 
-def _post(app: Mapping[str, Any], event: recovery.EventSpec | None) -> None:
+async def _post(
+    runtime: runtime_.Runtime, app: Mapping[str, Any], event: recovery.EventSpec | None
+) -> None:
     if event is not None:
-        _event(app, type=event.type, reason=event.reason.value, message=event.message)
+        await _event(
+            runtime, app, type=event.type, reason=event.reason.value, message=event.message
+        )
 
 
-def _event(app: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:
-    """Post a Kubernetes Event about ``app`` (kopf posts it in the background)."""
-    body = kopf.Body(cast(kopf.RawBody, dict(app)))
-    kopf.event(body, type=type, reason=reason, message=message[:1000])
+async def _event(
+    runtime: runtime_.Runtime, app: Mapping[str, Any], *, type: str, reason: str, message: str
+) -> None:
+    """Post a Kubernetes Event about ``app``; a failure to post is logged, never raised."""
+    try:
+        await runtime.kube.post_event(app, type=type, reason=reason, message=message)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an Event is informational
+        _log.warning("could not post Event %s: %s", reason, exc)
 
 
 async def reconcile(
     runtime: runtime_.Runtime,
     *,
-    namespace: str,
-    name: str,
-    body: Mapping[str, Any],
+    key: runtime_.AppKey,
     logger: Logger,
+    wakeup: asyncio.Event | None = None,
 ) -> None:
     """Bring one app's recovery as far as it can go now; return when nothing is left to do.
 
     Never raises for a problem of the app or of storage: those become Events, metrics and a
-    retry after ``error_backoff``; the loop ends when the app is gone or needs nothing.
+    retry after ``error_backoff``; the loop ends when the app is gone (or replaced by another
+    object of the same name), needs nothing, or this replica stops leading.
     """
     config = runtime.config
-    if recovery.decide(body, now=runtime.clock(), config=config).action is recovery.Action.NOTHING:
-        _track(runtime, namespace, name, body)
-        return  # the cheap, common case: no API call at all
+    namespace, name = key.namespace, key.name
+    wakeup = wakeup if wakeup is not None else asyncio.Event()
     steps = 0
     while steps < MAX_STEPS:
+        wakeup.clear()
+        if not runtime.leading():
+            logger.info("not the leader any more; the leader continues")
+            return
         app: dict[str, Any] | None = None
         try:
             app = await runtime.kube.get_app(namespace, name)
-            if app is None:
+            if app is None or (key.uid is not None and runtime_.AppKey.of(app).uid != key.uid):
+                runtime.pending.pop(key.id, None)
                 runtime.metrics.track_recovery((namespace, name), recovering=False)
-                return
-            decision = recovery.decide(app, now=runtime.clock(), config=config)
+                return  # gone: a recovery of a deleted app ends quietly
+            decision = recovery.decide(
+                app, now=runtime.clock(), config=config, holder=runtime.identity
+            )
+            runtime.decided(key, decision)
             _track(runtime, namespace, name, app)
             if decision.action is recovery.Action.NOTHING:
+                if wakeup.is_set():
+                    continue  # news arrived while we read: look again
+                runtime.pending.pop(key.id, None)
                 logger.debug("nothing to do: %s", decision.reason)
                 return
             if decision.action is recovery.Action.WAIT:
                 assert decision.retry_at is not None
                 delay = (decision.retry_at - runtime.clock()).total_seconds()
-                logger.info("waiting %.0fs before resubmitting (%s)", delay, decision.reason)
-                await runtime.sleep(min(max(delay, 0.0), config.max_sleep_seconds))
+                logger.info("waiting %.1fs: %s", delay, decision.reason)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        wakeup.wait(), timeout=min(max(delay, 0.0), config.max_sleep_seconds)
+                    )
                 continue
             steps += 1
             await _act(runtime, app=app, decision=decision, logger=logger)
         except errors.KubeConflictError as exc:
+            runtime.metrics.conflicts.labels(step="patch").inc()
             logger.info("%s", exc)
         except asyncio.CancelledError:
             raise
@@ -191,24 +330,22 @@ async def reconcile(
             )
             logger.warning("recovery step failed: %s", message)
             if app is not None:
-                _event(app, type="Warning", reason=reason, message=message)
+                await _event(runtime, app, type="Warning", reason=reason, message=message)
             await runtime.sleep(config.error_backoff_seconds)
     logger.warning("stopped after %d steps; the next event of this app continues", MAX_STEPS)
 
 
 async def _patch(
-    runtime: runtime_.Runtime,
-    app: Mapping[str, Any],
-    patch: Mapping[str, Any],
-    *,
-    precondition: bool,
+    runtime: runtime_.Runtime, app: Mapping[str, Any], patch: Mapping[str, Any]
 ) -> dict[str, Any] | None:
+    """Patch exactly this object at exactly this version (uid + resourceVersion)."""
     meta = app.get("metadata") or {}
     return await runtime.kube.patch_app(
         meta["namespace"],
         meta["name"],
         patch,
-        resource_version=meta.get("resourceVersion") if precondition else None,
+        uid=meta.get("uid"),
+        resource_version=meta.get("resourceVersion"),
     )
 
 
@@ -221,22 +358,91 @@ async def _act(
 ) -> None:
     action = decision.action
     if action in (recovery.Action.MARK_INVALID, recovery.Action.MARK_SUCCEEDED):
-        await _patch(runtime, app, decision.patch, precondition=False)
+        if await _patch(runtime, app, decision.patch) is None:
+            return
         if action is recovery.Action.MARK_INVALID:
             runtime.metrics.failures.labels(reason=recovery.Reason.INVALID_ANNOTATION.value).inc()
             logger.info("marked Invalid: %s", decision.reason)
-        _post(app, decision.event)
+        await _post(runtime, app, decision.event)
         return
-    if action is recovery.Action.RESUBMIT:
-        if await _patch(runtime, app, decision.patch, precondition=True) is not None:
-            runtime.metrics.resubmissions.inc()
+    if action in (recovery.Action.RESUBMIT, recovery.Action.NUDGE):
+        patched = await _patch(runtime, app, decision.patch)
+        if patched is not None:
+            if action is recovery.Action.RESUBMIT:
+                runtime.metrics.resubmissions.inc()
+            else:
+                runtime.metrics.resubmit_retries.inc()
             logger.info("%s", decision.reason)
-            _post(app, decision.event)
+            await _post(runtime, patched, decision.event)
         return
     if action in (recovery.Action.ROLLBACK, recovery.Action.GIVE_UP):
         await _rollback(runtime, app=app, decision=decision, logger=logger)
         return
     raise AssertionError(f"unhandled action {action}")  # pragma: no cover
+
+
+class _Claim:
+    """Our claim on one app's rollback: the app as we last wrote it, renewed while we work."""
+
+    def __init__(
+        self, runtime: runtime_.Runtime, app: dict[str, Any], decision: recovery.Decision
+    ) -> None:
+        self.runtime = runtime
+        self.app = app
+        self.key = runtime_.AppKey.of(app)
+        self.failure = decision.failure_id
+        self.lost = False
+
+    def still_ours(self, app: Mapping[str, Any] | None) -> bool:
+        """Whether ``app`` is the same object, Recovering the same failure under our claim."""
+        if app is None or runtime_.AppKey.of(app).uid != self.key.uid:
+            return False
+        notes = appmeta.of(app)
+        claim = recovery.claim_of(app)
+        return (
+            notes.get(appmeta.PHASE) == recovery.Phase.RECOVERING.value
+            and notes.get(appmeta.HANDLED_FAILURE) == self.failure
+            and claim is not None
+            and claim.holder == self.runtime.identity
+        )
+
+    async def write(self, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Patch the app while the claim is ours (re-reading on conflicts); ``None`` if lost."""
+        for _ in range(10):
+            try:
+                patched = await _patch(self.runtime, self.app, patch)
+            except errors.KubeConflictError:
+                self.runtime.metrics.conflicts.labels(step="claimed").inc()
+                current = await self.runtime.kube.get_app(self.key.namespace, self.key.name)
+                if not self.still_ours(current):
+                    self.lost = True
+                    return None
+                assert current is not None
+                self.app = current
+                continue
+            if patched is None:
+                self.lost = True
+            else:
+                self.app = patched
+            return patched
+        raise errors.KubeConflictError(
+            f"SparkApplication {self.key.namespace}/{self.key.name} kept changing while "
+            "sparkguard recorded its rollback; trying again"
+        )
+
+    async def keep(self) -> None:
+        """Renew the claim every third of its lifetime until cancelled or lost."""
+        ttl = self.runtime.config.claim_ttl_seconds
+        while not self.lost:
+            await self.runtime.sleep(ttl / 3)
+            until = self.runtime.clock() + datetime.timedelta(seconds=ttl)
+            claim = recovery.Claim(holder=self.runtime.identity, until=until)
+            try:
+                await self.write(recovery.claim_patch(claim))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried at the next renewal
+                _log.warning("could not renew the rollback claim of %s: %s", self.key.name, exc)
 
 
 async def _rollback(
@@ -250,44 +456,52 @@ async def _rollback(
     assert options is not None
     meta = app["metadata"]
     namespace = meta["namespace"]
-    if appmeta.of(app).get(appmeta.HANDLED_FAILURE) != decision.failure_id:
-        state = (app.get("status") or {}).get("applicationState", {}).get("state", "FAILED")
-        runtime.metrics.failures.labels(reason=str(state)).inc()
-    marked = await _patch(runtime, app, decision.patch, precondition=True)
+    new_failure = appmeta.of(app).get(appmeta.HANDLED_FAILURE) != decision.failure_id
+    # The claim: with the resourceVersion this was decided on, so of two operators that saw
+    # the failure, one writes it and the other gets a conflict, reads it again and waits.
+    marked = await _patch(runtime, app, decision.patch)
     if marked is None:
         return
+    if new_failure:
+        state = (app.get("status") or {}).get("applicationState", {}).get("state", "FAILED")
+        runtime.metrics.failures.labels(reason=str(state)).inc()
     runtime.metrics.track_recovery((namespace, meta["name"]), recovering=True)
-    _post(marked, decision.event)
+    await _post(runtime, marked, decision.event)
     logger.info("rolling back job %s: %s", options.job_id, decision.reason)
 
-    storage_options: dict[str, Any] | None = None
-    if options.storage_secret:
-        data = await runtime.kube.read_secret(namespace, options.storage_secret)
-        if data is None:
-            raise errors.OperatorError(
-                f"Secret {namespace}/{options.storage_secret} named by "
-                f"{appmeta.STORAGE_SECRET} does not exist; create it or fix the annotation"
-            )
-        storage_options = rollbacks.storage_options_from_secret(rollbacks.decode_secret_data(data))
-
-    async with runtime.rollback_slots():
-        started = time.monotonic()
-        try:
-            summary = await asyncio.to_thread(
-                runtime.rollback, options.job_id, options.journal, storage_options=storage_options
-            )
-        except Exception:
-            runtime.metrics.rollbacks.labels(outcome="error").inc()
-            raise
-        finally:
-            runtime.metrics.rollback_seconds.observe(time.monotonic() - started)
+    storage_options = await _storage_options(runtime, namespace, options)
+    claim = _Claim(runtime, marked, decision)
+    keeper = asyncio.get_running_loop().create_task(claim.keep())
+    try:
+        async with runtime.rollback_slots():
+            started = time.monotonic()
+            try:
+                summary = await asyncio.to_thread(
+                    runtime.rollback,
+                    options.job_id,
+                    options.journal,
+                    owner=_storage_owner(marked),
+                    storage_options=storage_options,
+                )
+            except Exception:
+                runtime.metrics.rollbacks.labels(outcome="error").inc()
+                raise
+            finally:
+                seconds = time.monotonic() - started
+                runtime.metrics.rollback_seconds.observe(seconds)
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
     result = {
         "instants_rolled_back": tuple(summary.instants_rolled_back),
         "instants_committed": tuple(summary.instants_committed),
         "files_deleted": summary.files_deleted,
         "files_kept": summary.files_kept,
     }
-    conclusion = recovery.conclude_rollback(decision, summary=result, now=runtime.clock())
+    conclusion = recovery.conclude_rollback(
+        decision, summary=result, now=runtime.clock(), seconds=seconds
+    )
     outcome = (
         "committed"
         if conclusion.phase is recovery.Phase.COMMITTED_NOT_RESUBMITTED
@@ -296,12 +510,37 @@ async def _rollback(
         else "nothing_to_do"
     )
     runtime.metrics.rollbacks.labels(outcome=outcome).inc()
+    # Recorded only while the claim is ours and the app is the one we rolled back: a deleted
+    # app gets no RolledBack Event, and an operator that took over (our claim expired) is not
+    # overwritten; it ran (or runs) the same idempotent rollback and concludes itself.
+    concluded = None if claim.lost else await claim.write(conclusion.patch)
+    if concluded is None:
+        runtime.metrics.conflicts.labels(step="conclude").inc()
+        logger.info("rollback done, but the app is gone or another operator took it over")
+        return
     if conclusion.phase is not recovery.Phase.ROLLED_BACK:
         runtime.metrics.failures.labels(reason=conclusion.event.reason.value).inc()
-    # No precondition: the rollback is done whatever changed meanwhile, and this records it.
-    await _patch(runtime, marked, conclusion.patch, precondition=False)
     runtime.metrics.track_recovery(
         (namespace, meta["name"]), recovering=conclusion.phase is recovery.Phase.ROLLED_BACK
     )
     logger.info("%s", conclusion.event.message)
-    _post(marked, conclusion.event)
+    await _post(runtime, concluded, conclusion.event)
+
+
+async def _storage_options(
+    runtime: runtime_.Runtime, namespace: str, options: appmeta.Options
+) -> dict[str, Any] | None:
+    if not options.storage_secret:
+        return None
+    data = await runtime.kube.read_secret(namespace, options.storage_secret)
+    if data is None:
+        raise errors.OperatorError(
+            f"Secret {namespace}/{options.storage_secret} named by "
+            f"{appmeta.STORAGE_SECRET} does not exist; create it or fix the annotation"
+        )
+    return rollbacks.storage_options_from_secret(rollbacks.decode_secret_data(data))
+
+
+def _storage_owner(app: Mapping[str, Any]) -> str | None:
+    """The owner the app's writes record in storage (admission's annotation), if any."""
+    return appmeta.storage_owner(app.get("metadata"))

@@ -7,7 +7,9 @@ with it every other app's recovery) never blocks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import datetime
+import secrets
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kopf
@@ -18,15 +20,26 @@ from sparkguard.operator import errors, mutation
 
 
 class KubeClient:
-    """SparkApplications and Secrets, through one ``kubernetes.client.ApiClient``."""
+    """SparkApplications, Secrets, Events and Leases, through one ``kubernetes.client.ApiClient``.
+
+    ``on_request`` (if set) is called with a short name of every API request made (``get``,
+    ``patch``, ``event``, ``lease-get``...): the operator counts them in its metrics.
+    """
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
+        self.on_request: Callable[[str], None] | None = None
+
+    def _count(self, request: str) -> None:
+        if self.on_request is not None:
+            self.on_request(request)
 
     async def get_app(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The SparkApplication as stored now, or ``None`` when it is gone."""
+        self._count("get")
         try:
             found = await asyncio.to_thread(
                 self._custom.get_namespaced_custom_object,
@@ -43,18 +56,30 @@ class KubeClient:
         return cast(dict[str, Any], found)
 
     async def patch_app(
-        self, namespace: str, name: str, patch: Mapping[str, Any], *, resource_version: str | None
+        self,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        uid: str | None,
+        resource_version: str | None,
     ) -> dict[str, Any] | None:
         """Apply a JSON merge patch to the app; ``None`` when it is gone.
 
-        With ``resource_version`` the patch applies only to that version of the object, so a
-        decision taken on a stale read is never written: :class:`errors.KubeConflictError`.
+        With ``uid`` the patch applies only to that object, never to another one created
+        under the same name since; with ``resource_version`` only to that version of it, so a
+        decision taken on a stale read is never written. Either mismatch raises
+        :class:`errors.KubeConflictError`: read the app again.
         """
         body = dict(patch)
-        if resource_version:
+        if resource_version or uid:
             meta = dict(body.get("metadata") or {})
-            meta["resourceVersion"] = resource_version
+            if uid:
+                meta["uid"] = uid
+            if resource_version:
+                meta["resourceVersion"] = resource_version
             body["metadata"] = meta
+        self._count("patch")
         try:
             patched = await asyncio.to_thread(
                 self._custom.patch_namespaced_custom_object,
@@ -69,16 +94,95 @@ class KubeClient:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            if exc.status == 409:
+            if exc.status == 409 or (exc.status == 422 and "metadata.uid" in str(exc.body)):
                 raise errors.KubeConflictError(
-                    f"SparkApplication {namespace}/{name} changed while sparkguard acted on it; "
-                    "reading it again"
+                    f"SparkApplication {namespace}/{name} changed (or was replaced) while "
+                    "sparkguard acted on it; reading it again"
                 ) from exc
             raise
         return cast(dict[str, Any], patched)
 
+    async def post_event(
+        self, app: Mapping[str, Any], *, type: str, reason: str, message: str
+    ) -> None:
+        """Record a Kubernetes Event about ``app`` (its uid, so it never names a successor)."""
+        meta = app.get("metadata") or {}
+        now = datetime.datetime.now(datetime.UTC)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": app.get("apiVersion") or f"{mutation.GROUP}/{mutation.VERSION}",
+                "kind": app.get("kind") or "SparkApplication",
+                "name": meta.get("name"),
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:1000],
+            "type": type,
+            "source": {"component": "sparkguard"},
+            "reportingComponent": "sparkguard",
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        self._count("event")
+        event = cast(client.CoreV1Event, body)  # the client serialises a plain dict as it is
+        await asyncio.to_thread(self._core.create_namespaced_event, meta["namespace"], event)
+
+    async def get_lease(self, namespace: str, name: str) -> client.V1Lease | None:
+        """The Lease, or ``None`` when it does not exist."""
+        self._count("lease-get")
+        try:
+            lease = await asyncio.to_thread(
+                self._coordination.read_namespaced_lease, name, namespace
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return lease
+
+    async def create_lease(self, namespace: str, lease: client.V1Lease) -> client.V1Lease | None:
+        """Create the Lease; ``None`` when another process created it first."""
+        self._count("lease-create")
+        try:
+            created = await asyncio.to_thread(
+                self._coordination.create_namespaced_lease, namespace, lease
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return created
+
+    async def replace_lease(self, namespace: str, lease: client.V1Lease) -> client.V1Lease | None:
+        """Write the Lease if it is still at ``lease.metadata.resource_version``, else ``None``."""
+        assert lease.metadata is not None
+        assert lease.metadata.name
+        self._count("lease-update")
+        try:
+            replaced = await asyncio.to_thread(
+                self._coordination.replace_namespaced_lease,
+                lease.metadata.name,
+                namespace,
+                lease,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return None
+            raise
+        return replaced
+
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The (still base64-encoded) data of a Secret, or ``None`` when it does not exist."""
+        self._count("secret")
         try:
             secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
         except ApiException as exc:

@@ -38,6 +38,29 @@ class Metrics:
             "Duration of rollbacks run by the operator.",
             registry=self.registry,
         )
+        self.resubmit_retries = prometheus_client.Counter(
+            "sparkguard_operator_resubmit_retries",
+            "Resubmissions patched again because the app stayed FAILED past the timeout.",
+            registry=self.registry,
+        )
+        self.conflicts = prometheus_client.Counter(
+            "sparkguard_operator_conflicts",
+            "Steps not taken because the app changed, was replaced, or another operator "
+            "holds its recovery (read again, or left to that operator).",
+            ["step"],
+            registry=self.registry,
+        )
+        self.leader = prometheus_client.Gauge(
+            "sparkguard_operator_leader",
+            "1 while this replica holds the leader Lease (and runs recoveries), else 0.",
+            registry=self.registry,
+        )
+        self.api_requests = prometheus_client.Counter(
+            "sparkguard_operator_api_requests",
+            "Kubernetes API requests the operator made itself (kopf's watches excluded).",
+            ["request"],  # get | patch | event | secret | lease-get | lease-create | ...
+            registry=self.registry,
+        )
         self._recovering: set[tuple[str, str]] = set()
 
     def track_recovery(self, key: tuple[str, str], *, recovering: bool) -> None:

@@ -12,6 +12,13 @@ in the middle of a recovery reads where it stood and continues without acting tw
 the same failure seen again, e.g. after a restart, is recognised. The resubmission is one merge
 patch that bumps ``spark.sparkguard.attempt`` in the spec *and* records phase Resubmitted:
 it happens completely or not at all.
+
+Several operators may look at one app (two replicas, a lease that expired mid-rollback). The
+``Recovering`` patch carries a *claim* (holder and expiry, ``recovery.sparkguard.io/claim``),
+written with a resourceVersion precondition, so exactly one of them wins it; the others wait
+until it expires (its holder renews it while its rollback runs) and only then take over. A
+resubmitted app that stays FAILED past ``resubmit_timeout`` is patched again (a *nudge*),
+because spark-operator's rerun on a spec change is best effort.
 """
 
 from __future__ import annotations
@@ -28,6 +35,17 @@ from sparkguard.operator import appmeta, mutation
 from sparkguard.operator import config as config_
 
 FAILED_STATES: Final = frozenset({"FAILED", "SUBMISSION_FAILED"})
+#: coordination state of operators, never set by users (outside ``sparkguard.io/``, which
+#: admission checks key by key)
+COORDINATION_PREFIX: Final = "recovery.sparkguard.io/"
+#: JSON ``{"holder": <operator identity>, "until": <ISO time>}``: who may roll back now
+CLAIM: Final = COORDINATION_PREFIX + "claim"
+#: JSON ``{"at": <ISO time>, "nudges": n}``: when the resubmission was (last) patched
+RESUBMISSION: Final = COORDINATION_PREFIX + "resubmission"
+#: sparkConf key a nudge changes: a spec change that spark-operator turns into a rerun
+CONF_RESUBMISSION: Final = "spark.sparkguard.resubmission"
+#: longest wait between two nudges of a resubmission that spark-operator did not act on
+MAX_NUDGE_INTERVAL: Final = 600.0
 SUCCEEDED_STATES: Final = frozenset({"COMPLETED"})
 #: how many instants a last-rollback annotation lists (the counts are always complete)
 _LISTED_INSTANTS: Final = 20
@@ -53,8 +71,9 @@ class Action(enum.StrEnum):
     MARK_SUCCEEDED = "mark-succeeded"
     ROLLBACK = "rollback"  # then RolledBack (to resubmit later) or CommittedNotResubmitted
     GIVE_UP = "give-up"  # rollback, then Exhausted: no retries left
-    WAIT = "wait"  # rolled back; the backoff has not expired
+    WAIT = "wait"  # rolled back; the backoff has not expired (or another operator's claim)
     RESUBMIT = "resubmit"
+    NUDGE = "nudge"  # resubmitted, but the app stayed FAILED: patch the resubmission again
 
 
 class Reason(enum.StrEnum):
@@ -64,6 +83,7 @@ class Reason(enum.StrEnum):
     ROLLED_BACK = "RolledBack"
     ROLLBACK_FAILED = "RollbackFailed"
     RESUBMITTED = "Resubmitted"
+    RESUBMIT_RETRIED = "ResubmitRetried"
     RETRIES_EXHAUSTED = "RetriesExhausted"
     INVALID_ANNOTATION = "InvalidAnnotation"
     COMMITTED_NOT_RESUBMITTED = "CommittedNotResubmitted"
@@ -102,6 +122,20 @@ class Decision:
     options: appmeta.Options | None = None
     patch: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     event: EventSpec | None = None
+    #: for ``ROLLBACK``/``GIVE_UP``: the claim the patch writes
+    claim: Claim | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Claim:
+    """Who may roll back an app's failure now, and until when (renewed while it works)."""
+
+    holder: str
+    until: datetime.datetime
+
+    def to_annotation(self) -> str:
+        """The value of the ``recovery.sparkguard.io/claim`` annotation."""
+        return json.dumps({"holder": self.holder, "until": format_time_precise(self.until)})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -179,6 +213,72 @@ def format_time(value: datetime.datetime) -> str:
     return value.astimezone(datetime.UTC).replace(microsecond=0).isoformat()
 
 
+def format_time_precise(value: datetime.datetime) -> str:
+    """ISO 8601 in UTC with milliseconds: for claims and resubmission checks (short times)."""
+    return value.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def parse_claim(text: str | None) -> Claim | None:
+    """The claim an annotation value records, or ``None`` if absent or unreadable.
+
+    A purely computational function with no side-effects.
+    """
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    until = parse_time(str(value.get("until") or ""))
+    holder = value.get("holder")
+    if until is None or not isinstance(holder, str):
+        return None
+    return Claim(holder=holder, until=until)
+
+
+def claim_of(app: Mapping[str, Any]) -> Claim | None:
+    """The rollback claim recorded on ``app``, if any.
+
+    A purely computational function with no side-effects.
+    """
+    return parse_claim(appmeta.of(app).get(CLAIM))
+
+
+def claim_patch(claim: Claim | None) -> dict[str, Any]:
+    """The merge patch that records ``claim`` (or removes it).
+
+    A purely computational function with no side-effects.
+    """
+    return _annotations_patch({CLAIM: claim.to_annotation() if claim is not None else None})
+
+
+def _resubmission_of(app: Mapping[str, Any]) -> tuple[datetime.datetime, int] | None:
+    try:
+        value = json.loads(appmeta.of(app).get(RESUBMISSION) or "null")
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    at = parse_time(str(value.get("at") or ""))
+    nudges = value.get("nudges")
+    if at is None or not isinstance(nudges, int) or nudges < 0:
+        return None
+    return at, nudges
+
+
+def _resubmission_record(at: datetime.datetime, nudges: int) -> str:
+    return json.dumps({"at": format_time_precise(at), "nudges": nudges})
+
+
+def nudge_interval(nudges: int, *, timeout: float) -> float:
+    """Seconds a resubmission may go unanswered after ``nudges`` nudges before the next one.
+
+    A purely computational function with no side-effects: ``timeout``, doubling per nudge, at
+    most :data:`MAX_NUDGE_INTERVAL`.
+    """
+    return float(min(MAX_NUDGE_INTERVAL, timeout * 2 ** min(nudges, 30)))
+
+
 def _annotations_patch(values: Mapping[str, str | None]) -> dict[str, Any]:
     return {"metadata": {"annotations": dict(values)}}
 
@@ -202,9 +302,13 @@ def _final_conclusion(
 
 
 def decide(  # noqa: PLR0911 - one return per row of the decision table
-    app: Mapping[str, Any], *, now: datetime.datetime, config: config_.OperatorConfig
+    app: Mapping[str, Any],
+    *,
+    now: datetime.datetime,
+    config: config_.OperatorConfig,
+    holder: str = "",
 ) -> Decision:
-    """The next step for ``app`` at ``now``.
+    """The next step for ``app`` at ``now``, for the operator named ``holder``.
 
     A purely computational function with no side-effects. The decision table:
 
@@ -212,8 +316,12 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
     * COMPLETED → MARK_SUCCEEDED once;
     * FAILED/SUBMISSION_FAILED, a failure not handled yet (or one whose rollback was
       interrupted) → ROLLBACK, or GIVE_UP when the attempt reached max-retries;
+    * the handled failure, Recovering under another operator's live claim → WAIT until the
+      claim expires (then it is taken over: ROLLBACK again, which is idempotent);
     * the handled failure, rolled back → WAIT until next-retry-at, then RESUBMIT;
-    * the handled failure, settled (Resubmitted/Exhausted/CommittedNotResubmitted) → NOTHING;
+    * the handled failure, Resubmitted, still FAILED → WAIT until the resubmission is due to be
+      answered, then NUDGE (the same attempt, patched again);
+    * the handled failure, settled (Exhausted/CommittedNotResubmitted) → NOTHING;
     * any other state → NOTHING.
     """
     parsed = appmeta.parse(app, config=config)
@@ -259,6 +367,10 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
 
     failure = failure_id(status)
     handled = values.get(appmeta.HANDLED_FAILURE) == failure
+    if handled and phase == Phase.RESUBMITTED.value:
+        return _verify_resubmission(
+            app, attempt=attempt, failure=failure, options=options, now=now, config=config
+        )
     if handled and phase in {p.value for p in SETTLED_PHASES}:
         return Decision(
             action=Action.NOTHING,
@@ -278,11 +390,31 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
                 retry_at=retry_at,
                 options=options,
             )
-        return _resubmit(attempt=attempt, failure=failure, options=options)
+        return _resubmit(attempt=attempt, failure=failure, options=options, now=now)
+    claim = claim_of(app)
+    if (
+        handled
+        and phase == Phase.RECOVERING.value
+        and claim is not None
+        and claim.holder != holder
+        and now < claim.until
+    ):
+        return Decision(
+            action=Action.WAIT,
+            reason=f"{claim.holder} is rolling back failure {failure} (claim until "
+            f"{format_time_precise(claim.until)})",
+            attempt=attempt,
+            failure_id=failure,
+            retry_at=claim.until,
+            options=options,
+        )
 
-    # A new failure, or one whose rollback was interrupted (phase Recovering): roll back.
-    # Rollback is idempotent, so doing it again after a restart is safe.
+    # A new failure, or one whose rollback was interrupted (phase Recovering, its claim expired
+    # or ours): roll back. Rollback is idempotent, so doing it again after a restart is safe.
     give_up = attempt >= options.max_retries
+    new_claim = Claim(
+        holder=holder, until=now + datetime.timedelta(seconds=config.claim_ttl_seconds)
+    )
     return Decision(
         action=Action.GIVE_UP if give_up else Action.ROLLBACK,
         reason=f"{state} at attempt {attempt}"
@@ -297,8 +429,11 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
                 appmeta.ATTEMPT: str(attempt),
                 appmeta.NEXT_RETRY_AT: None,
                 appmeta.MESSAGE: f"{state}: rolling back job {options.job_id}",
+                CLAIM: new_claim.to_annotation(),
+                RESUBMISSION: None,
             }
         ),
+        claim=new_claim,
         event=EventSpec(
             type="Normal",
             reason=Reason.ROLLBACK_STARTED,
@@ -308,7 +443,9 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
     )
 
 
-def _resubmit(*, attempt: int, failure: str, options: appmeta.Options) -> Decision:
+def _resubmit(
+    *, attempt: int, failure: str, options: appmeta.Options, now: datetime.datetime
+) -> Decision:
     new_attempt = attempt + 1
     patch = {
         "metadata": {
@@ -318,6 +455,8 @@ def _resubmit(*, attempt: int, failure: str, options: appmeta.Options) -> Decisi
                 appmeta.HANDLED_FAILURE: failure,
                 appmeta.NEXT_RETRY_AT: None,
                 appmeta.MESSAGE: f"resubmitted as attempt {new_attempt}",
+                CLAIM: None,
+                RESUBMISSION: _resubmission_record(now, 0),
             }
         },
         # spark-operator reruns an app whose spec changed: the attempt is that change.
@@ -336,6 +475,70 @@ def _resubmit(*, attempt: int, failure: str, options: appmeta.Options) -> Decisi
             message=f"resubmitted job {options.job_id} as attempt {new_attempt} "
             f"(max-retries {options.max_retries})",
         ),
+    )
+
+
+def _verify_resubmission(
+    app: Mapping[str, Any],
+    *,
+    attempt: int,
+    failure: str,
+    options: appmeta.Options,
+    now: datetime.datetime,
+    config: config_.OperatorConfig,
+) -> Decision:
+    """Resubmitted, yet spark-operator still reports the failure we handled: wait, then nudge.
+
+    spark-operator reruns an app whose spec changed from an event filter that is best effort
+    (a conflicting status write drops the rerun with only an Event), so a resubmission that
+    is not answered within ``resubmit_timeout`` is patched again with a new spec change.
+    """
+    record = _resubmission_of(app)
+    if record is None:  # resubmitted by an operator version that did not verify
+        return Decision(
+            action=Action.NOTHING,
+            reason=f"failure {failure} already handled (Resubmitted)",
+            attempt=attempt,
+            failure_id=failure,
+            options=options,
+        )
+    at, nudges = record
+    due = at + datetime.timedelta(
+        seconds=nudge_interval(nudges, timeout=config.resubmit_timeout_seconds)
+    )
+    if now < due:
+        return Decision(
+            action=Action.WAIT,
+            reason=f"resubmitted attempt {attempt}; waiting for spark-operator to rerun it "
+            f"(until {format_time_precise(due)})",
+            attempt=attempt,
+            failure_id=failure,
+            retry_at=due,
+            options=options,
+        )
+    nudge = nudges + 1
+    waited = (now - at).total_seconds()
+    message = (
+        f"attempt {attempt} of job {options.job_id} was resubmitted {waited:.0f}s ago but the "
+        f"app still reports the failure sparkguard handled ({failure}): spark-operator "
+        f"dropped the rerun; patched the spec again (retry {nudge})"
+    )
+    return Decision(
+        action=Action.NUDGE,
+        reason=message,
+        attempt=attempt,
+        failure_id=failure,
+        options=options,
+        patch={
+            "metadata": {
+                "annotations": {
+                    RESUBMISSION: _resubmission_record(now, nudge),
+                    appmeta.MESSAGE: message[:1000],
+                }
+            },
+            "spec": {"sparkConf": {CONF_RESUBMISSION: f"{attempt}.{nudge}"}},
+        },
+        event=EventSpec(type="Warning", reason=Reason.RESUBMIT_RETRIED, message=message),
     )
 
 
@@ -361,6 +564,7 @@ def conclude_rollback(
     *,
     summary: Mapping[str, Any],
     now: datetime.datetime,
+    seconds: float | None = None,
 ) -> Conclusion:
     """What the rollback ``summary`` means after ``decision``.
 
@@ -378,10 +582,12 @@ def conclude_rollback(
     if options is None:  # pragma: no cover - decide() always sets options for rollbacks
         raise ValueError("a rollback decision carries the app's options")
     compact = summarize_rollback(summary)
-    record = json.dumps({"at": format_time(now), "attempt": decision.attempt, **compact})
+    timing = {"seconds": round(seconds, 3)} if seconds is not None else {}
+    record = json.dumps({"at": format_time(now), "attempt": decision.attempt, **timing, **compact})
     common = {
         appmeta.LAST_ROLLBACK: record,
         appmeta.HANDLED_FAILURE: decision.failure_id,
+        CLAIM: None,
     }
     done = (
         f"rolled back {compact['rolledBack']} instant(s), deleted {compact['filesDeleted']} "

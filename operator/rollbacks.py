@@ -40,6 +40,7 @@ class RollbackFn(Protocol):
         job_id: str,
         journal: str,
         *,
+        owner: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         dry_run: bool = False,
     ) -> RollbackSummary: ...
@@ -49,10 +50,15 @@ def rollback_job(
     job_id: str,
     journal: str,
     *,
+    owner: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     dry_run: bool = False,
 ) -> RollbackSummary:
     """Roll back the uncommitted instants of ``job_id`` with the library (blocking).
+
+    Only instants of ``owner`` (the app's ``sparkguard.io/owner``; ``None``: the default owner
+    ``job:<jobId>``) are touched, so the recovery of a deleted app never rolls back what an
+    app recreated under the same name (a new owner) is writing.
 
     Raises :class:`errors.RollbackUnavailableError` when the library's rollback cannot be
     imported (an operator image built without it).
@@ -64,8 +70,10 @@ def rollback_job(
             f"cannot import sparkguard.spark_lib.rollback ({exc}); install a sparkguard build "
             "that includes the library's rollback"
         ) from exc
+    # owner=None is the library's default owner: passed only when the app has one.
+    by_owner: dict[str, Any] = {"owner": owner} if owner is not None else {}
     summary: RollbackSummary = rollback.rollback_job(
-        job_id, journal, storage_options=storage_options, dry_run=dry_run
+        job_id, journal, storage_options=storage_options, dry_run=dry_run, **by_owner
     )
     return summary
 

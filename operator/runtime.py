@@ -5,16 +5,38 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import secrets
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sparkguard.operator import config as config_
-from sparkguard.operator import kube, metrics, rollbacks
+from sparkguard.operator import kube, leadership, metrics, rollbacks
 
 
 def utcnow() -> datetime.datetime:
     """The wall clock, in UTC."""
     return datetime.datetime.now(datetime.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class AppKey:
+    """One SparkApplication object: its name, and its uid (a recreated app is another key)."""
+
+    namespace: str
+    name: str
+    uid: str | None
+
+    @property
+    def id(self) -> str:
+        """The uid, or ``namespace/name`` where the server assigns none (test emulators)."""
+        return self.uid or f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, app: Any) -> AppKey:
+        """The key of an app body."""
+        meta = app.get("metadata") or {}
+        return cls(str(meta.get("namespace")), str(meta.get("name")), meta.get("uid") or None)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -31,6 +53,38 @@ class Runtime:
     webhook_server: Any = None
     #: bounds concurrent rollbacks across all apps; made inside the operator's event loop
     slots: asyncio.Semaphore | None = None
+    #: this process in Leases and claims; default: ``<pod name or hostname>-<random>``
+    identity: str = ""
+    #: the Lease campaign (with leader election on), set up at operator start
+    elector: leadership.LeaderElector | None = None
+    #: apps whose last seen state needs a recovery step: uid (or namespace/name) -> key
+    pending: dict[str, AppKey] = dataclasses.field(default_factory=dict)
+    #: one reconciling task per app at most: its key id -> wake-up flag (set on news)
+    workers: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
+    #: background tasks of this process (the campaign, workers), cancelled at shutdown
+    tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    #: called with (key, decision) each time this process decided about an app (tests wait
+    #: for it instead of sleeping)
+    on_decision: Callable[[AppKey, Any], None] | None = None
+
+    def decided(self, key: AppKey, decision: Any) -> None:
+        """Report a decision to ``on_decision`` (if set)."""
+        if self.on_decision is not None:
+            self.on_decision(key, decision)
+
+    def __post_init__(self) -> None:
+        if not self.identity:
+            base = self.config.pod_name or socket.gethostname() or "sparkguard"
+            # A fresh suffix per process: a restarted container never mistakes the claims of
+            # its previous incarnation (same pod name) for its own.
+            self.identity = f"{base}-{secrets.token_hex(3)}"
+        self.kube.on_request = lambda request: self.metrics.api_requests.labels(
+            request=request
+        ).inc()
+
+    def leading(self) -> bool:
+        """Whether this process runs recoveries now (always, without leader election)."""
+        return self.elector is None or self.elector.is_leader
 
     def rollback_slots(self) -> asyncio.Semaphore:
         """The semaphore that bounds concurrent rollbacks (created on first use)."""

@@ -90,12 +90,20 @@ class Release:
         """The operator's identity as the apiserver sees it."""
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
-    def operator_env(self) -> dict[str, str]:
-        """The environment the chart's Deployment gives the operator container."""
+    def operator_env(self, *, pod_name: str = "operator-0") -> dict[str, str]:
+        """The environment the chart's Deployment gives the operator container.
+
+        The one value the kubelet fills in (the downward API's ``metadata.name``) becomes
+        ``pod_name``: each replica on the bench gets its own.
+        """
         pod = self.one("Deployment")["spec"]["template"]["spec"]
         (container,) = [c for c in pod["containers"] if c["name"] == "operator"]
         env: dict[str, str] = {}
         for var in container.get("env") or []:
+            field = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if field == "metadata.name":
+                env[var["name"]] = f"{self.name}-{pod_name}"
+                continue
             assert "value" in var, f"env {var['name']} is not a plain value: {var}"
             env[var["name"]] = str(var["value"])
         return env
@@ -105,7 +113,7 @@ class Release:
         granted: set[Permission] = set()
         for role in self.of_kind("ClusterRole") + self.of_kind("Role"):
             for rule in role.get("rules") or []:
-                assert not rule.get("resourceNames"), f"resourceNames not handled: {rule}"
+                # resourceNames narrow a rule further; the (group, resource, verb) is granted
                 assert not rule.get("nonResourceURLs"), f"nonResourceURLs not handled: {rule}"
                 for group in rule["apiGroups"]:
                     for resource in rule["resources"]:
@@ -134,7 +142,12 @@ def uninstall(bench: KubeBench, release: Release) -> None:
 
 
 def operator_env_on_bench(
-    release: Release, *, webhook_port: int, cert_file: str, key_file: str
+    release: Release,
+    *,
+    webhook_port: int,
+    cert_file: str,
+    key_file: str,
+    pod_name: str = "operator-0",
 ) -> dict[str, str]:
     """The environment the chart gives the operator's Deployment, adapted to the bench.
 
@@ -142,7 +155,7 @@ def operator_env_on_bench(
     certificate (instead of the chart's Secret mounted at /etc/sparkguard/webhook), metrics
     on a free loopback port, no liveness port, and failed steps retried within a test's waits.
     """
-    env = release.operator_env()
+    env = release.operator_env(pod_name=pod_name)
     env.update(
         {
             "SPARKGUARD_WEBHOOK_ADDR": "127.0.0.1",

@@ -70,6 +70,8 @@ class FakeRollback:
 
     summary: FakeSummary = dataclasses.field(default_factory=FakeSummary)
     calls: list[tuple[str, str, Mapping[str, Any] | None]] = dataclasses.field(default_factory=list)
+    #: the ``owner=`` of each call, in order
+    owners: list[str | None] = dataclasses.field(default_factory=list)
     gate: threading.Event | None = None
     entered: threading.Event = dataclasses.field(default_factory=threading.Event)
     #: set before releasing the gate to make the blocked call fail, as if its process died
@@ -81,9 +83,11 @@ class FakeRollback:
         job_id: str,
         journal: str,
         *,
+        owner: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         dry_run: bool = False,
     ) -> FakeSummary:
+        self.owners.append(owner)
         self.calls.append((job_id, journal, storage_options))
         self.entered.set()
         if self.gate is not None:
@@ -94,6 +98,22 @@ class FakeRollback:
             error, self.error = self.error, None
             raise error
         return self.summary
+
+
+@dataclasses.dataclass
+class Decisions:
+    """Records what an operator decided about each app: the signal tests wait for."""
+
+    seen: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+    def __call__(self, key: Any, decision: Any) -> None:
+        self.seen.append((key.name, str(decision.action), decision.reason))
+
+    def count(self, name: str, action: str, *, containing: str = "") -> int:
+        """How many decisions about ``name`` were ``action`` (with ``containing`` in the reason)."""
+        return sum(
+            1 for n, a, reason in self.seen if n == name and a == action and containing in reason
+        )
 
 
 def loop_clock() -> Callable[[], datetime.datetime]:

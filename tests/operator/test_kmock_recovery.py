@@ -134,18 +134,25 @@ async def test_invalid_annotation_is_reported_once_and_never_crash_loops(
     k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
 ) -> None:
     rollback = kmocking.FakeRollback()
-    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
+    decisions = kmocking.Decisions()
+    runtime = kmocking.make_runtime(
+        k8s, config=recovery_config, rollback=rollback, on_decision=decisions
+    )
     bad = spark_app("typo", namespace=NS, annotations={appmeta.MARKER_TYPE: "sidecar"})
     async with kmocking.operating(runtime):
         await kmocking.create_app(k8s, bad)  # as if created while the webhook was down
         await kmocking.eventually(
             lambda: kmocking.notes(k8s, NS, "typo").get(appmeta.PHASE) == "Invalid"
         )
+        settled = decisions.count("typo", "nothing")
         await kmocking.patch_app(k8s, NS, "typo", {"status": failed_status()}, status=True)
         await kmocking.patch_app(
             k8s, NS, "typo", {"metadata": {"labels": {"x": "y"}}}, status=False
         )
-        await asyncio.sleep(1.0)
+        # The signal: the operator saw both changes (a failure, a label) and decided nothing.
+        await kmocking.eventually(
+            lambda: decisions.count("typo", "nothing", containing="Invalid") >= settled + 2
+        )
     events = [e for e in kmocking.posted_events(k8s) if e["reason"] == "InvalidAnnotation"]
     assert len(events) == 1
     assert events[0]["type"] == "Warning"
@@ -209,6 +216,8 @@ async def test_restart_mid_rollback_resubmits_exactly_once(
 
     gate = threading.Event()
     stuck = kmocking.FakeRollback(gate=gate)
+    # The second operator takes over once the first one's claim expired (it died with it).
+    recovery_config = dataclasses.replace(recovery_config, claim_ttl_seconds=1.0)
     first = kmocking.make_runtime(k8s, config=recovery_config, rollback=stuck)
     app = spark_app("crashy", namespace=NS, annotations={appmeta.BACKOFF: "0"})
     try:
@@ -223,14 +232,64 @@ async def test_restart_mid_rollback_resubmits_exactly_once(
     assert kmocking.resubmissions(k8s, "crashy") == []
 
     healthy = kmocking.FakeRollback()
-    second = kmocking.make_runtime(k8s, config=recovery_config, rollback=healthy)
+    decisions = kmocking.Decisions()
+    second = kmocking.make_runtime(
+        k8s, config=recovery_config, rollback=healthy, on_decision=decisions
+    )
     async with kmocking.operating(second):
         await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "crashy"))
-        await asyncio.sleep(1.0)
+        # The signal: it read the app again after resubmitting (and waits for a rerun).
+        await kmocking.eventually(
+            lambda: decisions.count("crashy", "wait", containing="resubmitted attempt 1")
+        )
+    third = kmocking.Decisions()
     async with kmocking.operating(
-        kmocking.make_runtime(k8s, config=recovery_config, rollback=healthy)
+        kmocking.make_runtime(k8s, config=recovery_config, rollback=healthy, on_decision=third)
     ):
-        await asyncio.sleep(1.0)  # a third start finds nothing to do
+        # A third start reads the handled failure and only waits for spark-operator's rerun.
+        await kmocking.eventually(lambda: third.count("crashy", "wait", containing="resubmitted"))
     assert kmocking.resubmissions(k8s, "crashy") == ["1"]
     assert len(healthy.calls) == 1  # the interrupted rollback is redone (idempotent)
     assert kmocking.notes(k8s, NS, "crashy")[appmeta.PHASE] == "Resubmitted"
+
+
+async def test_unanswered_resubmission_is_patched_again_until_the_app_reruns(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    """spark-operator dropped the rerun (its spec-change filter is best effort): nudge it."""
+    config = dataclasses.replace(recovery_config, resubmit_timeout_seconds=0.5)
+    decisions = kmocking.Decisions()
+    runtime = kmocking.make_runtime(
+        k8s, config=config, rollback=kmocking.FakeRollback(), on_decision=decisions
+    )
+    app = spark_app("dropped", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "dropped", {"status": failed_status()}, status=True)
+        # Nobody reruns it: it stays FAILED after the resubmission, and is patched again.
+        await kmocking.eventually(
+            lambda: "ResubmitRetried" in kmocking.event_reasons(k8s, "dropped")
+        )
+        # spark-operator finally reruns it: the app leaves FAILED, no more nudges.
+        await kmocking.patch_app(
+            k8s, NS, "dropped", {"status": {"applicationState": {"state": "SUBMITTED"}}},
+            status=True,
+        )  # fmt: skip
+        await kmocking.eventually(
+            lambda: decisions.count("dropped", "nothing", containing="SUBMITTED")
+        )
+        nudges = runtime.metrics.resubmit_retries._value.get()
+    patches = kmocking.app_patches(k8s, "dropped")
+    nudged = [
+        p["spec"]["sparkConf"]["spark.sparkguard.resubmission"]
+        for p in patches
+        if "spark.sparkguard.resubmission" in ((p or {}).get("spec") or {}).get("sparkConf", {})
+    ]
+    assert nudged[:1] == ["1.1"]
+    assert len(nudged) == nudges >= 1
+    assert kmocking.resubmissions(k8s, "dropped") == ["1"]  # the attempt was bumped once
+    stored = kmocking.stored(k8s, NS, "dropped")
+    assert stored["spec"]["sparkConf"]["spark.sparkguard.attempt"] == "1"
+    warnings = [e for e in kmocking.posted_events(k8s) if e["reason"] == "ResubmitRetried"]
+    assert len(warnings) == nudges
+    assert warnings[0]["type"] == "Warning"

@@ -1,8 +1,17 @@
-"""The operator against a real kube-apiserver: admission for real, recovery, restarts.
+"""The operator against a real kube-apiserver: admission, the recovery *protocol*, restarts, HA.
 
-The operator runs in-process (kopf in a background thread with its own event loop); its
-webhook listens on 127.0.0.1 with a certificate from the bench's CA, and kopf manages the
-MutatingWebhookConfiguration that points the apiserver at it.
+What is real here: the apiserver (resourceVersion and uid preconditions, the status
+subresource, webhooks, Leases), kopf, and every patch, claim and Event of the operator. What is
+not: the rollback is a stand-in (``FakeRollback`` in-process, ``tests/operator/replica.py``'s
+in the replica processes) that records its calls, so these tests prove *when* and *how often*
+the operator rolls back and resubmits, not what a rollback does to storage. The end-to-end
+recovery with the library's real rollback and a real Spark job is
+``tests/e2e/test_recovery_scenario.py``.
+
+The in-process operator runs kopf in a background thread with its own event loop; its webhook
+listens on 127.0.0.1 with a certificate from the bench's CA, and kopf manages the
+MutatingWebhookConfiguration that points the apiserver at it. The HA tests run two (or more)
+replicas as separate processes (``replica.py``), so a leader can be SIGKILLed.
 """
 
 from __future__ import annotations
@@ -10,11 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import kopf
@@ -22,12 +37,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta, kube, main
+from sparkguard.operator import appmeta, kube, main, recovery
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION, failed_status, spark_app
-from tests.operator.kmocking import FakeRollback
+from tests.operator.kmocking import Decisions, FakeRollback
 
 pytestmark = pytest.mark.kube
 T = TypeVar("T")
@@ -89,17 +104,36 @@ class Cluster:
     def notes(self, name: str) -> dict[str, str]:
         return dict(self.get(name)["metadata"].get("annotations") or {})
 
-    def event_reasons(self, name: str) -> list[str]:
+    def event_reasons(self, name: str, *, uid: str | None = None) -> list[str]:
+        selector = f"involvedObject.name={name}" + (f",involvedObject.uid={uid}" if uid else "")
         events = client.CoreV1Api(self.api).list_namespaced_event(
-            self.namespace, field_selector=f"involvedObject.name={name}"
+            self.namespace, field_selector=selector
         )
         return [e.reason for e in sorted(events.items, key=lambda e: e.metadata.creation_timestamp)]
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def lease_holder(self, name: str) -> str:
+        lease = client.CoordinationV1Api(self.api).read_namespaced_lease(name, self.namespace)
+        return str(lease.spec.holder_identity or "")
 
 
 class OperatorThread:
     """The operator in a background thread; ``stop()`` ends it like a pod termination."""
 
-    def __init__(self, cluster: Cluster, rollback: FakeRollback) -> None:
+    def __init__(
+        self, cluster: Cluster, rollback: FakeRollback, decisions: Decisions | None = None
+    ) -> None:
         bench = cluster.bench
         cert = bench.issue_certificate("webhook", ip_addresses=("127.0.0.1",))
         server = kopf.WebhookServer(
@@ -115,6 +149,7 @@ class OperatorThread:
             kube=kube.KubeClient(bench.api_client()),
             rollback=rollback,
             webhook_server=server,
+            on_decision=decisions,
         )
         self.stop_flag = threading.Event()
         self.error: BaseException | None = None
@@ -163,8 +198,10 @@ def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
 
 
 @contextlib.contextmanager
-def operating(cluster: Cluster, rollback: FakeRollback) -> Iterator[OperatorThread]:
-    operator = OperatorThread(cluster, rollback).start()
+def operating(
+    cluster: Cluster, rollback: FakeRollback, decisions: Decisions | None = None
+) -> Iterator[OperatorThread]:
+    operator = OperatorThread(cluster, rollback, decisions).start()
     try:
         _wait_for_webhook(cluster)
         yield operator
@@ -198,9 +235,11 @@ def test_admission_mutates_skips_and_denies(cluster: Cluster) -> None:
         conf = created["spec"]["sparkConf"]
         assert conf["spark.sparkguard.jobId"] == f"{cluster.namespace}.nightly"
         assert conf["spark.sparkguard.attempt"] == "0"
-        assert [s["name"] for s in created["spec"]["driver"]["sidecars"]] == ["sparkguard-markers"]
-        init = [c["name"] for c in created["spec"]["driver"]["initContainers"]]
-        assert init == ["sparkguard-lib", "sparkguard-rollback"]
+        # The bench's apiserver runs native sidecars: the marker sidecar is an initContainer
+        # with restartPolicy Always (so it never keeps the driver pod alive).
+        init = {c["name"]: c for c in created["spec"]["driver"]["initContainers"]}
+        assert {"sparkguard-lib", "sparkguard-rollback", "sparkguard-markers"} <= set(init)
+        assert init["sparkguard-markers"].get("restartPolicy") == "Always"
         # An update of the mutated app (e.g. a label) changes nothing more.
         cluster.custom.patch_namespaced_custom_object(
             GROUP,
@@ -272,12 +311,262 @@ def test_operator_restarted_mid_recovery_resubmits_exactly_once(cluster: Cluster
     assert cluster.get("crashy")["metadata"]["generation"] == generation
 
     healthy = FakeRollback()
+    # The first operator's claim outlives it (a crash cannot release it): its successor waits
+    # for the claim to expire, then takes over.
+    cluster.config = dataclasses.replace(cluster.config, claim_ttl_seconds=2.0)
     with operating(cluster, healthy):
         _eventually(lambda: cluster.notes("crashy").get(appmeta.PHASE) == "Resubmitted")
-    with operating(cluster, healthy):
-        time.sleep(2)  # a further restart finds the failure handled
+    decisions = Decisions()
+    with operating(cluster, healthy, decisions):
+        # The signal: a further restart read the handled failure and only waits for the rerun.
+        _eventually(lambda: decisions.count("crashy", "wait", containing="resubmitted attempt 1"))
     app = cluster.get("crashy")
     assert app["metadata"]["generation"] == generation + 1
     assert app["spec"]["sparkConf"]["spark.sparkguard.attempt"] == "1"
     assert len(healthy.calls) == 1
     assert cluster.event_reasons("crashy").count("Resubmitted") == 1
+
+
+# -- HA: several replicas, leader election, claims ----------------------------------------------
+
+
+REPLICA = Path(__file__).with_name("replica.py")
+
+
+@dataclasses.dataclass
+class Replica:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+class Replicas:
+    """Operator replicas as processes (``replica.py``) against the bench, with their records."""
+
+    def __init__(self, cluster: Cluster, workdir: Path, *, leader_election: bool) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.calls = workdir / "rollbacks.jsonl"
+        self.decisions = workdir / "decisions.jsonl"
+        self.lease = f"sparkguard-{uuid.uuid4().hex[:6]}"
+        self.env = {
+            **os.environ,
+            "SPARKGUARD_NAMESPACES": cluster.namespace,
+            "SPARKGUARD_WEBHOOK_MODE": "disabled",  # admission is not what these tests are about
+            "SPARKGUARD_JOURNAL_ROOT": "s3://warehouse/_journal",
+            "SPARKGUARD_METRICS_PORT": "0",
+            "SPARKGUARD_LIVENESS_PORT": "0",
+            "SPARKGUARD_ERROR_BACKOFF": "1",
+            "SPARKGUARD_LEADER_ELECTION": "true" if leader_election else "false",
+            "SPARKGUARD_LEASE_NAMESPACE": cluster.namespace,
+            "SPARKGUARD_LEASE_NAME": self.lease,
+            "SPARKGUARD_LEASE_DURATION": "2",
+            "SPARKGUARD_CLAIM_TTL": "3",
+        }
+        self.running: list[Replica] = []
+
+    def start(self, name: str, *, gate: Path | None = None, rollback_seconds: float = 0) -> Replica:
+        log = self.workdir / f"replica-{name}.log"
+        command = [sys.executable, str(REPLICA), "--kubeconfig", self.cluster.bench.kubeconfig_path]
+        command += ["--calls", str(self.calls), "--decisions", str(self.decisions)]
+        command += ["--rollback-seconds", str(rollback_seconds)]
+        if gate is not None:
+            command += ["--gate", str(gate)]
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command, env={**self.env, "SPARKGUARD_POD_NAME": name}, stdout=out, stderr=out
+            )
+        replica = Replica(name, process, log)
+        self.running.append(replica)
+        return replica
+
+    def identity(self, replica: Replica) -> str:
+        """The replica's identity (``<name>-<random>``), from its first log line."""
+
+        def announced() -> str:
+            first = replica.log.read_text().split("\n", 1)[0]
+            return first.split()[1] if first.startswith("replica ") else ""
+
+        return _eventually(announced, timeout=30)
+
+    def rollbacks(self) -> list[dict[str, Any]]:
+        if not self.calls.exists():
+            return []
+        return [json.loads(line) for line in self.calls.read_text().splitlines() if line]
+
+    def decided(self) -> list[dict[str, Any]]:
+        if not self.decisions.exists():
+            return []
+        lines = self.decisions.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.endswith("}")]
+
+    def stop_all(self) -> None:
+        for replica in self.running:
+            if replica.process.poll() is None:
+                replica.process.send_signal(signal.SIGTERM)
+        for replica in self.running:
+            try:
+                replica.process.wait(30)
+            except subprocess.TimeoutExpired:
+                replica.process.kill()
+                replica.process.wait(10)
+        self.running.clear()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.workdir.glob("*.log")
+        )
+
+
+@pytest.fixture
+def replicas_factory(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., Replicas]]:
+    made: list[Replicas] = []
+
+    def make(*, leader_election: bool) -> Replicas:
+        made.append(Replicas(cluster, tmp_path, leader_election=leader_election))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for replicas in made:
+            replicas.stop_all()
+
+
+def _settled_in_every_replica(replicas: Replicas, names: list[str], identities: list[str]) -> bool:
+    """Each replica read each app after its resubmission (and only waits for the rerun)."""
+    seen = {
+        (d["replica"], d["app"])
+        for d in replicas.decided()
+        if d["action"] == "wait" and "resubmitted attempt 1" in d["reason"]
+    }
+    return all((who, name) in seen for who in identities for name in names)
+
+
+@pytest.mark.parametrize("leader_election", [True, False], ids=["lease", "claims-only"])
+def test_two_replicas_recover_a_burst_of_failures_exactly_once(
+    cluster: Cluster, replicas_factory: Callable[..., Replicas], leader_election: bool
+) -> None:
+    """Two replicas, eight apps failing at once: one rollback and one resubmission each.
+
+    With the lease one replica acts; without it (``claims-only``, as when a lease expired
+    mid-rollback) both act on every app, and the claims and preconditions alone keep it
+    exactly once.
+    """
+    replicas = replicas_factory(leader_election=leader_election)
+    names = [f"burst-{i}" for i in range(8)]
+    generations = {}
+    for name in names:
+        cluster.create(spark_app(name, annotations={appmeta.BACKOFF: "0"}))
+        generations[name] = cluster.get(name)["metadata"]["generation"]
+        cluster.set_status(name, failed_status())
+    # Both replicas start on eight apps that are FAILED already: they race from the first
+    # listing on.
+    first, second = replicas.start("a", rollback_seconds=1), replicas.start("b", rollback_seconds=1)
+    identities = [replicas.identity(first), replicas.identity(second)]
+    try:
+        for name in names:
+            _eventually(
+                lambda n=name: cluster.notes(n).get(appmeta.PHASE) == "Resubmitted", timeout=60
+            )
+        _eventually(lambda: _settled_in_every_replica(replicas, names, identities), timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{replicas.logs()}") from exc
+    replicas.stop_all()
+
+    calls = replicas.rollbacks()
+    for name in names:
+        app = cluster.get(name)
+        assert app["metadata"]["generation"] == generations[name] + 1, name  # one resubmission
+        assert app["spec"]["sparkConf"]["spark.sparkguard.attempt"] == "1"
+        reasons = cluster.event_reasons(name)
+        assert reasons.count("Resubmitted") == 1, (name, reasons)
+        assert reasons.count("RolledBack") == 1, (name, reasons)
+        job = f"{cluster.namespace}.{name}"
+        assert [c["job"] for c in calls].count(job) == 1, (name, calls)
+    if leader_election:  # only the leader rolled back
+        assert len({c["replica"] for c in calls}) == 1, calls
+
+
+def test_leader_killed_mid_rollback_the_other_replica_resumes_once(
+    cluster: Cluster, replicas_factory: Callable[..., Replicas], tmp_path: Path
+) -> None:
+    replicas = replicas_factory(leader_election=True)
+    cluster.create(spark_app("victim", annotations={appmeta.BACKOFF: "0"}))
+    generation = cluster.get("victim")["metadata"]["generation"]
+    # The first replica's rollback never returns (the gate is never opened): it is killed in it.
+    leader = replicas.start("a", gate=tmp_path / "never")
+    leader_id = replicas.identity(leader)
+    _eventually(lambda: cluster.lease_holder(replicas.lease) == leader_id)
+    follower = replicas.start("b")
+    follower_id = replicas.identity(follower)
+    _eventually(lambda: any(d["replica"] == follower_id for d in replicas.decided()))
+    cluster.set_status("victim", failed_status())
+    try:
+        _eventually(lambda: [c["replica"] for c in replicas.rollbacks()] == [leader_id])
+        claim = recovery.claim_of(cluster.get("victim"))
+        assert claim is not None
+        assert claim.holder == leader_id
+        assert cluster.notes("victim")[appmeta.PHASE] == "Recovering"
+        killed_at = time.time()
+        leader.process.send_signal(signal.SIGKILL)
+        leader.process.wait(10)
+        _eventually(lambda: cluster.notes("victim").get(appmeta.PHASE) == "Resubmitted", timeout=60)
+        _eventually(lambda: _settled_in_every_replica(replicas, ["victim"], [follower_id]))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{replicas.logs()}") from exc
+    replicas.stop_all()
+
+    calls = replicas.rollbacks()
+    assert [c["replica"] for c in calls] == [leader_id, follower_id], calls
+    assert calls[1]["at"] > killed_at  # the follower waited for the lease and the claim
+    app = cluster.get("victim")
+    assert app["metadata"]["generation"] == generation + 1
+    assert cluster.event_reasons("victim").count("Resubmitted") == 1
+
+
+def test_app_deleted_and_recreated_during_rollback_is_left_untouched(cluster: Cluster) -> None:
+    gate = threading.Event()
+    stuck = FakeRollback(gate=gate)
+    with operating(cluster, stuck) as operator:
+        old = cluster.create(spark_app("reborn", annotations={appmeta.BACKOFF: "0"}))
+        cluster.set_status("reborn", failed_status())
+        assert stuck.entered.wait(30)
+        old_owner = appmeta.storage_owner(cluster.get("reborn")["metadata"])
+        # Deleted and created again under the same name while its old recovery rolls back.
+        cluster.delete("reborn")
+        _eventually(lambda: not cluster.exists("reborn"))
+        new = cluster.create(spark_app("reborn", annotations={appmeta.BACKOFF: "0"}))
+        assert new["metadata"]["uid"] != old["metadata"]["uid"]
+        conclusions_dropped = operator.runtime.metrics.conflicts.labels(step="conclude")
+        gate.set()
+        # The signal: the old recovery finished its rollback and found its app gone.
+        _eventually(lambda: conclusions_dropped._value.get() == 1)
+        now = cluster.get("reborn")
+    assert now["metadata"]["uid"] == new["metadata"]["uid"]
+    assert now["metadata"]["resourceVersion"] == new["metadata"]["resourceVersion"]  # untouched
+    assert now["metadata"]["annotations"] == new["metadata"]["annotations"]
+    assert cluster.event_reasons("reborn", uid=new["metadata"]["uid"]) == []
+    old_events = cluster.event_reasons("reborn", uid=old["metadata"]["uid"])
+    assert "RolledBack" not in old_events  # the recovery of a deleted app ends quietly
+    # The storage side: the old recovery rolled back only the old app's instants.
+    assert stuck.owners == [old_owner]
+    assert old_owner is not None
+    assert old_owner != appmeta.storage_owner(new["metadata"])
+
+
+def test_unanswered_resubmission_is_patched_again(cluster: Cluster) -> None:
+    cluster.config = dataclasses.replace(cluster.config, resubmit_timeout_seconds=1.0)
+    with operating(cluster, FakeRollback()) as operator:
+        cluster.create(spark_app("dropped", annotations={appmeta.BACKOFF: "0"}))
+        generation = cluster.get("dropped")["metadata"]["generation"]
+        cluster.set_status("dropped", failed_status())
+        # No spark-operator reruns it: after the timeout the resubmission is patched again.
+        _eventually(lambda: "ResubmitRetried" in cluster.event_reasons("dropped"))
+        cluster.set_status("dropped", {"applicationState": {"state": "SUBMITTED"}})
+        nudges = operator.runtime.metrics.resubmit_retries._value.get()
+    app = cluster.get("dropped")
+    conf = app["spec"]["sparkConf"]
+    assert conf["spark.sparkguard.attempt"] == "1"
+    assert conf[recovery.CONF_RESUBMISSION] == f"1.{int(nudges)}"
+    assert app["metadata"]["generation"] == generation + 1 + nudges  # each nudge: a spec change

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -111,8 +112,90 @@ def test_full_cycle_rollback_wait_resubmit(config: config_.OperatorConfig) -> No
     assert resubmit.patch["metadata"]["annotations"][appmeta.ATTEMPT] == "1"
 
     after = _apply(app, resubmit.patch)
-    # Restart safety: the same (stale) FAILED status read again after the resubmission.
+    # Restart safety: the same (stale) FAILED status read again soon after the resubmission
+    # waits for spark-operator to answer it; it is never a second resubmission.
+    stale = _decide(after, config, NOW + datetime.timedelta(seconds=40))
+    assert stale.action is Action.WAIT
+    assert "spark.sparkguard.attempt" not in str(stale.patch)
+    # The app left FAILED: the resubmission was answered, nothing more to do.
+    after["status"] = {"applicationState": {"state": "SUBMITTED"}}
     assert _decide(after, config, NOW + datetime.timedelta(hours=1)).action is Action.NOTHING
+
+
+def test_an_unanswered_resubmission_is_patched_again(config: config_.OperatorConfig) -> None:
+    """spark-operator may drop the rerun of a spec change: after the timeout, nudge it."""
+    config = dataclasses.replace(config, resubmit_timeout_seconds=60)
+    failed = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
+    app = _rolled_back(failed, _decide(failed, config))
+    resubmitted = _apply(app, _decide(app, config).patch)
+    assert _decide(resubmitted, config, NOW + datetime.timedelta(seconds=59)).action is (
+        Action.WAIT
+    )
+    nudge = _decide(resubmitted, config, NOW + datetime.timedelta(seconds=61))
+    assert nudge.action is Action.NUDGE
+    assert nudge.attempt == 1
+    assert nudge.patch["spec"] == {"sparkConf": {recovery.CONF_RESUBMISSION: "1.1"}}
+    assert nudge.event is not None
+    assert nudge.event.reason is recovery.Reason.RESUBMIT_RETRIED
+    assert nudge.event.type == "Warning"
+    nudged = _apply(resubmitted, nudge.patch)
+    assert appmeta.of(nudged)[appmeta.ATTEMPT] == "1"  # the same attempt, patched again
+    # The next nudge waits twice as long; a second one changes the spec again.
+    later = NOW + datetime.timedelta(seconds=61 + 119)
+    assert _decide(nudged, config, later).action is Action.WAIT
+    again = _decide(nudged, config, later + datetime.timedelta(seconds=2))
+    assert again.patch["spec"] == {"sparkConf": {recovery.CONF_RESUBMISSION: "1.2"}}
+
+
+def test_nudge_interval_doubles_up_to_ten_minutes() -> None:
+    intervals = [recovery.nudge_interval(n, timeout=60) for n in range(6)]
+    assert intervals == [60, 120, 240, 480, 600, 600]
+
+
+def test_a_live_claim_of_another_operator_is_waited_for(config: config_.OperatorConfig) -> None:
+    app = _app(status=failed_status())
+    first = recovery.decide(app, now=NOW, config=config, holder="replica-a")
+    assert first.action is Action.ROLLBACK
+    assert first.claim == recovery.Claim(
+        holder="replica-a", until=NOW + datetime.timedelta(seconds=config.claim_ttl_seconds)
+    )
+    claimed = _apply(app, first.patch)
+    assert recovery.claim_of(claimed) == first.claim
+    # The other replica sees the failure Recovering under a live claim: it waits, it does not
+    # take the Recovering phase for an interrupted rollback.
+    other = recovery.decide(claimed, now=NOW + datetime.timedelta(seconds=5), config=config,
+                            holder="replica-b")  # fmt: skip
+    assert other.action is Action.WAIT
+    assert other.retry_at == first.claim.until
+    assert "replica-a" in other.reason
+    # Once the claim expired (its holder died), the other one takes over, with its own claim.
+    expired = first.claim.until + datetime.timedelta(seconds=1)
+    takeover = recovery.decide(claimed, now=expired, config=config, holder="replica-b")
+    assert takeover.action is Action.ROLLBACK
+    assert takeover.claim is not None
+    assert takeover.claim.holder == "replica-b"
+    # The holder itself (a step that failed and is retried) rolls back again under its claim.
+    retry = recovery.decide(claimed, now=NOW, config=config, holder="replica-a")
+    assert retry.action is Action.ROLLBACK
+
+
+def test_the_conclusion_and_the_resubmission_clear_the_claim(
+    config: config_.OperatorConfig,
+) -> None:
+    app = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
+    rolled_back = _rolled_back(app, recovery.decide(app, now=NOW, config=config, holder="a"))
+    assert recovery.claim_of(rolled_back) is None
+    assert recovery.RESUBMISSION not in appmeta.of(rolled_back)
+    resubmitted = _apply(rolled_back, _decide(rolled_back, config).patch)
+    assert recovery.claim_of(resubmitted) is None
+    assert recovery.RESUBMISSION in appmeta.of(resubmitted)
+
+
+def test_coordination_annotations_are_not_user_options(config: config_.OperatorConfig) -> None:
+    """The claim and the resubmission record live outside sparkguard.io/: never Invalid."""
+    app = _app(status=failed_status())
+    claimed = _apply(app, _decide(app, config).patch)
+    assert appmeta.parse(claimed, config=config).options is not None
 
 
 def test_the_next_failure_of_the_rerun_is_a_new_failure(config: config_.OperatorConfig) -> None:
