@@ -166,6 +166,8 @@ def build_rollback_init(
             options.job_id,
             "--journal",
             options.journal,
+            # a first run finds no journal yet: nothing to roll back, not an error
+            "--allow-missing-journal",
             *(["--owner", owner] if owner else []),
         ],
     }

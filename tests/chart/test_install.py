@@ -97,3 +97,23 @@ def test_install_with_a_typo_fails_before_touching_the_cluster(kube_bench: KubeB
     assert _helm(kube_bench, "default").list() in ([], None) or all(
         r.get("name") != "typo" for r in _helm(kube_bench, "default").list()
     )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"operator": {"affinity": {"nodeAfinity": {}}}},
+        {"operator": {"tolerations": [{"keyy": "spark", "operator": "Exists"}]}},
+        {"operator": {"extraEnv": [{"nam": "AWS_REGION", "value": "eu-west-1"}]}},
+    ],
+    ids=["affinity", "tolerations", "extraEnv"],
+)
+def test_a_typo_inside_a_kubernetes_object_fails_the_install(
+    kube_bench: KubeBench, values: dict[str, Any]
+) -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match="additional properties"):
+        _helm(kube_bench, "default").install(str(CHART), "k8s-typo", values, namespace="default")
+    releases = _helm(kube_bench, "default").list() or []
+    assert all(r.get("name") != "k8s-typo" for r in releases)

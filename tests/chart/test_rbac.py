@@ -178,8 +178,16 @@ def _run_scenario(bench: KubeBench, release: Release, app_namespace: str) -> Fak
             conf = created["spec"]["sparkConf"]
             assert conf["spark.sparkguard.jobId"] == f"{app_namespace}.etl", conf
             assert conf["spark.sparkguard.attempt"] == "0", conf
-            sidecars = [s["name"] for s in created["spec"]["driver"]["sidecars"]]
-            assert sidecars == ["sparkguard-markers"], created["spec"]["driver"]
+            # Kubernetes >= 1.29: the marker sidecar is a native sidecar (restartPolicy Always).
+            native = [
+                c["name"]
+                for c in created["spec"]["driver"]["initContainers"]
+                if c.get("restartPolicy") == "Always"
+            ]
+            assert native == ["sparkguard-markers"], created["spec"]["driver"]
+            assert created["metadata"]["annotations"][appmeta.OWNER_ANNOTATION].startswith(
+                f"k8s:{app_namespace}/etl/"
+            )
 
             # First failure: rolled back (with the Secret's credentials) and resubmitted.
             apps.set_status("etl", failed_status(submission="sub-1"))

@@ -17,6 +17,7 @@ import base64
 import datetime
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,10 @@ BIN = Path(sys.executable).parent
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class DriverPodStillRunningError(RuntimeError):
+    """The driver container ended but a sidecar keeps the pod (and the app) running."""
 
 
 class StandInSparkOperator:
@@ -155,12 +160,21 @@ class StandInSparkOperator:
             submissionAttempts=index + 1,
             lastSubmissionAttemptTime=_now(),
         )
-        record: dict[str, Any] = {"generation": app["metadata"]["generation"], "init": []}
+        record: dict[str, Any] = {
+            "generation": app["metadata"]["generation"], "init": [], "native_sidecars": [],
+        }  # fmt: skip
         self.runs.append(record)
         volumes = self._volumes(spec, run_dir)
         driver = spec["driver"]
+        # As the kubelet: a native sidecar (an initContainer with restartPolicy Always) starts
+        # in its place among the initContainers, the next one waits until it has started.
+        native: list[subprocess.Popen[bytes]] = []
         with self.log.open("ab") as log:
             for init in driver.get("initContainers") or []:
+                if init.get("restartPolicy") == "Always":
+                    native.append(self._start_sidecar(init, volumes, run_dir, log))
+                    record["native_sidecars"].append(init["name"])
+                    continue
                 mounts = self._mounts(init, volumes)
                 result = subprocess.run(
                     self._argv(init, mounts), env=self._env(init, mounts), stdout=log,
@@ -168,6 +182,7 @@ class StandInSparkOperator:
                 )  # fmt: skip
                 record["init"].append((init["name"], result.returncode))
                 if result.returncode != 0:
+                    self._stop(native)
                     return self._terminate(failure_state, f"initContainer {init['name']} failed")
             sidecars = [
                 self._start_sidecar(s, volumes, run_dir, log) for s in driver.get("sidecars") or []
@@ -175,14 +190,42 @@ class StandInSparkOperator:
             try:
                 self.report("RUNNING", submissionID=submission, executionAttempts=index + 1)
                 code = self._run_driver(spec, volumes, run_dir, log, kill=index in self.kill_runs)
+                # The driver container ended. The kubelet stops native sidecars now; a regular
+                # sidecar container keeps the pod Running for as long as it runs (and
+                # spark-operator, which follows the pod phase, keeps the app RUNNING).
+                self._stop(native)
+                record["pod_phase"] = self._pod_phase(code, sidecars)
             finally:
-                for process in sidecars:
-                    process.terminate()
-                    process.wait(timeout=15)
+                self._stop(native + sidecars)  # the stand-in cleans up either way
         record["exit"] = code
+        if record["pod_phase"] == "Running":
+            stuck = [s["name"] for s in driver.get("sidecars") or []]
+            raise DriverPodStillRunningError(
+                f"the driver container exited ({code}) but the pod stays Running: sidecar "
+                f"container(s) {stuck} did not exit; spark-operator would keep the app RUNNING"
+            )
         if code == 0:
             return self._terminate("COMPLETED", None)
         return self._terminate(failure_state, f"driver exited with code {code}")
+
+    #: how long regular sidecar containers get to exit by themselves after the driver ended
+    SIDECAR_GRACE_SECONDS = 3.0
+
+    @staticmethod
+    def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+        for process in reversed(processes):  # native sidecars stop in reverse order
+            if process.poll() is None:
+                process.terminate()
+            process.wait(timeout=15)
+
+    def _pod_phase(self, code: int, sidecars: list[subprocess.Popen[bytes]]) -> str:
+        """The driver pod's phase once its driver container ended, as the kubelet reports it."""
+        deadline = time.monotonic() + self.SIDECAR_GRACE_SECONDS
+        while any(p.poll() is None for p in sidecars) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if any(p.poll() is None for p in sidecars):
+            return "Running"
+        return "Succeeded" if code == 0 else "Failed"
 
     def _terminate(self, state: str, message: str | None) -> str:
         status: dict[str, Any] = {"terminationTime": _now()}
@@ -204,7 +247,7 @@ class StandInSparkOperator:
         process = subprocess.Popen(
             argv, env=self._env(container, mounts), stdout=log, stderr=log, cwd=run_dir
         )
-        probe = container["readinessProbe"]["httpGet"]
+        probe = (container.get("startupProbe") or container["readinessProbe"])["httpGet"]
         url = f"http://127.0.0.1:{probe['port']}{probe['path']}"
         deadline = time.monotonic() + 30
         while True:
@@ -248,6 +291,13 @@ class StandInSparkOperator:
             "--token-file", conf.get("spark.sparkguard.markers.tokenFile", ""),
             "--faults", faults,
         ]  # fmt: skip
+        if kill:  # fault injection is test-only: the library refuses it without this
+            env["SPARKGUARD_ENABLE_FAULTS"] = "1"
+        owner = conf.get("spark.sparkguard.owner")
+        if owner:  # as spark-submit --conf (spark-operator passes sparkConf so)
+            env["PYSPARK_SUBMIT_ARGS"] = (
+                f"--conf {shlex.quote('spark.sparkguard.owner=' + owner)} pyspark-shell"
+            )
         process = subprocess.Popen(
             argv, env=env, stdout=log, stderr=log, cwd=run_dir, start_new_session=True
         )

@@ -68,6 +68,7 @@ def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
         "jobs.nightly",
         "--journal",
         "s3://warehouse/_journal/jobs",
+        "--allow-missing-journal",
     ]
     assert rollback["envFrom"] == [{"secretRef": {"name": "s3"}}]
     assert "rollback" not in str(spec["executor"]["initContainers"])
