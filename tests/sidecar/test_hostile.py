@@ -442,8 +442,10 @@ def test_markers_of_a_rolled_back_or_committed_instant_are_refused(
         for name in ("part-late.parquet", "part-0.parquet"):  # a new one, and a retried one
             with pytest.raises(
                 lib_errors.MarkerError, match=rf"HTTP 409.*instant {re.escape(instant)}"
-            ):
+            ) as refusal:
                 client.create(directory, name)
+            # Not retried: the task fails at once, not at the client's deadline.
+            assert not isinstance(refusal.value, lib_errors.MarkerServiceUnavailableError)
         committed_tl.commit(committed, [])
         with pytest.raises(
             lib_errors.MarkerError, match=rf"HTTP 409.*instant {re.escape(committed)}"
