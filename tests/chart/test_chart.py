@@ -264,11 +264,16 @@ def test_notes_say_exactly_what_to_grant_without_rbac(namespaces: list[str]) -> 
     _, _, tail = notes.partition("RBAC: rbac.create=false")
     assert "system:serviceaccount:ops:sg-sparkguard" in tail
     _, _, rules_text = tail.partition(" to it")
-    rules_text = rules_text.split(":\n", 1)[1]
+    rules_text, _, lease_text = rules_text.split(":\n", 1)[1].partition("\nand, for leader")
     granted_by_chart = render({"operator": {"watchNamespaces": namespaces}})
     kind = "Role" if namespaces else "ClusterRole"
-    expected = _by_kind(granted_by_chart, kind)[0]["rules"]
-    assert yaml.safe_load(rules_text) == expected
+    roles = [r for r in _by_kind(granted_by_chart, kind) if "leader" not in r["metadata"]["name"]]
+    assert yaml.safe_load(rules_text) == roles[0]["rules"]
+    (lease_role,) = [
+        r for r in _by_kind(granted_by_chart, "Role") if "leader" in r["metadata"]["name"]
+    ]
+    assert lease_role["metadata"]["namespace"] == "sparkguard"
+    assert yaml.safe_load(lease_text.split(":\n", 1)[1]) == lease_role["rules"]
     if namespaces:
         assert "spark-a, spark-b" in tail
     assert "RBAC:" not in _notes_of(helm, {})
