@@ -2,8 +2,9 @@
 
 - the owner's fresh random id (one per CREATE request);
 - whether the API server runs native sidecars (Kubernetes >= 1.29), asked once;
-- whether another live SparkApplication already uses the job id (a metadata-only list of the
-  apps the operator sees: every watched namespace, or the whole cluster).
+- whether another live SparkApplication already uses the job id: a metadata-only list, selected
+  by the job id's label (``sparkguard.io/job-id-hash``), of the apps the operator sees (every
+  watched namespace, or the whole cluster).
 
 "Live" means: not being deleted, and not marked ``Succeeded`` by the operator (a completed app
 no longer holds its job id). Two apps with one job id created at the same instant can both pass
@@ -136,8 +137,13 @@ class Admission:
         )
 
     def holder_of(self, job_id: str, *, namespace: object, name: object) -> str | None:
-        """``namespace/name`` of another live opted-in app with ``job_id``, or ``None``."""
-        for other in self._list_metadata():
+        """``namespace/name`` of another live opted-in app with ``job_id``, or ``None``.
+
+        Selects by :data:`appmeta.JOB_ID_LABEL`, which admission puts on every app it
+        mutates: apps stored without admission (the webhook was down) are not seen.
+        """
+        selector = f"{appmeta.JOB_ID_LABEL}={appmeta.job_id_label(job_id)}"
+        for other in self._list_metadata(selector):
             meta = other.get("metadata") or {}
             if (meta.get("namespace"), meta.get("name")) == (namespace, name):
                 continue
@@ -145,7 +151,7 @@ class Admission:
                 return f"{meta.get('namespace')}/{meta.get('name')}"
         return None
 
-    def _list_metadata(self) -> Iterator[Mapping[str, Any]]:
+    def _list_metadata(self, selector: str) -> Iterator[Mapping[str, Any]]:
         base = f"/apis/{mutation.GROUP}/{mutation.VERSION}"
         paths = (
             [f"{base}/{mutation.PLURAL}"]
@@ -155,7 +161,7 @@ class Admission:
         for path in paths:
             token: str | None = None
             while True:
-                query: list[tuple[str, Any]] = [("limit", _PAGE)]
+                query: list[tuple[str, Any]] = [("labelSelector", selector), ("limit", _PAGE)]
                 if token:
                     query.append(("continue", token))
                 method, url, headers, _, _ = self.api_client.param_serialize(

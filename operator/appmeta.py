@@ -69,6 +69,9 @@ IDENTITY_KEYS: Final = frozenset({OWNER_ANNOTATION})
 #: the opt-in label (and annotation) key
 ENABLED_LABEL: Final = ENABLED
 OWNER_SCHEME: Final = "k8s:"
+#: label admission sets on opted-in apps: a hash of the job id (a label value holds at most 63
+#: characters, a job id 100), so the apps using one job id are one label-selected list
+JOB_ID_LABEL: Final = PREFIX + "job-id-hash"
 
 DEFAULT_MAX_RETRIES: Final = 3
 MAX_MAX_RETRIES: Final = 20
@@ -209,6 +212,14 @@ def validate_job_id(raw: str) -> str:
             "(e.g. 'nightly-sales.2026')"
         )
     return timeline.validate_job_id(raw, what="the job id")
+
+
+def job_id_label(job_id: str) -> str:
+    """The value of :data:`JOB_ID_LABEL` for ``job_id``: 40 hex digits of its SHA-256.
+
+    A purely computational function with no side-effects.
+    """
+    return hashlib.sha256(job_id.encode()).hexdigest()[:40]
 
 
 def derive_job_id(*, namespace: str, name: str) -> str:

@@ -10,6 +10,7 @@ The additions (see docs/operator.md)::
     spec.{driver,executor}.initContainers   the library, copied into a shared emptyDir
     spec.driver.initContainers              a rollback of what an earlier attempt left
     metadata.annotations  sparkguard.io/owner at CREATE (see :func:`review`), job-id
+    metadata.labels       sparkguard.io/job-id-hash (to find the apps that use a job id)
     spec.volumes, volumeMounts, PYTHONPATH  the library (and the sidecar token) in every pod
 
 Everything here is pure: plain dicts in, plain dicts out. Mutating an already-mutated app
@@ -240,6 +241,8 @@ def mutate(
     meta = _dict_at(result, "metadata")
     meta_annotations = _dict_at(meta, "annotations")
     meta_annotations.setdefault(appmeta.JOB_ID, options.job_id)
+    # ours alone, always rewritten: admission finds the other holders of a job id by it
+    _dict_at(meta, "labels")[appmeta.JOB_ID_LABEL] = appmeta.job_id_label(options.job_id)
     owner = appmeta.storage_owner(meta)
 
     spec = _dict_at(result, "spec")

@@ -375,3 +375,11 @@ def test_scheduled_runs_opt_in_by_label_each_with_its_own_job_id_and_owner(
         "k8s:jobs/nightly-1763900060000000000/r2",
     ]
     assert all(mutation.ROLLBACK_INIT_NAME in str(r["spec"]["driver"]) for r in runs)
+
+
+def test_the_job_id_label_is_ours(config: config_.OperatorConfig) -> None:
+    app = spark_app("etl", namespace="jobs")
+    app["metadata"]["labels"] = {appmeta.JOB_ID_LABEL: "forged", "team": "data"}
+    labels = mutation.mutate(app, config=config)["metadata"]["labels"]
+    assert labels == {appmeta.JOB_ID_LABEL: appmeta.job_id_label("jobs.etl"), "team": "data"}
+    assert len(labels[appmeta.JOB_ID_LABEL]) <= 63
