@@ -1,12 +1,11 @@
-"""``sparkguard rollback`` and ``sparkguard inspect``: recover a failed job, look at a table.
+"""The ``rollback`` and ``inspect`` subcommands: recover a failed job, look at a table.
 
-rollback  roll back everything a job left undecided, on every table its journal names
-          (``--job-id``, ``--journal``; ``--dry-run``; ``--json``). Exit 0 on success.
-inspect   show a table's instants, their states, file counts and sizes (``--json``).
-
-Storage options come from the environment: s3fs picks up ``AWS_*`` itself, and
+``add_arguments`` registers the flags of either (told apart by the parser's name) and ``run``
+runs it; user-facing help texts live in ``sparkguard.cli``. Every user error (a bad flag, a URL
+sparkguard cannot open, a journal or table that is missing or is a file) is one line on stderr
+and exit status 2; a storage failure is one line and exit status 1 (docs/writer.md, "CLI").
+Storage options come from the environment: s3fs reads ``AWS_*`` itself, and
 ``SPARKGUARD_STORAGE_OPTIONS`` may hold a JSON object of fsspec options.
-Both subcommands live in this module; ``add_arguments`` tells them apart by the parser's name.
 """
 
 from __future__ import annotations
@@ -80,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="report, change nothing")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--allow-missing-journal",
+        action="store_true",
+        help="a journal location that does not exist yet means nothing to roll back (a job's "
+        "first run; the operator's rollback initContainer passes it) instead of an error",
+    )
     parser.set_defaults(_command="rollback")
 
 
@@ -96,6 +101,60 @@ def run(args: argparse.Namespace) -> int:
     except errors.SparkguardError as exc:
         print(f"sparkguard: failed: {exc}", file=sys.stderr)
         return 1
+    except NotADirectoryError as exc:
+        print(
+            f"sparkguard: failed: {exc.filename} is not a directory: a file stands where a "
+            "table or journal directory should be; move that file away, then run again",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        print(
+            f"sparkguard: failed: storage error ({exc.strerror or exc}){where}; check the "
+            "location and the credentials, then run again",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def open_location(
+    url: str, *, what: str, options: Mapping[str, Any]
+) -> tuple[filemanager.FileManager, str]:
+    """The file manager and path of a URL given on the command line.
+
+    A URL sparkguard cannot open raises :class:`~sparkguard.spark_lib.errors.ConfigError`
+    naming ``what`` (the flag or argument) and the fix, so the CLI exits 2.
+    """
+    protocol = filemanager.protocol_of(url)
+    if protocol not in filemanager.DEFAULT_KINDS:
+        known = ", ".join(f"{p}://" for p in sorted(filemanager.DEFAULT_KINDS) if p != "file")
+        raise errors.ConfigError(
+            f"{what} {url!r}: sparkguard cannot open {protocol}:// locations; give a local path "
+            f"or a URL starting with one of {known}"
+        )
+    try:
+        return filemanager.resolve(url, storage_options=options)
+    except (errors.UnsupportedStoreError, errors.InvalidPathError) as exc:
+        raise errors.ConfigError(f"{what} {url!r}: {exc}") from None
+
+
+def _memory_hint(url: str) -> str:
+    if filemanager.protocol_of(url) == "memory":
+        return (
+            " (memory:// lives inside one process: no other process, such as this command, sees it)"
+        )
+    return ""
+
+
+def require_directory(
+    manager: filemanager.FileManager, path: str, *, what: str, url: str, fix: str
+) -> None:
+    """Raise ConfigError unless ``path`` is an existing directory (a file or nothing is not)."""
+    if not manager.exists(path):
+        raise errors.ConfigError(f"{what} {url!r} does not exist{_memory_hint(url)}; {fix}")
+    if manager.fs.isfile(path):
+        raise errors.ConfigError(f"{what} {url!r} is a file, not a directory; {fix}")
 
 
 def run_rollback(
@@ -107,6 +166,16 @@ def run_rollback(
         if not args.quiet:
             print(f"rollback {args.job_id}: {phase} {done}/{total}", file=err, flush=True)
 
+    manager, path = open_location(args.journal, what="--journal", options=options)
+    fix = "give the journal location the job wrote (its spark.sparkguard.journal)"
+    if args.allow_missing_journal and not manager.exists(path):
+        print(
+            f"rollback {args.job_id}: journal {args.journal!r} does not exist yet: "
+            "nothing to roll back",
+            file=err,
+        )
+    else:
+        require_directory(manager, path, what="--journal", url=args.journal, fix=fix)
     summary = rollback.rollback_job(
         args.job_id,
         args.journal,
@@ -120,15 +189,25 @@ def run_rollback(
         json.dump(summary.to_json(), out, indent=2)
         out.write("\n")
         return 0
-    _render(
-        out,
-        title=f"rollback of job {summary.job_id}" + (" (dry run)" if summary.dry_run else ""),
-        columns=["table", "instant", "action", "deleted", "kept", "markers"],
-        rows=[
-            [d.table, d.instant, d.action.value, d.files_deleted, d.files_kept, d.markers_deleted]
-            for d in summary.details
-        ],
-    )
+    if summary.details:
+        _render(
+            out,
+            title=f"rollback of job {summary.job_id}" + (" (dry run)" if summary.dry_run else ""),
+            columns=["table", "instant", "action", "deleted", "kept", "markers"],
+            rows=[
+                [
+                    d.table,
+                    d.instant,
+                    d.action.value,
+                    d.files_deleted,
+                    d.files_kept,
+                    d.markers_deleted,
+                ]
+                for d in summary.details
+            ],
+        )
+    if not summary.tables:
+        out.write(f"the journal names no table for job {summary.job_id}: nothing to roll back\n")
     out.write(
         f"tables: {len(summary.tables)}  rolled back: {len(summary.instants_rolled_back)}  "
         f"committed: {len(summary.instants_committed)}  files deleted: {summary.files_deleted}  "
@@ -241,9 +320,14 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
 
 def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: TextIO) -> int:
     """``sparkguard inspect``."""
-    manager, path = filemanager.resolve(url, storage_options=options)
-    if not manager.exists(path):
-        raise errors.ConfigError(f"table {url!r} does not exist; check the URL")
+    manager, path = open_location(url, what="table", options=options)
+    require_directory(
+        manager,
+        path,
+        what="table",
+        url=url,
+        fix="give the table's directory (the URL it was saved to)",
+    )
     report = inspect_table(url, options=options)
     if as_json:
         json.dump(report, out, indent=2)

@@ -1,36 +1,126 @@
 """The ``sparkguard`` command: one entry point, a subcommand per part.
 
 Subcommands import their part lazily, so ``sparkguard rollback`` in a Spark image never needs
-kopf or aiohttp installed.
+kopf or aiohttp installed. The help a user sees (``sparkguard <command> --help``) is written
+here, for users; module docstrings stay developer documentation.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Final
 
 from sparkguard import __version__
 
-#: subcommand -> (module that defines ``add_arguments(parser)`` and ``run(args) -> int``, help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("sparkguard.spark_lib.demo", "run the local exactly-once demonstration"),
-    "rollback": (
+logger = logging.getLogger(__name__)
+
+EXIT_STATUS: Final = """\
+exit status: 0 done, 1 a storage or runtime failure, 2 bad input (the message names it)"""
+STORAGE_ENV: Final = """\
+Storage credentials come from the environment: AWS_* for S3 (s3fs reads them), or
+SPARKGUARD_STORAGE_OPTIONS holding a JSON object of fsspec storage options."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    """A subcommand: the module that defines ``add_arguments(parser)`` and ``run(args) -> int``,
+    its one-line summary and the description ``--help`` shows."""
+
+    module: str
+    summary: str
+    description: str
+    epilog: str = EXIT_STATUS
+
+
+SUBCOMMANDS: Final[dict[str, Subcommand]] = {
+    "demo": Subcommand(
+        "sparkguard.spark_lib.demo",
+        "run the local exactly-once demonstration",
+        """\
+A failing Spark job, recovered exactly once, on your machine.
+
+A PySpark job writes a table through sparkguard, with its markers batched by the
+marker sidecar. Its first attempt is killed (SIGKILL of the whole driver) in the
+middle of the write. The demo shows what it left behind, rolls it back, reruns
+the job with the same job id, and checks that every row is in the table exactly
+once and that no uncommitted or temporary file remains. Needs Java 17 for Spark;
+takes about a minute on 2 cores.""",
+        "exit status: 0 every check passed, 1 a check failed, 2 bad input",
+    ),
+    "rollback": Subcommand(
         "sparkguard.spark_lib.commands",
         "roll back what a job left uncommitted, on every table its journal names",
+        f"""\
+Roll back what a failed job left uncommitted, on every table its journal names.
+
+Each undecided write of the job is first marked rolled back (so a late commit of
+a driver that is still alive fails), then its data files are deleted. Files that
+a committed write lists are never deleted. Safe to run again at any time: a
+second run resumes an interrupted one and removes files written late.
+
+{STORAGE_ENV}""",
     ),
-    "inspect": ("sparkguard.spark_lib.commands", "show a table's instants, states and files"),
-    "sidecar": ("sparkguard.sidecar.cli", "run the marker-batching sidecar"),
-    "bundle": ("sparkguard.spark_lib.bundle", "copy the library into a directory for Spark"),
-    "spark-conf": (
+    "inspect": Subcommand(
+        "sparkguard.spark_lib.commands",
+        "show a table's writes, their states and files",
+        f"""\
+Show a table's writes (instants): job, state, operation, files, bytes, rows and
+marked files; its streams; and the files, bytes and rows a reader sees.
+
+{STORAGE_ENV}""",
+    ),
+    "sidecar": Subcommand(
+        "sparkguard.sidecar.cli",
+        "run the marker-batching sidecar",
+        """\
+Run the marker-batching sidecar next to a Spark driver.
+
+Executors send it the name of each data file before they write it; it appends
+the names in batches to marker files beside the table, so a rollback can find
+every file of a failed write. Settings come from SPARKGUARD_SIDECAR_*
+environment variables; the flags override them. docs/sidecar.md describes every
+setting and route.""",
+    ),
+    "bundle": Subcommand(
+        "sparkguard.spark_lib.bundle",
+        "copy the library into a directory for Spark",
+        """\
+Copy sparkguard's Spark library (pure Python: sparkguard and fsspec) into a
+directory, for Spark images that do not have sparkguard installed: add the
+directory to PYTHONPATH of the driver and the executors.
+
+The Spark image still needs Python 3.11 or newer, pyarrow, and the fsspec
+backend of your store (s3fs for S3). The operator runs this command in an
+initContainer of every guarded application.""",
+    ),
+    "spark-conf": Subcommand(
         "sparkguard.spark_lib.sparkconf",
         "print the Spark conf that guards an unchanged job (JVM commit protocol)",
+        """\
+Print the Spark conf that routes every file write of a job (df.write.parquet,
+insertInto, ...) through sparkguard's commit protocol, with no code change: the
+protocol class, sparkguard's jar in spark.jars and the spark.sparkguard.*
+settings. The operator injects the same conf; use this without the operator:
+
+  eval "spark-submit $(sparkguard spark-conf --job-id nightly-1 | tr '\\n' ' ') job.py"
+
+--format json prints a JSON object (e.g. for a SparkApplication's sparkConf),
+--format properties a file for spark-submit --properties-file.""",
     ),
-    "operator": (
+    "operator": Subcommand(
         "sparkguard.operator.cli",
         "run the Kubernetes operator (admission webhook + failure recovery)",
+        """\
+Run the sparkguard operator: the admission webhook that prepares opted-in
+SparkApplications, and the automatic rollback and resubmission of failed ones.
+
+Settings come from SPARKGUARD_* environment variables (docs/operator.md); the
+flags override a few of them for local runs.""",
     ),
 }
 
@@ -40,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkguard",
         description="Exactly-once output for Spark on Kubernetes.",
+        epilog="Run 'sparkguard COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"sparkguard {__version__}")
     parser.add_argument(
@@ -49,11 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level for sparkguard's own messages (default: WARNING)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        sub = commands.add_parser(name, help=help_text, description=module.__doc__)
+    for name, command in SUBCOMMANDS.items():
+        module = importlib.import_module(command.module)
+        sub = commands.add_parser(
+            name,
+            help=command.summary,
+            description=command.description,
+            epilog=command.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(sub)
-        sub.set_defaults(_module=module_name)
+        sub.set_defaults(_module=command.module)
     return parser
 
 
@@ -70,4 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug or an unforeseen failure: one line, traceback on request
+        logger.debug("sparkguard %s failed", args.command, exc_info=True)
+        print(
+            f"sparkguard {args.command}: unexpected error: {type(exc).__name__}: {exc} (run "
+            "'sparkguard --log-level DEBUG ...' for the traceback, and report it)",
+            file=sys.stderr,
+        )
+        return 1
     return code

@@ -1,0 +1,146 @@
+"""The ``sparkguard`` command line on bad input: one line naming the input and the fix, the
+documented exit status (2 bad input, 1 storage failure), never a traceback.
+
+Most cases run ``sparkguard.cli.main`` in-process (the entry point's function); one runs the
+installed ``sparkguard`` script as a subprocess, as a user would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkguard import cli
+from tests.spark_lib.test_rollback import PARTS, _start, _task
+
+
+def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plain.txt"
+    path.write_text("not a table\n")
+    return path
+
+
+def test_inspect_a_file(a_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(["inspect", str(a_file)], capsys)
+    assert code == 2
+    line = _one_line(err)
+    assert str(a_file) in line
+    assert "is a file" in line
+    assert "table's directory" in line
+
+
+def test_rollback_journal_is_a_file(a_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(["rollback", "--job-id", "j-1", "--journal", str(a_file)], capsys)
+    assert code == 2
+    line = _one_line(err)
+    assert "--journal" in line
+    assert str(a_file) in line
+    assert "is a file" in line
+
+
+def test_rollback_missing_journal_is_an_error_unless_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "no-such-journal")
+    code, out, err = _main(["rollback", "--job-id", "j-1", "--journal", missing], capsys)
+    assert code == 2
+    line = _one_line(err)
+    assert "--journal" in line
+    assert missing in line
+    assert "does not exist" in line
+    assert out == ""
+    # The operator's rollback initContainer runs before a job's first write: no journal yet.
+    code, out, err = _main(
+        ["rollback", "--job-id", "j-1", "--journal", missing, "--allow-missing-journal"], capsys
+    )
+    assert code == 0
+    assert "does not exist yet: nothing to roll back" in err
+    assert "tables: 0" in out
+    assert not Path(missing).exists()
+
+
+def test_unsupported_protocol_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, what in [
+        (["inspect", "foo://bucket/t"], "table 'foo://bucket/t'"),
+        (["rollback", "--job-id", "j-1", "--journal", "foo://bucket/j"], "--journal"),
+    ]:
+        code, _, err = _main(argv, capsys)
+        assert code == 2, argv
+        line = _one_line(err)
+        assert what in line
+        assert "foo://" in line
+        assert "s3://" in line  # what to use instead
+        assert "spark.sparkguard" not in line  # no conf key the command line cannot set
+
+
+def test_memory_url_says_it_is_per_process(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _main(["inspect", "memory://sg-cli-none"], capsys)
+    assert code == 2
+    assert "inside one process" in _one_line(err)
+
+
+def test_journal_entry_whose_table_became_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, journal = str(tmp_path / "t"), str(tmp_path / "j")
+    w = _start(url, journal, {}, "became-file")
+    _task(w, 0, PARTS[0])
+    shutil.rmtree(url)
+    Path(url).write_text("someone put a file here\n")
+    code, out, err = _main(["rollback", "--job-id", "became-file", "--journal", journal], capsys)
+    # Nothing of the job can be under a file: reported as a missing table, nothing touched.
+    assert code == 0
+    assert "Traceback" not in err
+    assert f"table missing (no timeline; nothing done there): {url}" in out
+    assert Path(url).read_text() == "someone put a file here\n"
+
+
+def test_unexpected_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparkguard.spark_lib import commands
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(commands, "run_inspect", broken)
+    code, _, err = _main(["inspect", str(tmp_path)], capsys)
+    assert code == 1
+    line = _one_line(err)
+    assert "unexpected error: KeyError" in line
+    assert "--log-level DEBUG" in line
+
+
+def test_the_installed_command_on_a_file(a_file: Path) -> None:
+    script = Path(sys.executable).with_name("sparkguard")
+    assert script.exists(), "the sparkguard entry point is not installed in this venv"
+    done = subprocess.run(
+        [str(script), "inspect", str(a_file)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "is a file" in _one_line(done.stderr)
+    assert done.stdout == ""
