@@ -8,7 +8,7 @@ with exponential backoff and full jitter until ``deadline_s``; past it the call 
 attempts and the last error. Each attempt's connect and read timeouts are clipped to the time
 left, so a call never outlives its deadline by more than a scheduling hiccup.
 
-Answers 502/503/504/429 are retried (``Retry-After`` honoured); other 4xx/5xx answers raise
+Answers 408/429/502/503/504 are retried (``Retry-After`` honoured); other 4xx/5xx answers raise
 :class:`~sparkguard.spark_lib.errors.MarkerError` carrying the sidecar's message, at once. Among
 them 409: the marker's instant is already committed or rolled back, so the calling task belongs
 to a finished write and must fail before it writes its data file (the message names the
@@ -30,7 +30,8 @@ from sparkguard.spark_lib import errors, markers
 
 logger = logging.getLogger(__name__)
 
-_RETRYABLE_STATUSES: Final = frozenset({429, 502, 503, 504})
+#: 408: the sidecar gave up waiting for the body (a stalled network): a new attempt may pass
+_RETRYABLE_STATUSES: Final = frozenset({408, 429, 502, 503, 504})
 _CREATE_ROUTES: Final = {
     markers.IOType.CREATE: "create",
     markers.IOType.MERGE: "create-and-merge",
