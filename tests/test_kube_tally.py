@@ -56,3 +56,27 @@ def test_bench_count_is_reported(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess(*ARGS)
     result.stdout.fnmatch_lines(["*real kube-apiserver tests: 1 passed"])
     assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_deselected_real_tier_is_said(pytester: pytest.Pytester) -> None:
+    """``-m "not kube"`` runs no bench test: the summary says how many were left out."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.kube
+        def test_on_the_bench():
+            pass
+
+        @pytest.mark.kube
+        def test_also_on_the_bench():
+            pass
+
+        def test_not_on_the_bench():
+            pass
+        """
+    )
+    result = pytester.runpytest_inprocess(*ARGS, "-m", "not kube")
+    result.stdout.fnmatch_lines(["*real kube-apiserver tests: 2 deselected*"])
+    assert result.ret == pytest.ExitCode.OK

@@ -82,10 +82,17 @@ def kube_bench(request: pytest.FixtureRequest) -> Iterator[KubeBench]:
 
 class _KubeTally:
     """Counts the outcomes of real-apiserver tests; says them at the end; a skip fails the run
-    (a skipped bench test would hide a missing toolchain)."""
+    (a skipped bench test would hide a missing toolchain). Bench tests left out by the
+    selection (``-m "not kube"``) are counted as deselected, so a run without the real tier
+    says so instead of staying silent."""
 
     def __init__(self) -> None:
         self.outcomes: dict[str, int] = {}
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        left_out = sum(1 for item in items if item.get_closest_marker("kube") is not None)
+        if left_out:
+            self.outcomes["deselected"] = self.outcomes.get("deselected", 0) + left_out
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if "kube" in report.keywords and (report.when == "call" or report.outcome != "passed"):
@@ -95,8 +102,12 @@ class _KubeTally:
         if self.outcomes:
             line = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.outcomes.items()))
             skipped = bool(self.outcomes.get("skipped"))
+            partial = bool(self.outcomes.get("deselected"))
             terminalreporter.write_line(
-                f"real kube-apiserver tests: {line}", red=skipped, green=not skipped
+                f"real kube-apiserver tests: {line}",
+                red=skipped,
+                yellow=partial and not skipped,
+                green=not skipped and not partial,
             )
 
     @pytest.hookimpl(trylast=True)
