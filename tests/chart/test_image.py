@@ -46,9 +46,10 @@ def test_dockerfile_shape() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert len(re.findall(r"^FROM ", text, re.M)) >= 2, "multi-stage"
     assert re.search(r"^USER 65532", text, re.M), "non-root user"
-    deps = text.index("image-install.sh deps")
+    # the RUN lines, not comments that mention the steps
+    deps = text.index("RUN scripts/image-install.sh deps")
     assert deps < text.index("COPY spark_lib/"), "dependency layer comes before the source"
-    assert text.index("COPY spark_lib/") < text.index("image-install.sh app")
+    assert text.index("COPY spark_lib/") < text.index("RUN scripts/image-install.sh app")
 
 
 @pytest.mark.slow
