@@ -113,9 +113,13 @@ def outcome_path(marker_dir_path: str, instant: str) -> str:
 
 
 def is_decided(manager: filemanager.FileManager, path: str) -> bool:
-    """Whether the outcome file at ``path`` exists, asked of the store (no listing cache)."""
+    """Whether the outcome file at ``path`` exists, asked of the store (no listing cache).
+
+    A one-byte ranged read: one request on object stores whether the file exists or not
+    (``info`` would add a listing on a miss, to look for a directory of that name).
+    """
     try:
-        manager.fs.info(path, refresh=True)
+        manager.fs.cat_file(path, start=0, end=1)
     except FileNotFoundError:
         return False
     return True
