@@ -101,8 +101,8 @@ async def _read_body(request: web.Request) -> Mapping[str, Any]:
         return dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
     try:
         body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
+        raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})"[:300]) from None
     except RecursionError:
         raise errors.BadRequestError(
             'the JSON body is nested too deeply; send a flat object {"markerdir": ..., '

@@ -278,6 +278,7 @@ def test_malformed_requests_get_4xx_and_one_log_line_each(root: str, tmp_path: P
     cases: list[tuple[bytes, dict[str, Any], int, str]] = [
         (b'{"markerdir": "\xff\xfe", "markername": "a"}', {}, 400, "not valid UTF-8"),
         (b"[" * 30_000 + b"]" * 30_000, {}, 400, "nested too deeply"),
+        (b'{"markerdir": ' + b"1" * 5_000 + b"}", {}, 400, "Exceeds the limit (4300 digits)"),
         (good, {"content_type": b"application/json; charset=bogus"}, 400, "unsupported charset"),
         (good, {"auth": b"Authorization: Bearer s3cr3t\xe9\xff\r\n"}, 401, "non-ASCII"),
         (b"--x\r\n\r\n--x--\r\n", {"content_type": b"multipart/form-data"}, 400, "multipart"),
