@@ -1,10 +1,12 @@
 """The sidecar under hostile clients, and its fence on decided instants.
 
-Every test but one drives a real ``python -m sparkguard.sidecar`` process, over raw sockets
+Every test but two drives a real ``python -m sparkguard.sidecar`` process, over raw sockets
 where ``HttpMarkerClient`` would have sanitised the request, and ends by checking that the
 process's RSS and open file descriptors stayed bounded (``/proc/<pid>/status`` and ``fd``) and
 that every marker it acknowledged is on storage (the ``MARKERS<i>`` files, read back by the
-library's reader). Only 127.0.0.1 is used; every loop is bounded.
+library's reader). The two others drive the batcher in-process, to break a flush on purpose and
+to put a rollback's claim exactly between the fence's check and the write. Only 127.0.0.1 is
+used; every loop is bounded.
 """
 
 from __future__ import annotations
