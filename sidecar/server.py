@@ -6,8 +6,9 @@ likes. Here:
 * at most ``max_connections`` connections are open (fewer if the open-files limit leaves less
   room): the one past the limit is answered ``503`` with ``Retry-After`` and closed at once;
 * a connection must complete each request head within ``header_timeout_s`` of opening (or of
-  the previous answer on a kept-alive connection), else it is closed (aiohttp's keep-alive
-  timer, which also runs before the first request);
+  the previous answer on a kept-alive connection), else it is closed: aiohttp's keep-alive
+  timer, and for the first request also a timer of our own (aiohttp arms its timer before the
+  first request only in recent releases);
 * the request body must arrive within ``body_timeout_s`` (``408``, in the app);
 * shedding, and ``accept()`` failing for want of file descriptors, is logged as one line at
   most every few seconds, never as a traceback per connection.
@@ -155,10 +156,12 @@ class ConnectionLimiter:
         factory: Callable[[], asyncio.Protocol],
         *,
         limit: int,
+        header_timeout_s: float,
         instruments: metrics.SidecarMetrics,
     ) -> None:
         self._factory = factory
         self.limit = limit
+        self.header_timeout_s = header_timeout_s
         self.open = 0
         self._metrics = instruments
         self._log = RateLimitedLog()
@@ -183,17 +186,38 @@ class ConnectionLimiter:
 
 
 class _Counted(asyncio.Protocol):
-    """aiohttp's protocol for one connection, counted by a :class:`ConnectionLimiter`."""
+    """aiohttp's protocol for one connection, counted by a :class:`ConnectionLimiter`; closed
+    if its first request head is not complete within the limiter's header timeout."""
 
     def __init__(self, limiter: ConnectionLimiter, inner: asyncio.Protocol) -> None:
         self._limiter: ConnectionLimiter | None = limiter
         self._inner = inner
+        self._transport: asyncio.BaseTransport | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._head_tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        if self._limiter is not None:
+            self._head_timer = asyncio.get_running_loop().call_later(
+                self._limiter.header_timeout_s, self._head_too_slow
+            )
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._head_timer is not None:
+            seen = self._head_tail + data
+            if b"\r\n\r\n" in seen:
+                self._head_timer.cancel()  # later heads: aiohttp's keep-alive timer
+                self._head_timer = None
+            else:
+                self._head_tail = seen[-3:]
         self._inner.data_received(data)
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self._transport is not None:
+            self._transport.close()
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received()
@@ -205,6 +229,9 @@ class _Counted(asyncio.Protocol):
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         if self._limiter is not None:
             self._limiter.release()
             self._limiter = None
@@ -258,7 +285,10 @@ async def serve(settings: config.SidecarConfig) -> None:
     await runner.setup()
     assert runner.server is not None
     limiter = ConnectionLimiter(
-        runner.server, limit=limit, instruments=application[app.METRICS_KEY]
+        runner.server,
+        limit=limit,
+        header_timeout_s=settings.header_timeout_s,
+        instruments=application[app.METRICS_KEY],
     )
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
