@@ -75,10 +75,11 @@ scala_version="$(jar_version scala-library)"
 hadoop_version="$(jar_version hadoop-client-api)"
 jackson_version="$(jar_version jackson-databind)"
 slf4j_version="$(jar_version slf4j-api)"
+parquet_version="$(jar_version parquet-hadoop)"
 
 want_stamp="$(
   {
-    echo "spark=$spark_version scala=$scala_version hadoop=$hadoop_version javac=$javac_version tests=$((1 - skip_tests))"
+    echo "spark=$spark_version scala=$scala_version hadoop=$hadoop_version parquet=$parquet_version javac=$javac_version tests=$((1 - skip_tests))"
     ls -1 "$pyspark_jars"
     cd "$module" && find pom.xml src -type f | LC_ALL=C sort | while read -r f; do echo "== $f"; cat "$f"; done
   } | sha256sum | cut -c1-16
@@ -120,7 +121,7 @@ mvn_args=(-B -ntp -Dstyle.color=never -f "$module/pom.xml"
   "-Dpyspark.jars=$pyspark_jars"
   "-Dspark.version=$spark_version" "-Dscala.version=$scala_version"
   "-Dhadoop.version=$hadoop_version" "-Djackson.version=$jackson_version"
-  "-Dslf4j.version=$slf4j_version")
+  "-Dslf4j.version=$slf4j_version" "-Dparquet.version=$parquet_version")
 [[ -f "$resolved" ]] && mvn_args+=(-o)
 [[ $skip_tests -eq 1 ]] && mvn_args+=(-DskipTests)
 if [[ -n "${SPARKGUARD_TEST_JARS:-}" ]]; then

@@ -28,9 +28,6 @@ from sparkguard.spark_lib import markers as marker_files
 PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardCommitProtocol"
 COMMIT_PROTOCOL_KEY: Final = "spark.sql.sources.commitProtocolClass"
 JARS_KEY: Final = "spark.jars"
-#: Owner of the instants (fixed by the lead: admission's ``sparkguard.io/owner`` annotation).
-OWNER_KEY: Final = "spark.sparkguard.owner"
-OWNER_MAX_LENGTH: Final = 256
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
 JARS_DIR: Final = Path(__file__).resolve().parent / "jars"
@@ -121,7 +118,7 @@ def build_spark_conf(
         config.KEYS["job_id"][0]: job_id,
     }
     if owner is not None:
-        conf[OWNER_KEY] = _validate_owner(owner, what=names["owner"])
+        conf[config.KEYS["owner"][0]] = timeline.validate_owner(owner, what=names["owner"])
     conf[config.KEYS["marker_type"][0]] = mode.marker_type.value
     if mode is MarkerMode.SIDECAR:
         if not endpoint:
@@ -165,15 +162,6 @@ def _non_empty(value: str, *, what: str) -> str:
             f"{what} {value!r} is not valid: give a non-empty value without control characters"
         )
     return value
-
-
-def _validate_owner(owner: str, *, what: str) -> str:
-    if not owner.strip() or len(owner) > OWNER_MAX_LENGTH or not owner.isprintable():
-        raise errors.ConfigError(
-            f"{what} {owner!r} is not valid: use 1-{OWNER_MAX_LENGTH} printable characters "
-            "(e.g. 'k8s:spark-jobs/nightly/4f2a9c'), or leave it out for 'job:<jobId>'"
-        )
-    return owner
 
 
 def format_conf(conf: Mapping[str, str], output: OutputFormat | str) -> str:

@@ -22,10 +22,13 @@ def s3a_jars() -> Path:
     return s3a.fetch_jars()
 
 
-def run_job(script: str, *args: str, conf: dict[str, str], timeout: float = 300) -> Any:
+def run_job(
+    script: str, *args: str, conf: dict[str, str], timeout: float = 300, expect_exit: int = 0
+) -> Any:
     """Run ``tests/jvm/jobs/<script>`` with Spark ``conf`` in its own Python process (its own
     Spark JVM, so its jars and conf never meet another test's session); returns the JSON of its
-    last stdout line, or fails with the job's stderr."""
+    last stdout line, or fails with the job's stderr when it exits otherwise than
+    ``expect_exit``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
     # Only ever 127.0.0.1; never the instance-metadata address.
     env.update(
@@ -39,5 +42,7 @@ def run_job(script: str, *args: str, conf: dict[str, str], timeout: float = 300)
         timeout=timeout,
         check=False,
     )
-    assert result.returncode == 0, f"{script} failed (exit {result.returncode}):\n{result.stderr}"
+    assert result.returncode == expect_exit, (
+        f"{script} exited {result.returncode}, expected {expect_exit}:\n{result.stderr}"
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,0 +1,72 @@
+package io.sparkguard.spark;
+
+import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import java.io.IOException;
+import java.io.Serializable;
+import java.util.List;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * The few storage primitives the commit protocol needs, each with the guarantee it must give
+ * (docs/storage-contract.md, "Atomic publication and temp files"). One implementation per kind
+ * of store says how it meets them; everything else in the protocol is built on these.
+ *
+ * <p>Implementations are serializable: the protocol carries its store to the executors.
+ */
+public interface AtomicStore extends Serializable {
+
+  /**
+   * Create {@code path} with {@code data} only if it does not exist. Of several racing creators
+   * exactly one returns {@code true}; the others return {@code false} and publish nothing. The
+   * file is whole or absent at every moment (a crash leaves at most a temp file).
+   */
+  boolean putIfAbsent(Path path, byte[] data) throws IOException;
+
+  /** Create an empty marker file at {@code path} if absent; an existing one is fine (a retry). */
+  void createMarker(Path path) throws IOException;
+
+  /**
+   * Where a task writes the data file that will be published as {@code target}: a temp name in
+   * the same directory on rename stores, so that a reader never sees a partial file under
+   * {@code target}; {@code target} itself on stores where an object appears only when complete.
+   */
+  Path workPath(Path target);
+
+  /**
+   * Make the file written at {@code work} visible as {@code target}, replacing an older file of
+   * that name (a retried attempt or a rerun writes the same name). Atomic: a reader of
+   * {@code target} sees the old file or the new one, never a mix.
+   */
+  void publish(Path work, Path target) throws IOException;
+
+  /**
+   * Remove what an unfinished write of {@code target} left: its temp files (rename stores) or
+   * incomplete uploads (object stores); never {@code target} itself. Returns how many.
+   */
+  int deleteLeftovers(Path target) throws IOException;
+
+  /** Size in bytes of {@code path}, or -1 when it does not exist. */
+  long size(Path path) throws IOException;
+
+  /** Every file under {@code dir}, recursively, as paths relative to {@code dir}; empty if none. */
+  List<String> listFiles(Path dir) throws IOException;
+
+  /** Delete the file {@code path}; true if it existed. */
+  boolean delete(Path path) throws IOException;
+
+  /** Delete {@code dir} and everything under it; missing is fine. */
+  void deleteDirectory(Path dir) throws IOException;
+
+  /** The store for {@code table}, chosen by its scheme. */
+  static AtomicStore forTable(Path table) {
+    String scheme = table.toUri().getScheme();
+    if (scheme == null || scheme.equals("file")) {
+      return new LocalAtomicStore();
+    }
+    throw new UnsupportedWriteException(
+        "sparkguard's JVM commit protocol writes only to local paths (file://) in this version;"
+            + " " + table + " is on '" + scheme + "': write it with Spark's default protocol"
+            + " (unset spark.sql.sources.commitProtocolClass) or through the Python writer"
+            + " (df.write.format(\"sparkguard\"))");
+  }
+}

@@ -1,0 +1,134 @@
+package io.sparkguard.spark;
+
+import io.sparkguard.spark.SparkguardException.ConfigException;
+import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import java.io.Serializable;
+import java.util.Optional;
+import java.util.function.Function;
+import java.util.regex.Pattern;
+import org.apache.spark.sql.internal.SQLConf;
+
+/**
+ * The {@code spark.sparkguard.*} settings of a write, parsed once (on the driver) into a typed,
+ * serializable value that travels to the executors with the protocol. The keys and their rules
+ * are the Python writer's ({@code spark_lib/config.py}, docs/writer.md).
+ */
+public final class ProtocolSettings implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  public static final String JOB_ID_KEY = "spark.sparkguard.jobId";
+  public static final String OWNER_KEY = "spark.sparkguard.owner";
+  public static final String ATTEMPT_KEY = "spark.sparkguard.attempt";
+  public static final String MARKER_TYPE_KEY = "spark.sparkguard.markers.type";
+  public static final String JOURNAL_KEY = "spark.sparkguard.journal";
+
+  /** docs/storage-contract.md, "Layout": 1-100 of [a-z0-9.-], alphanumeric at both ends. */
+  static final Pattern JOB_ID = Pattern.compile("^[a-z0-9]([a-z0-9.-]{0,98}[a-z0-9])?$");
+
+  static final int OWNER_MAX_LENGTH = 256;
+
+  private final String jobId;
+  private final String owner;
+  private final int attempt;
+  private final String journal;
+
+  private ProtocolSettings(String jobId, String owner, int attempt, String journal) {
+    this.jobId = jobId;
+    this.owner = owner;
+    this.attempt = attempt;
+    this.journal = journal;
+  }
+
+  /** The settings of the session running on this (driver) thread. */
+  public static ProtocolSettings fromSqlConf() {
+    SQLConf conf = SQLConf.get();
+    return parse(key -> conf.getConfString(key, null));
+  }
+
+  /**
+   * Parse the settings from a key lookup that answers {@code null} for unset keys.
+   *
+   * @throws ConfigException naming the key and the fix
+   * @throws UnsupportedWriteException for marker types this version does not write
+   */
+  public static ProtocolSettings parse(Function<String, String> lookup) {
+    String jobId = lookup.apply(JOB_ID_KEY);
+    if (jobId == null || jobId.isEmpty()) {
+      throw new ConfigException(
+          JOB_ID_KEY + " is not set: sparkguard's commit protocol needs a fixed job id, so that a"
+              + " rerun writes the same file names; set it (e.g. --conf "
+              + JOB_ID_KEY + "=nightly-sales), or print the whole conf with"
+              + " 'sparkguard spark-conf --job-id <id>'");
+    }
+    if (!JOB_ID.matcher(jobId).matches()) {
+      throw new ConfigException(
+          JOB_ID_KEY + " '" + jobId + "' is not valid: use 1-100 lower-case letters, digits, '-'"
+              + " or '.', starting and ending with a letter or digit (e.g. 'nightly-sales-2026-11-22')");
+    }
+    String owner = lookup.apply(OWNER_KEY);
+    if (owner != null && !isValidOwner(owner)) {
+      throw new ConfigException(
+          OWNER_KEY + " '" + owner + "' is not valid: use 1-" + OWNER_MAX_LENGTH
+              + " printable characters (e.g. 'k8s:spark-jobs/nightly/4f2a9c'), or unset it for"
+              + " 'job:<jobId>'");
+    }
+    int attempt = 0;
+    String rawAttempt = lookup.apply(ATTEMPT_KEY);
+    if (rawAttempt != null) {
+      try {
+        attempt = Integer.parseInt(rawAttempt.trim());
+      } catch (NumberFormatException e) {
+        attempt = -1;
+      }
+      if (attempt < 0) {
+        throw new ConfigException(
+            ATTEMPT_KEY + " '" + rawAttempt + "' is not valid: give a non-negative integer");
+      }
+    }
+    String markerType = Optional.ofNullable(lookup.apply(MARKER_TYPE_KEY)).orElse("DIRECT");
+    if (markerType.equals("TIMELINE_SERVER_BASED")) {
+      throw new UnsupportedWriteException(
+          MARKER_TYPE_KEY + "=TIMELINE_SERVER_BASED (markers batched by the sidecar) is not"
+              + " supported by this version of sparkguard's JVM commit protocol yet: set it to"
+              + " DIRECT ('sparkguard spark-conf --markers direct')");
+    }
+    if (!markerType.equals("DIRECT")) {
+      throw new ConfigException(
+          MARKER_TYPE_KEY + " '" + markerType + "' is not valid: use DIRECT or"
+              + " TIMELINE_SERVER_BASED");
+    }
+    return new ProtocolSettings(jobId, owner, attempt, lookup.apply(JOURNAL_KEY));
+  }
+
+  private static boolean isValidOwner(String owner) {
+    if (owner.isBlank() || owner.length() > OWNER_MAX_LENGTH) {
+      return false;
+    }
+    return owner.codePoints().noneMatch(Character::isISOControl);
+  }
+
+  /** The job id: embedded in data file names and instant ids. */
+  public String jobId() {
+    return jobId;
+  }
+
+  /** The owner recorded in the instant: the configured one, else {@code job:<jobId>}. */
+  public String owner() {
+    return owner != null ? owner : "job:" + jobId;
+  }
+
+  /** The operator's attempt number (recorded, not used in names). */
+  public int attempt() {
+    return attempt;
+  }
+
+  /** The job journal's location, or {@code null}. */
+  public String journal() {
+    return journal;
+  }
+
+  /** Always {@code DIRECT} in this version. */
+  public String markerType() {
+    return "DIRECT";
+  }
+}

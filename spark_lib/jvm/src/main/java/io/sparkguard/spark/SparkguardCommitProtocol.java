@@ -1,0 +1,361 @@
+package io.sparkguard.spark;
+
+import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapreduce.JobContext;
+import org.apache.hadoop.mapreduce.TaskAttemptContext;
+import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.util.HadoopInputFile;
+import org.apache.spark.internal.io.FileCommitProtocol;
+import org.apache.spark.internal.io.FileNameSpec;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * sparkguard's {@code FileCommitProtocol}: every file write of Spark SQL ({@code
+ * df.write.parquet}, {@code insertInto}, ...) becomes an instant of docs/storage-contract.md,
+ * with no change to the job. Enabled by {@code
+ * spark.sql.sources.commitProtocolClass=io.sparkguard.spark.SparkguardCommitProtocol} plus
+ * {@code spark.sparkguard.jobId} (print the conf with {@code sparkguard spark-conf}).
+ *
+ * <p>The contract's write steps, and who runs them here:
+ *
+ * <table>
+ *   <caption>steps</caption>
+ *   <tr><th>step</th><th>where</th><th>what</th></tr>
+ *   <tr><td>W2</td><td>driver, {@link #setupJob}</td><td>put-if-absent {@code <instant>.inflight} with the owner</td></tr>
+ *   <tr><td>W3</td><td>driver, {@link #setupJob}</td><td>put-if-absent the journal entry (when {@code spark.sparkguard.journal} is set) and {@code MARKERS.type}</td></tr>
+ *   <tr><td>W4</td><td>task, {@link #newTaskTempFile}</td><td>the direct marker {@code <file>.marker.CREATE}, before the file is opened</td></tr>
+ *   <tr><td>W5</td><td>task</td><td>Spark's writer writes the file under a temp name in its final directory</td></tr>
+ *   <tr><td>W6</td><td>task, {@link #commitTask}</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-c<seq:03d>.<ext>}</td></tr>
+ *   <tr><td>W7/W8</td><td>driver, {@link #commitJob}</td><td>verify every reported file; delete marked files no task reported and leftovers of marked names</td></tr>
+ *   <tr><td>W9</td><td>driver, {@link #commitJob}</td><td>put-if-absent {@code <instant>.outcome} = committed with files, sizes, rows</td></tr>
+ *   <tr><td>W10</td><td>driver, {@link #commitJob}</td><td>delete the marker directory</td></tr>
+ *   <tr><td>W11</td><td>driver, {@link #abortJob}</td><td>claim the instant as rolled back; its files are removed by the next {@code sparkguard rollback}</td></tr>
+ * </table>
+ *
+ * <p>A failed task attempt leaves only temp files (deleted in {@link #abortTask}, or by the
+ * commit); it never deletes a published name, so a previous run's committed file survives a
+ * rerun's failed attempt. This version writes to local paths (file://) with direct markers, in
+ * append mode without dynamic partition overwrite; anything else is refused at once with a
+ * message naming the setting.
+ */
+public class SparkguardCommitProtocol extends FileCommitProtocol implements Serializable {
+  private static final long serialVersionUID = 1L;
+  private static final Logger LOG = LoggerFactory.getLogger(SparkguardCommitProtocol.class);
+  static final String PROTOCOL = SparkguardCommitProtocol.class.getName();
+
+  private final String sparkJobId;
+  private final String path;
+  private final ProtocolSettings settings;
+  private final AtomicStore store;
+  /** Set by {@link #setupJob} on the driver, before the protocol is shipped to the tasks. */
+  private String instant;
+
+  /** Per task attempt (never serialized): the files it opened, by relative path. */
+  private transient Map<String, Path> pending;
+
+  /** The constructor {@code FileCommitProtocol.instantiate} calls (on the driver). */
+  public SparkguardCommitProtocol(String jobId, String path, boolean dynamicPartitionOverwrite) {
+    this.sparkJobId = jobId;
+    this.path = path;
+    this.settings = ProtocolSettings.fromSqlConf();
+    if (dynamicPartitionOverwrite) {
+      throw new UnsupportedWriteException(
+          "sparkguard's commit protocol does not support dynamic partition overwrite yet"
+              + " (spark.sql.sources.partitionOverwriteMode=dynamic with mode overwrite): use"
+              + " append, or set partitionOverwriteMode=static");
+    }
+    this.store = AtomicStore.forTable(new Path(path));
+  }
+
+  private Timeline timeline() {
+    return new Timeline(store, new Path(path));
+  }
+
+  /** The instant this write opened ({@code null} before {@link #setupJob}). */
+  public String instant() {
+    return instant;
+  }
+
+  @Override
+  public void setupJob(JobContext jobContext) {
+    try {
+      Map<String, Object> extra = new TreeMap<>();
+      extra.put("protocol", PROTOCOL);
+      extra.put("sparkJobId", sparkJobId);
+      instant = timeline().start(settings, "append", extra);
+      writeJournalEntry();
+      store.putIfAbsent(
+          new Path(timeline().markerDirectory(instant), "MARKERS.type"),
+          settings.markerType().getBytes(StandardCharsets.UTF_8));
+      LOG.info("sparkguard: write {} of job {} to {} started", instant, settings.jobId(), path);
+    } catch (IOException e) {
+      throw new UncheckedIOException("sparkguard: cannot start the write to " + path, e);
+    }
+  }
+
+  private void writeJournalEntry() throws IOException {
+    if (settings.journal() == null) {
+      return;
+    }
+    Path journal = new Path(settings.journal());
+    // The table as the Python writer records it: local paths absolute, no scheme, no trailing /.
+    Path table = new Path(path);
+    String scheme = table.toUri().getScheme();
+    String tableUrl =
+        scheme == null || scheme.equals("file") ? table.toUri().getPath() : table.toString();
+    tableUrl = tableUrl.endsWith("/") ? tableUrl.substring(0, tableUrl.length() - 1) : tableUrl;
+    Map<String, Object> body = new TreeMap<>();
+    body.put("jobId", settings.jobId());
+    body.put("table", tableUrl);
+    body.put("instant", instant);
+    body.put("attempt", settings.attempt());
+    body.put("opened", java.time.OffsetDateTime.now(java.time.ZoneOffset.UTC).toString());
+    Path entry = new Path(new Path(journal, settings.jobId()), instant + "~" + sha256Prefix(tableUrl) + ".json");
+    AtomicStore.forTable(journal).putIfAbsent(entry, Timeline.encode("sparkguard.journal-entry", body));
+  }
+
+  private static String sha256Prefix(String text) {
+    try {
+      byte[] digest = MessageDigest.getInstance("SHA-256").digest(text.getBytes(StandardCharsets.UTF_8));
+      StringBuilder hex = new StringBuilder();
+      for (int i = 0; i < 8; i++) {
+        hex.append(String.format("%02x", digest[i]));
+      }
+      return hex.toString();
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("SHA-256 is always available", e);
+    }
+  }
+
+  @Override
+  public void setupTask(TaskAttemptContext taskContext) {
+    pending = new LinkedHashMap<>();
+  }
+
+  @Override
+  public String newTaskTempFile(TaskAttemptContext taskContext, Option<String> dir, FileNameSpec spec) {
+    int partition = taskContext.getTaskAttemptID().getTaskID().getId();
+    // Spark's suffix is "-c000.<ext>" for one directory but ".c000.<ext>" under partition
+    // directories; the contract's name is part-<partition:05d>-<jobId>-c<seq:03d>.<ext> in both.
+    String suffix = spec.suffix().matches("^\\.c[0-9]{3}.*") ? "-" + spec.suffix().substring(1) : spec.suffix();
+    String name = spec.prefix() + String.format("part-%05d-%s", partition, settings.jobId()) + suffix;
+    String relative = dir.isDefined() ? dir.get() + "/" + name : name;
+    Path target = new Path(path, relative);
+    try {
+      store.createMarker(new Path(timeline().markerDirectory(instant), relative + ".marker.CREATE"));
+    } catch (IOException e) {
+      throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
+    }
+    Path work = store.workPath(target);
+    if (pending == null) {
+      pending = new LinkedHashMap<>();
+    }
+    pending.put(relative, work);
+    return work.toString();
+  }
+
+  @Override
+  public String newTaskTempFileAbsPath(TaskAttemptContext taskContext, String absoluteDir, FileNameSpec spec) {
+    throw new UnsupportedWriteException(
+        "sparkguard's commit protocol does not support partitions with custom locations yet ("
+            + absoluteDir + "): write the table without custom partition locations");
+  }
+
+  @Override
+  public TaskCommitMessage commitTask(TaskAttemptContext taskContext) {
+    ArrayList<CommittedFile> files = new ArrayList<>();
+    Configuration conf = taskContext.getConfiguration();
+    try {
+      for (Map.Entry<String, Path> entry : pending.entrySet()) {
+        Path target = new Path(path, entry.getKey());
+        if (!entry.getValue().equals(target)) {
+          store.publish(entry.getValue(), target);
+        }
+        long size = store.size(target);
+        files.add(new CommittedFile(entry.getKey(), size, countRows(target, conf)));
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException("sparkguard: cannot publish the files of a task of " + path, e);
+    }
+    pending.clear();
+    return new TaskCommitMessage(files);
+  }
+
+  /** Rows of a data file, from the Parquet footer; -1 for formats that do not record them. */
+  static long countRows(Path file, Configuration conf) throws IOException {
+    if (!file.getName().endsWith(".parquet")) {
+      return -1;
+    }
+    try (ParquetFileReader reader = ParquetFileReader.open(HadoopInputFile.fromPath(file, conf))) {
+      return reader.getRecordCount();
+    }
+  }
+
+  @Override
+  public void abortTask(TaskAttemptContext taskContext) {
+    if (pending == null) {
+      return;
+    }
+    // Only this attempt's own temp files: never a published name (a previous run may own it).
+    for (Map.Entry<String, Path> entry : pending.entrySet()) {
+      if (!entry.getValue().equals(new Path(path, entry.getKey()))) {
+        try {
+          store.delete(entry.getValue());
+        } catch (IOException e) {
+          LOG.warn("sparkguard: cannot delete temp file {} (a rollback removes it)", entry.getValue(), e);
+        }
+      }
+    }
+    pending.clear();
+  }
+
+  @Override
+  public boolean deleteWithJob(FileSystem fs, Path toDelete, boolean recursive) {
+    throw new UnsupportedWriteException(
+        "sparkguard's commit protocol does not support mode(\"overwrite\") of existing data yet"
+            + " (Spark would delete " + toDelete + ", including the table's _sparkguard"
+            + " timeline): use mode(\"append\")");
+  }
+
+  @Override
+  public void commitJob(JobContext jobContext, scala.collection.immutable.Seq<TaskCommitMessage> taskCommits) {
+    Map<String, CommittedFile> reported = new TreeMap<>();
+    for (TaskCommitMessage message : CollectionConverters.asJava(taskCommits)) {
+      @SuppressWarnings("unchecked")
+      List<CommittedFile> files = (List<CommittedFile>) message.obj();
+      for (CommittedFile file : files) {
+        reported.put(file.path, file);
+      }
+    }
+    Timeline timeline = timeline();
+    Path markers = timeline.markerDirectory(instant);
+    try {
+      // W7: every reported file is there, with the size its task saw.
+      for (CommittedFile file : reported.values()) {
+        long size = store.size(new Path(path, file.path));
+        if (size != file.size) {
+          throw new SparkguardException(
+              "sparkguard: " + file.path + " of " + path + " has " + size + " bytes, its task"
+                  + " reported " + file.size + "; the write is not committed (rerun it)");
+        }
+      }
+      // W8: marked names no task reported (a failed attempt's names), and leftovers of all.
+      for (String marker : store.listFiles(markers)) {
+        if (!marker.endsWith(".marker.CREATE")) {
+          continue;
+        }
+        String relative = marker.substring(0, marker.length() - ".marker.CREATE".length());
+        Path target = new Path(path, relative);
+        if (!reported.containsKey(relative)) {
+          store.delete(target);
+        }
+        store.deleteLeftovers(target);
+      }
+      // W9: decide.
+      List<Map<String, Object>> files = new ArrayList<>();
+      long rows = 0;
+      for (CommittedFile file : reported.values()) {
+        files.add(file.toJson());
+        rows += Math.max(file.rows, 0);
+      }
+      timeline.commit(instant, files, commitExtra(reported.keySet(), rows));
+      // W10
+      store.deleteDirectory(markers);
+      LOG.info("sparkguard: write {} committed {} files to {}", instant, files.size(), path);
+    } catch (IOException e) {
+      throw new UncheckedIOException("sparkguard: cannot commit the write to " + path, e);
+    }
+  }
+
+  private Map<String, Object> commitExtra(Iterable<String> relativePaths, long rows) {
+    Map<String, Object> extra = new TreeMap<>();
+    extra.put("operation", "append");
+    extra.put("attempt", settings.attempt());
+    extra.put("rows", rows);
+    extra.put("protocol", PROTOCOL);
+    List<String> partitionBy = new ArrayList<>();
+    for (String relative : relativePaths) {
+      String[] parts = relative.split("/");
+      for (int i = 0; i < parts.length - 1; i++) {
+        int eq = parts[i].indexOf('=');
+        if (eq > 0) {
+          partitionBy.add(parts[i].substring(0, eq));
+        }
+      }
+      String name = parts[parts.length - 1];
+      String format = formatOf(name);
+      if (format != null) {
+        extra.put("format", format);
+      }
+      break;
+    }
+    extra.put("partitionBy", partitionBy);
+    return extra;
+  }
+
+  /** The Spark data source name of a data file, from its extension (null if unknown). */
+  static String formatOf(String fileName) {
+    for (String format : new String[] {"parquet", "orc", "json", "csv", "avro", "txt"}) {
+      if (fileName.endsWith("." + format) || fileName.contains("." + format + ".")) {
+        return format.equals("txt") ? "text" : format;
+      }
+    }
+    return null;
+  }
+
+  @Override
+  public void abortJob(JobContext jobContext) {
+    if (instant == null) {
+      return;
+    }
+    try {
+      boolean claimed = timeline().claimRollback(instant);
+      LOG.warn(
+          "sparkguard: write {} to {} aborted{}; run 'sparkguard rollback' (or let the operator)"
+              + " to delete its files",
+          instant, path, claimed ? " and claimed as rolled back" : " (it was already decided)");
+    } catch (IOException e) {
+      LOG.warn("sparkguard: cannot claim aborted write {} (a rollback will)", instant, e);
+    }
+  }
+
+  /** What a task reports for one published file. */
+  static final class CommittedFile implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final String path;
+    final long size;
+    final long rows;
+
+    CommittedFile(String path, long size, long rows) {
+      this.path = path;
+      this.size = size;
+      this.rows = rows;
+    }
+
+    Map<String, Object> toJson() {
+      Map<String, Object> json = new HashMap<>();
+      json.put("path", path);
+      json.put("size", size);
+      json.put("rows", rows);
+      return json;
+    }
+  }
+}

@@ -1,0 +1,139 @@
+package io.sparkguard.spark;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
+import io.sparkguard.spark.SparkguardException.InstantDecidedException;
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.time.ZoneOffset;
+import java.time.ZonedDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * The timeline of one table, as docs/storage-contract.md defines it ("Layout", "Versioned
+ * JSON"): {@code <table>/_sparkguard/timeline/<instant>.inflight} put-if-absent when a write
+ * starts, {@code <instant>.outcome} put-if-absent when it is decided (by a commit or by a
+ * rollback's claim: exactly one of them wins). The same files, fields and encoding the Python
+ * writer produces ({@code spark_lib/timeline.py}), so every Python tool reads them.
+ */
+public final class Timeline implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  public static final String SPARKGUARD_DIR = "_sparkguard";
+  static final String INFLIGHT_KIND = "sparkguard.instant.inflight";
+  static final String OUTCOME_KIND = "sparkguard.instant.outcome";
+  static final int VERSION = 1;
+  private static final DateTimeFormatter INSTANT_TIME = DateTimeFormatter.ofPattern("yyyyMMddHHmmssSSS");
+  private static final DateTimeFormatter COMMITTED_AT = DateTimeFormatter.ofPattern("yyyyMMddHHmmssSSSSSS");
+  private static final ObjectMapper JSON =
+      new ObjectMapper().configure(SerializationFeature.ORDER_MAP_ENTRIES_BY_KEYS, true);
+
+  private final AtomicStore store;
+  private final Path table;
+
+  public Timeline(AtomicStore store, Path table) {
+    this.store = store;
+    this.table = table;
+  }
+
+  /** {@code <table>/_sparkguard/timeline}. */
+  public Path directory() {
+    return new Path(new Path(table, SPARKGUARD_DIR), "timeline");
+  }
+
+  /** {@code <table>/_sparkguard/markers/<instant>}. */
+  public Path markerDirectory(String instant) {
+    return new Path(new Path(new Path(table, SPARKGUARD_DIR), "markers"), instant);
+  }
+
+  Path file(String instant, String suffix) {
+    return new Path(directory(), instant + suffix);
+  }
+
+  /**
+   * Open a new instant: write {@code <instant>.inflight} put-if-absent and return the instant id
+   * ({@code <UTC yyyyMMddHHmmssSSS>-<jobId>}). A name already taken (another writer in the same
+   * millisecond) is retried with the next millisecond.
+   */
+  public String start(ProtocolSettings settings, String operation, Map<String, Object> extra)
+      throws IOException {
+    for (int i = 0; i < 1000; i++) {
+      ZonedDateTime now = ZonedDateTime.now(ZoneOffset.UTC);
+      String instant = INSTANT_TIME.format(now) + "-" + settings.jobId();
+      Map<String, Object> body = new TreeMap<>();
+      body.put("instant", instant);
+      body.put("jobId", settings.jobId());
+      body.put("owner", settings.owner());
+      body.put("attempt", settings.attempt());
+      body.put("markerType", settings.markerType());
+      body.put("operation", operation);
+      body.put("started", now.toOffsetDateTime().toString());
+      body.put("extra", extra);
+      if (store.putIfAbsent(file(instant, ".inflight"), encode(INFLIGHT_KIND, body))) {
+        return instant;
+      }
+      try {
+        Thread.sleep(1);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IOException("interrupted while allocating an instant", e);
+      }
+    }
+    throw new SparkguardException("could not allocate an instant for job " + settings.jobId());
+  }
+
+  /**
+   * Decide {@code instant} as committed, listing {@code files} (put-if-absent).
+   *
+   * @throws InstantDecidedException when it was already decided (e.g. a rollback claimed it
+   *     first): then this commit publishes nothing
+   */
+  public void commit(String instant, List<Map<String, Object>> files, Map<String, Object> extra)
+      throws IOException {
+    Map<String, Object> body = new TreeMap<>();
+    body.put("instant", instant);
+    body.put("outcome", "committed");
+    body.put("decided", ZonedDateTime.now(ZoneOffset.UTC).toOffsetDateTime().toString());
+    body.put("files", files);
+    Map<String, Object> withTime = new TreeMap<>(extra);
+    withTime.put("committedAt", COMMITTED_AT.format(ZonedDateTime.now(ZoneOffset.UTC)));
+    body.put("extra", withTime);
+    if (!store.putIfAbsent(file(instant, ".outcome"), encode(OUTCOME_KIND, body))) {
+      throw new InstantDecidedException(
+          "instant " + instant + " of " + table + " was already decided (a rollback or another"
+              + " committer won); this commit is refused and publishes nothing");
+    }
+  }
+
+  /**
+   * Decide {@code instant} as rolled back (the claim), put-if-absent: true when this call
+   * decided it, false when it was already decided (committed, or claimed by a rollback).
+   */
+  public boolean claimRollback(String instant) throws IOException {
+    Map<String, Object> body = new TreeMap<>();
+    body.put("instant", instant);
+    body.put("outcome", "rolled_back");
+    body.put("decided", ZonedDateTime.now(ZoneOffset.UTC).toOffsetDateTime().toString());
+    body.put("files", List.of());
+    body.put("extra", Map.of());
+    return store.putIfAbsent(file(instant, ".outcome"), encode(OUTCOME_KIND, body));
+  }
+
+  /** {@code {"kind":..,"version":1,...}} + newline: sorted keys, compact, UTF-8. */
+  static byte[] encode(String kind, Map<String, Object> body) {
+    Map<String, Object> document = new TreeMap<>(body);
+    document.put("kind", kind);
+    document.put("version", VERSION);
+    try {
+      return (JSON.writeValueAsString(document) + "\n").getBytes(StandardCharsets.UTF_8);
+    } catch (JsonProcessingException e) {
+      throw new SparkguardException("cannot encode " + kind, e);
+    }
+  }
+}

@@ -1,0 +1,188 @@
+package io.sparkguard.spark;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.apache.spark.TaskContext;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.types.DataTypes;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** Real Spark (local mode, task retries) writing through the protocol on local disk. */
+class CommitProtocolWriteTest {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static SparkSession spark;
+  @TempDir Path dir;
+
+  @BeforeAll
+  static void startSpark() {
+    spark = SparkSession.builder()
+        .master("local[2,4]")
+        .appName("sparkguard-commit-protocol-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.sources.commitProtocolClass", SparkguardCommitProtocol.class.getName())
+        .getOrCreate();
+    spark.udf().register("failOnceAt30", (UDF1<Long, Long>) n -> {
+      TaskContext task = TaskContext.get();
+      if (n == 30L && task.attemptNumber() == 0) {
+        throw new IllegalStateException("injected failure of the first attempt of the task writing 30");
+      }
+      return n;
+    }, DataTypes.LongType);
+  }
+
+  @AfterAll
+  static void stopSpark() {
+    spark.stop();
+  }
+
+  @BeforeEach
+  void setJob() {
+    spark.conf().set("spark.sparkguard.jobId", "nightly-1");
+  }
+
+  private Dataset<Row> rows(int n, int partitions) {
+    return spark.range(0, n, 1, partitions).toDF("n");
+  }
+
+  private static List<String> dataFiles(Path table) throws IOException {
+    try (Stream<Path> walk = Files.walk(table)) {
+      return walk.filter(Files::isRegularFile)
+          .map(p -> table.relativize(p).toString())
+          .filter(p -> !p.startsWith("_sparkguard/"))
+          .filter(p -> !(p.endsWith(".crc") && !p.contains(".sg-tmp-")))  // Hadoop's checksums
+          .sorted()
+          .collect(Collectors.toList());
+    }
+  }
+
+  private static List<JsonNode> timeline(Path table, String suffix) throws IOException {
+    List<JsonNode> docs = new ArrayList<>();
+    try (Stream<Path> files = Files.list(table.resolve("_sparkguard/timeline"))) {
+      for (Path p : files.sorted().collect(Collectors.toList())) {
+        if (p.getFileName().toString().endsWith(suffix)) {
+          docs.add(JSON.readTree(p.toFile()));
+        }
+      }
+    }
+    return docs;
+  }
+
+  @Test
+  void appendWritesDeterministicNamesAndCommitsTheInstantOnce() throws IOException {
+    Path table = dir.resolve("t");
+    rows(100, 4).write().mode("append").parquet(table.toString());
+
+    assertEquals(
+        List.of(
+            "part-00000-nightly-1-c000.snappy.parquet",
+            "part-00001-nightly-1-c000.snappy.parquet",
+            "part-00002-nightly-1-c000.snappy.parquet",
+            "part-00003-nightly-1-c000.snappy.parquet"),
+        dataFiles(table));
+    JsonNode inflight = timeline(table, ".inflight").get(0);
+    assertEquals("sparkguard.instant.inflight", inflight.get("kind").asText());
+    assertEquals(1, inflight.get("version").asInt());
+    assertEquals("job:nightly-1", inflight.get("owner").asText());
+    assertEquals("DIRECT", inflight.get("markerType").asText());
+    String instant = inflight.get("instant").asText();
+    assertTrue(instant.matches("[0-9]{17}-nightly-1"), instant);
+
+    JsonNode outcome = timeline(table, ".outcome").get(0);
+    assertEquals("committed", outcome.get("outcome").asText());
+    assertEquals(instant, outcome.get("instant").asText());
+    assertEquals(4, outcome.get("files").size());
+    long rows = 0;
+    for (JsonNode file : outcome.get("files")) {
+      assertEquals(Files.size(table.resolve(file.get("path").asText())), file.get("size").asLong());
+      rows += file.get("rows").asLong();
+    }
+    assertEquals(100, rows);
+    assertEquals("parquet", outcome.get("extra").get("format").asText());
+    assertEquals("append", outcome.get("extra").get("operation").asText());
+    assertFalse(Files.exists(table.resolve("_sparkguard/markers/" + instant)), "markers removed after commit");
+    assertEquals(100, spark.read().parquet(table.toString()).count());
+  }
+
+  @Test
+  void aRerunWithTheSameJobIdRewritesTheSameNamesNoDuplicates() throws IOException {
+    Path table = dir.resolve("t");
+    rows(100, 4).write().mode("append").parquet(table.toString());
+    List<String> first = dataFiles(table);
+    rows(100, 4).write().mode("append").parquet(table.toString());
+
+    assertEquals(first, dataFiles(table));
+    assertEquals(2, timeline(table, ".outcome").size());
+    assertEquals(100, spark.read().parquet(table.toString()).count());
+  }
+
+  @Test
+  void aFailedTaskAttemptLeavesNothingAndTheRetryCommits() throws IOException {
+    Path table = dir.resolve("t");
+    rows(100, 4).selectExpr("failOnceAt30(n) AS n").write().mode("append").parquet(table.toString());
+
+    List<String> files = dataFiles(table);
+    assertEquals(4, files.size(), files.toString());
+    assertTrue(files.stream().noneMatch(f -> f.contains(".sg-tmp-")), files.toString());
+    assertEquals(100, spark.read().parquet(table.toString()).select("n").distinct().count());
+  }
+
+  @Test
+  void partitionedWritesKeepHiveDirectoriesAndRecordTheColumns() throws IOException {
+    Path table = dir.resolve("t");
+    rows(100, 2).selectExpr("n", "n % 2 AS k").write().partitionBy("k").mode("append").parquet(table.toString());
+
+    List<String> files = dataFiles(table);
+    assertEquals(4, files.size(), files.toString());
+    assertTrue(files.contains("k=0/part-00000-nightly-1-c000.snappy.parquet"), files.toString());
+    JsonNode outcome = timeline(table, ".outcome").get(0);
+    assertEquals("k", outcome.get("extra").get("partitionBy").get(0).asText());
+  }
+
+  @Test
+  void overwriteOfExistingDataIsRefusedBeforeAnythingIsDeleted() throws IOException {
+    Path table = dir.resolve("t");
+    rows(10, 1).write().mode("append").parquet(table.toString());
+    Exception error = assertThrows(Exception.class,
+        () -> rows(10, 1).write().mode("overwrite").parquet(table.toString()));
+    assertTrue(rootMessage(error).contains("use mode(\"append\")"), rootMessage(error));
+    assertEquals(List.of("part-00000-nightly-1-c000.snappy.parquet"), dataFiles(table));
+  }
+
+  @Test
+  void aWriteWithoutAJobIdFailsNamingTheKey() {
+    spark.conf().unset("spark.sparkguard.jobId");
+    Exception error = assertThrows(Exception.class,
+        () -> rows(10, 1).write().mode("append").parquet(dir.resolve("t").toString()));
+    assertTrue(rootMessage(error).startsWith("spark.sparkguard.jobId is not set"), rootMessage(error));
+  }
+
+  private static String rootMessage(Throwable error) {
+    Throwable cause = error;
+    while (cause.getCause() != null && cause.getCause() != cause) {
+      cause = cause.getCause();
+    }
+    return String.valueOf(cause.getMessage());
+  }
+}
