@@ -10,7 +10,8 @@ writes); they ask the table's commits instead:
 Commits apply in commit order. An ``append`` adds its files; an ``overwrite`` first drops every
 file committed before it (they become *superseded*: still on storage, no longer part of the
 table); a ``rewrite`` (a re-run of the same job with ``rerun=rewrite``) drops the files of the
-same job's earlier commits. :func:`visible_files` and :func:`superseded_files` are purely
+same job's earlier commits of the same write (write identity: the n-th write of the job to the
+table in its driver run). :func:`visible_files` and :func:`superseded_files` are purely
 computational functions with no side-effects over :class:`Commit` values.
 """
 
@@ -43,7 +44,7 @@ class Operation(enum.StrEnum):
 
     APPEND = "append"
     OVERWRITE = "overwrite"
-    REWRITE = "rewrite"  # same job re-run with rerun=rewrite: replaces that job's files
+    REWRITE = "rewrite"  # same job re-run with rerun=rewrite: replaces that write's files
     STREAM_BATCH = "stream-batch"
     STREAM_REGISTER = "stream-register"  # empty commit that records a stream in the journal
 
@@ -64,6 +65,7 @@ class Commit:
     files: tuple[timeline.DataFile, ...]
     format: str | None = None
     schema: str | None = None  # Spark schema JSON of the written DataFrame
+    write: int = 0  # the write identity of a batch commit (0 for old instants and streams)
 
 
 def visible_files(commits: Iterable[Commit]) -> dict[str, timeline.DataFile]:
@@ -72,18 +74,19 @@ def visible_files(commits: Iterable[Commit]) -> dict[str, timeline.DataFile]:
     A purely computational function with no side-effects. Commits apply in ``order``.
     """
     visible: dict[str, timeline.DataFile] = {}
-    owner: dict[str, str] = {}
+    owner: dict[str, tuple[str, int]] = {}  # path -> (job id, write) that committed it
     for commit in sorted(commits, key=lambda c: (c.order, c.source)):
         if commit.operation is Operation.OVERWRITE:
             visible.clear()
             owner.clear()
         elif commit.operation is Operation.REWRITE:
-            for path in [p for p, job in owner.items() if job == commit.job_id]:
+            rewritten = (commit.job_id, commit.write)
+            for path in [p for p, by in owner.items() if by == rewritten]:
                 del visible[path]
                 del owner[path]
         for data_file in commit.files:
             visible[data_file.path] = data_file
-            owner[data_file.path] = commit.job_id
+            owner[data_file.path] = (commit.job_id, commit.write)
     return visible
 
 
@@ -310,6 +313,7 @@ def commit_of_status(status: timeline.InstantStatus) -> Commit | None:
         files=status.files,
         format=extra.get("format"),
         schema=extra.get("schema"),
+        write=status.info.write if status.info is not None and status.info.write else 0,
     )
 
 

@@ -2,11 +2,13 @@
 
 One write is one instant of the table's timeline (DESIGN.md, "Write protocol"):
 
-1. driver (``DataSource.writer``): roll back this job's stale undecided instants on the table,
-   skip the write when this job already committed here (exactly-once re-run), else write
-   ``<instant>.inflight`` and the job-journal entry before any task runs;
+1. driver (``DataSource.writer``): take the write's identity (the n-th write of this job to
+   this table in this driver run, :func:`next_write_index`), roll back this job's stale
+   undecided instants on the table, skip the write when write n of this job already committed
+   here (exactly-once re-run), else write ``<instant>.inflight`` and the job-journal entry
+   before any task runs;
 2. executors (``write``): for each data file, create its marker first, then write it under its
-   deterministic name ``part-<partition:05d>-<jobId>-c<seq:03d>.<ext>`` through
+   deterministic name ``part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>`` through
    ``create_atomic(overwrite=True)``: a retried or duplicate attempt writes the same name;
 3. driver (``commit``): check the winning attempts' files are on storage, delete marked files
    no message lists (failed attempts' leftovers), write the committed outcome put-if-absent
@@ -20,9 +22,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import fcntl
+import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -137,8 +142,98 @@ def fire_faults(
 
 
 def data_file_name(*, partition: int, token: str, seq: int, ext: str) -> str:
-    """``part-<partition:05d>-<token>-c<seq:03d>.<ext>`` (token: the job id). Pure."""
+    """``part-<partition:05d>-<token>-c<seq:03d>.<ext>``. Pure.
+
+    The token says which write the file belongs to: :func:`batch_token` for a batch write, the
+    batch and run for a streaming one.
+    """
     return f"part-{partition:05d}-{token}-c{seq:03d}.{ext}"
+
+
+def batch_token(job_id: str, write: int) -> str:
+    """``<jobId>-w<write:03d>``: the name token of write ``write`` of a job to a table. Pure.
+
+    Every batch name ends ``-w<digits>-c<digits>.<ext>``, so two (job id, write) pairs never
+    share a name even when one job id ends like ``-w001``; a streaming name never matches it
+    (its run token before ``-c`` is hex, never ``w``).
+    """
+    if write < 0:
+        raise ValueError(f"a write index is >= 0, got {write}")
+    return f"{job_id}-w{write:03d}"
+
+
+# --------------------------------------------------------------------------------------------
+# Write identity: the n-th write of a job to a table in this driver run.
+# --------------------------------------------------------------------------------------------
+
+#: the directory of a driver run's write counters, inside the SparkContext's own files directory
+WRITE_COUNTS_DIR: Final = ".sparkguard-writes"
+
+
+def write_index_of(status: timeline.InstantStatus) -> int:
+    """The write index an instant's ``.inflight`` records (pure).
+
+    Instants written before write identity existed carry none: they were write 0.
+    """
+    info = status.info
+    return info.write if info is not None and info.write is not None else 0
+
+
+def driver_run_dir() -> str | None:
+    """Where this driver run keeps its write counters, or ``None`` outside a Spark driver.
+
+    A driver run is one SparkContext. PySpark calls ``DataSource.writer`` in a Python worker on
+    the driver (a fresh or reused process: no in-process state survives from one write to the
+    next), and hands that worker the SparkContext's files directory (``SparkFiles``): unique
+    per SparkContext, on the driver's disk, deleted when the context stops. The counters live
+    there. A writer built by hand outside Spark (tests) has no driver run: every write is 0.
+    """
+    from pyspark.files import SparkFiles
+
+    # Set by PySpark's worker set-up in every Python worker; the planner worker of a write
+    # runs on the driver, so this is the driver's SparkContext directory.
+    root = getattr(SparkFiles, "_root_directory", None)
+    if not getattr(SparkFiles, "_is_running_on_worker", False) or not root:
+        return None
+    return os.path.join(root, WRITE_COUNTS_DIR)
+
+
+def next_write_index(run_dir: str | None, *, job_id: str, table_url: str) -> int:
+    """Take the next write index of ``job_id`` on ``table_url`` in this driver run: 0, 1, ...
+
+    One small counter file per (job, table) under ``run_dir``, incremented under an exclusive
+    lock, so concurrent writes of one driver (several planner workers) never share an index.
+    Every write taken counts, whatever becomes of it: a rerun maps write n to write n only if
+    it issues the same writes in the same order. ``run_dir=None`` (no driver run): always 0.
+    """
+    if run_dir is None:
+        return 0
+    os.makedirs(run_dir, exist_ok=True)
+    key = hashlib.sha256(f"{job_id}\n{table_url}".encode()).hexdigest()[:32]
+    fd = os.open(os.path.join(run_dir, key), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.pread(fd, 32, 0).strip()
+        index = int(raw) if raw else 0
+        data = str(index + 1).encode()
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        return index
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def new_driver_run(spark: Any) -> None:
+    """Count writes from 0 again in ``spark``'s SparkContext, as a restarted driver does.
+
+    For tests and notebooks that rerun a job in one session: after this call the next write of
+    each (job id, table) is write 0 again, so a rerun of a committed job is skipped instead of
+    appended a second time. Call it between runs, never while a write is running.
+    """
+    from pyspark.files import SparkFiles
+
+    spark.sparkContext  # noqa: B018 - fails clearly when the session was stopped
+    shutil.rmtree(os.path.join(SparkFiles.getRootDirectory(), WRITE_COUNTS_DIR), ignore_errors=True)
 
 
 def escape_partition_value(value: Any) -> str:
@@ -245,6 +340,8 @@ class SinkSpec:
     partition_by: tuple[str, ...]
     max_records: int
     faults: tuple[Fault, ...]
+    #: the write index (batch writes; streaming names carry the batch and run instead)
+    write: int = 0
 
 
 class _TaskFiles:
@@ -451,9 +548,18 @@ class Target:
 
 
 def open_target(url: str, settings: config.WriteSettings) -> Target:
-    """Resolve the table URL under ``settings``."""
+    """Resolve the table URL under ``settings``.
+
+    Refuses the in-memory store: it lives in one process, and Spark writes from several (tasks
+    run in Python workers, the commit in another).
+    """
     normalised = reader.table_url(url)
     manager, path = settings.resolve(normalised)
+    if isinstance(manager, filemanager.MemoryFileManager):
+        raise errors.ConfigError(
+            f"table {url!r}: the in-memory store lives inside one process, and Spark's tasks and "
+            "commit run in other processes; write to a local path or an object store instead"
+        )
     return Target(normalised, manager, path, timeline.Timeline(manager, path))
 
 
@@ -549,20 +655,23 @@ class SparkguardDataSource(DataSource):
                 f"option 'rerun'={raw_rerun!r} is not valid; use skip (default) or rewrite"
             ) from None
         target = open_target(url, settings)
+        write = next_write_index(driver_run_dir(), job_id=settings.job_id, table_url=target.url)
         roll_back_stale(target, settings)
         committed = [
             s
             for s in target.timeline.statuses(job_id=settings.job_id)
             if s.state is timeline.State.COMMITTED
             and s.extra.get("operation") != reader.Operation.STREAM_REGISTER.value
+            and write_index_of(s) == write
         ]
         if committed and rerun is Rerun.SKIP:
             logger.warning(
-                "job %s already committed %s on %s: skipping this write (rerun=skip); pass "
+                "job %s already committed write %d on %s as %s: skipping it (rerun=skip); pass "
                 ".option('rerun', 'rewrite') to write again",
                 settings.job_id,
-                committed[-1].instant,
+                write,
                 target.url,
+                committed[-1].instant,
             )
             return SkipWriter(settings.job_id, target.url, committed[-1].instant)
         if overwrite:
@@ -578,6 +687,7 @@ class SparkguardDataSource(DataSource):
             marker_type=settings.marker_type.value,
             operation=operation.value,
             extra={"format": fmt.value, "partitionBy": list(parts)},
+            write=write,
         )
         record_journal(settings, table_url=target.url, instant=instant)
         mdir = markers.marker_dir(target.path, instant)
@@ -593,6 +703,7 @@ class SparkguardDataSource(DataSource):
             partition_by=parts,
             max_records=max_records,
             faults=faults,
+            write=write,
         )
         return BatchWriter(spec, instant=instant, operation=operation, schema_json=schema.json())
 
@@ -651,14 +762,15 @@ class BatchWriter(DataSourceArrowWriter):
         self.operation = operation
         self.schema_json = schema_json
 
+    @property
+    def token(self) -> str:
+        """The name token of this write's files (:func:`batch_token`)."""
+        return batch_token(self.spec.settings.job_id, self.spec.write)
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
         partition, attempt, task_id = _task_identity()
         files = write_partition(
-            self.spec,
-            iterator,
-            partition=partition,
-            attempt=attempt,
-            token=self.spec.settings.job_id,
+            self.spec, iterator, partition=partition, attempt=attempt, token=self.token
         )
         return WriteMessage(
             partition=partition, attempt=attempt, task_attempt_id=task_id, files=files
@@ -748,6 +860,7 @@ def commit_instant(
                 "attempt": spec.settings.attempt,
                 "rows": sum(f.rows for f in files),
             },
+            write=spec.write,
         )
         fire_faults(spec.faults, "commit:after-outcome")
         client.delete_dir(spec.marker_dir_url)

@@ -51,7 +51,7 @@ def test_partitioned_write_layout_and_read_back(spark: Any, tmp_path: Path) -> N
     files = data_files_on_storage(url)
     assert files == set(reader.committed_files(url))
     assert {f.split("/")[0] for f in files} == {"k=0", "k=1", "k=2"}
-    assert all("-layout-1-c" in f and f.endswith(".parquet") for f in files)
+    assert all("-layout-1-w000-c" in f and f.endswith(".parquet") for f in files)
     assert any(f.endswith("-c001.parquet") for f in files)  # maxRecordsPerFile rolled over
     assert_exactly_once(url, ROWS)
     df = reader.read_table(spark, url)
@@ -76,12 +76,14 @@ def test_rerun_same_job_skips_and_rewrite_and_new_job(spark: Any, tmp_path: Path
     url = str(tmp_path / "t")
     _write(ids_df(spark, ROWS), url)
     before = {p: Path(url, p).stat().st_mtime_ns for p in data_files_on_storage(url)}
+    writer.new_driver_run(spark)  # a re-run is a new driver run: its first write is write 0
     _write(ids_df(spark, ROWS), url)  # same job id: exactly-once re-run, nothing written
     after = {p: Path(url, p).stat().st_mtime_ns for p in data_files_on_storage(url)}
     assert before == after
     assert_exactly_once(url, ROWS)
     # rerun=rewrite writes the same names again; fewer partitions: the old extra file is
     # superseded, not duplicated.
+    writer.new_driver_run(spark)
     _write(ids_df(spark, ROWS, partitions=2), url, rerun="rewrite")
     assert_exactly_once(url, ROWS)
     assert len(reader.superseded_files(reader.load_commits(*_open(url)))) == 2
@@ -187,6 +189,7 @@ def test_random_faults_then_rollback_and_rerun_hold_each_row_once(
         summary = rollback.rollback_job(job, journal)
         assert summary.job_id == job
         assert undecided(url) == [], context
+        writer.new_driver_run(spark)  # the re-run is a new driver run: write 0 again
         _write(ids_df(spark, ROWS), url, partitionBy=partition_by)
         assert_exactly_once(url, ROWS)
         assert_no_strays(url)

@@ -112,12 +112,14 @@ def test_s3_task_retry_job_failure_rollback_and_rerun(
     assert undecided(url, s3_options) == []  # abort rolled it back already
     rollback.rollback_job("s3-job", journal, storage_options=s3_options)
     assert_no_strays(url, s3_options)
+    writer.new_driver_run(spark)  # the re-run: write 0 again, under the rolled-back names
     once = json.dumps([{"point": "task:mid-file", "partition": 1, "attempt": 0}])
     ids_df(spark, ROWS).write.format("sparkguard").mode("append").option("partitionBy", "k").option(
         writer.FAULTS_OPTION, once
     ).save(url)
     assert_exactly_once(url, ROWS, s3_options)
     assert_no_strays(url, s3_options)
+    writer.new_driver_run(spark)  # a re-run is a new driver run: its first write is write 0
     ids_df(spark, ROWS).write.format("sparkguard").mode("append").option("partitionBy", "k").save(
         url
     )
