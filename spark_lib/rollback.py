@@ -277,18 +277,22 @@ def _delete(
     """Delete the files of ``relative`` that exist, and the leftovers a killed writer of those
     names left; counts what was actually removed (or, dry run, what would be)."""
     result = _Deleted()
-    total = len(relative)
+    if not relative:
+        return result
+    full = [paths.join(table, rel) for rel in relative]
+    # Leftovers first (one listing per directory): a temp file or upload of a name published
+    # meanwhile is then gone with it, or fails to publish.
+    leftovers = manager.find_leftovers(full)
+    if dry_run:
+        result.files = len(manager.existing_files(full))
+        result.temp_files = len(leftovers)
+        return result
+    result.temp_files = manager.remove_leftovers(leftovers)
+    total = len(full)
     for start in range(0, total, DELETE_CHUNK):
-        chunk = [paths.join(table, rel) for rel in relative[start : start + DELETE_CHUNK]]
-        leftovers = manager.find_leftovers(chunk)
-        if dry_run:
-            result.files += len(manager.existing_files(chunk))
-            result.temp_files += len(leftovers)
-        else:
-            result.files += len(manager.delete_existing(chunk))
-            result.temp_files += manager.remove_leftovers(leftovers)
+        result.files += len(manager.delete_existing(full[start : start + DELETE_CHUNK]))
         if progress is not None:
-            progress("delete", start + min(DELETE_CHUNK, total - start), total)
+            progress("delete", min(start + DELETE_CHUNK, total), total)
     return result
 
 
