@@ -66,6 +66,7 @@ def ensure_registered(target: writer.Target, settings: Any, *, fmt: str, schema_
         return
     instant = target.timeline.start(
         settings.job_id,
+        owner=settings.instant_owner,
         attempt=settings.attempt,
         marker_type=settings.marker_type.value,
         operation=reader.Operation.STREAM_REGISTER.value,

@@ -175,3 +175,14 @@ def test_cli_owner_and_force(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         run("--owner", "bad\towner")
     assert bad.value.code == 2
     assert "--owner" in capsys.readouterr().err
+
+
+def test_stream_registration_records_the_owner(tmp_path: Path) -> None:
+    from sparkguard.spark_lib import config, streaming
+
+    conf = {"spark.sparkguard.jobId": "stream-owner", "spark.sparkguard.owner": OWNER_A}
+    settings = config.parse_settings(conf=conf)
+    target = writer.open_target(str(tmp_path / "t"), settings)
+    streaming.ensure_registered(target, settings, fmt="parquet", schema_json="{}")
+    (instant,) = target.timeline.instant_ids()
+    assert target.timeline.status(instant).owner == OWNER_A
