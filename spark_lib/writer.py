@@ -1,6 +1,6 @@
 """The guarded batch writer: ``df.write.format("sparkguard")``, a PySpark Python data source.
 
-One write is one instant of the table's timeline (DESIGN.md, "Write protocol"):
+One write is one instant of the table's timeline (docs/storage-contract.md, "A write"):
 
 1. driver (``DataSource.writer``): take the write's identity (the n-th write of this job to
    this table in this driver run, :func:`next_write_index`), roll back this job's stale
