@@ -243,6 +243,8 @@ def test_rollback_resumes_after_a_crash_at_any_step(
         budget = {"left": rng.randrange(1, 12)}
         for cls, name in [
             (filemanager.FileManager, "delete_many"),
+            (filemanager.FileManager, "delete_existing"),
+            (filemanager.FileManager, "remove_leftovers"),
             (filemanager.FileManager, "put_if_absent"),
             (filemanager.FileManager, "write_bytes"),
             (filemanager.FileManager, "read_bytes"),
