@@ -126,3 +126,16 @@ def test_journal_lists_a_jobs_tables_and_instants(store: Store) -> None:
     assert journal.Journal(store.manager, root, "job-b").entries() == []
     with pytest.raises(errors.ConfigError, match="belongs to job 'job-a'"):
         journal.Journal(store.manager, root, "job-b").record(table="x", instant=i1, attempt=0)
+
+
+def test_inflight_records_owner_and_write_identity(store: Store) -> None:
+    tl = timeline.Timeline(store.manager, store.base)
+    instant = tl.start("job-w", attempt=0, marker_type="DIRECT", owner="k8s:ns/app/1", write=2)
+    info = tl.read_info(instant)
+    assert info is not None
+    assert (info.owner, info.write) == ("k8s:ns/app/1", 2)
+    assert tl.status(instant).owner == "k8s:ns/app/1"
+    plain = tl.start("job-w", attempt=0, marker_type="DIRECT")
+    assert (tl.status(plain).owner, tl.status(plain).info.write) == ("job:job-w", None)  # type: ignore[union-attr]
+    with pytest.raises(errors.ConfigError, match="owner"):
+        tl.start("job-w", attempt=0, marker_type="DIRECT", owner="")
