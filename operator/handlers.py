@@ -138,6 +138,9 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
         runtime.pending[key.id] = key
         if not runtime.leading():
             return  # the leader acts; we remember the app in case we become the leader
+        version = (app.get("metadata") or {}).get("resourceVersion")
+        if version is not None and runtime.written.get(key.id) == version:
+            return  # the echo of our own patch: its worker holds that very version already
         wake(runtime, key, logger=logger)
 
     return registry
@@ -219,6 +222,7 @@ async def _work(
         # No await between reconcile's last look at the flag and this: news that arrives
         # from now on starts a new worker.
         del runtime.workers[key.id]
+        runtime.written.pop(key.id, None)
 
 
 _log = logging.getLogger(__name__)
@@ -282,14 +286,19 @@ async def reconcile(
     namespace, name = key.namespace, key.name
     wakeup = wakeup if wakeup is not None else asyncio.Event()
     steps = 0
+    #: the app as our last patch returned it: as fresh as a read, one request fewer
+    written: dict[str, Any] | None = None
     while steps < MAX_STEPS:
-        wakeup.clear()
+        if wakeup.is_set():
+            written = None  # news since our last patch: read the app as it is now
+        if written is None:
+            wakeup.clear()
         if not runtime.leading():
             logger.info("not the leader any more; the leader continues")
             return
         app: dict[str, Any] | None = None
         try:
-            app = await runtime.kube.get_app(namespace, name)
+            app, written = written or await runtime.kube.get_app(namespace, name), None
             if app is None or (key.uid is not None and runtime_.AppKey.of(app).uid != key.uid):
                 runtime.pending.pop(key.id, None)
                 runtime.metrics.track_recovery((namespace, name), recovering=False)
@@ -315,24 +324,31 @@ async def reconcile(
                     )
                 continue
             steps += 1
-            await _act(runtime, app=app, decision=decision, logger=logger)
+            written = await _act(runtime, app=app, decision=decision, logger=logger)
         except errors.KubeConflictError as exc:
             runtime.metrics.conflicts.labels(step="patch").inc()
             logger.info("%s", exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - storage and API fail in many ways; we retry
-            reason = recovery.Reason.ROLLBACK_FAILED.value
-            runtime.metrics.failures.labels(reason=reason).inc()
-            message = (
-                f"{type(exc).__name__}: {exc}; sparkguard retries in "
-                f"{config.error_backoff_seconds:.0f}s"
-            )
-            logger.warning("recovery step failed: %s", message)
-            if app is not None:
-                await _event(runtime, app, type="Warning", reason=reason, message=message)
-            await runtime.sleep(config.error_backoff_seconds)
+            await _step_failed(runtime, app, exc, logger=logger)
     logger.warning("stopped after %d steps; the next event of this app continues", MAX_STEPS)
+
+
+async def _step_failed(
+    runtime: runtime_.Runtime, app: dict[str, Any] | None, exc: Exception, *, logger: Logger
+) -> None:
+    """A Warning Event and a metric for a failed step; then wait before the next try."""
+    config = runtime.config
+    reason = recovery.Reason.ROLLBACK_FAILED.value
+    runtime.metrics.failures.labels(reason=reason).inc()
+    message = (
+        f"{type(exc).__name__}: {exc}; sparkguard retries in {config.error_backoff_seconds:.0f}s"
+    )
+    logger.warning("recovery step failed: %s", message)
+    if app is not None:
+        await _event(runtime, app, type="Warning", reason=reason, message=message)
+    await runtime.sleep(config.error_backoff_seconds)
 
 
 async def _patch(
@@ -340,13 +356,17 @@ async def _patch(
 ) -> dict[str, Any] | None:
     """Patch exactly this object at exactly this version (uid + resourceVersion)."""
     meta = app.get("metadata") or {}
-    return await runtime.kube.patch_app(
+    patched = await runtime.kube.patch_app(
         meta["namespace"],
         meta["name"],
         patch,
         uid=meta.get("uid"),
         resource_version=meta.get("resourceVersion"),
     )
+    if patched is not None:
+        key = runtime_.AppKey.of(patched)
+        runtime.written[key.id] = (patched.get("metadata") or {}).get("resourceVersion")
+    return patched
 
 
 async def _act(
@@ -355,16 +375,18 @@ async def _act(
     app: dict[str, Any],
     decision: recovery.Decision,
     logger: Logger,
-) -> None:
+) -> dict[str, Any] | None:
+    """Take the step; return the app as the last patch left it (``None``: read it again)."""
     action = decision.action
     if action in (recovery.Action.MARK_INVALID, recovery.Action.MARK_SUCCEEDED):
-        if await _patch(runtime, app, decision.patch) is None:
-            return
+        marked = await _patch(runtime, app, decision.patch)
+        if marked is None:
+            return None
         if action is recovery.Action.MARK_INVALID:
             runtime.metrics.failures.labels(reason=recovery.Reason.INVALID_ANNOTATION.value).inc()
             logger.info("marked Invalid: %s", decision.reason)
         await _post(runtime, app, decision.event)
-        return
+        return marked
     if action in (recovery.Action.RESUBMIT, recovery.Action.NUDGE):
         patched = await _patch(runtime, app, decision.patch)
         if patched is not None:
@@ -374,10 +396,9 @@ async def _act(
                 runtime.metrics.resubmit_retries.inc()
             logger.info("%s", decision.reason)
             await _post(runtime, patched, decision.event)
-        return
+        return patched
     if action in (recovery.Action.ROLLBACK, recovery.Action.GIVE_UP):
-        await _rollback(runtime, app=app, decision=decision, logger=logger)
-        return
+        return await _rollback(runtime, app=app, decision=decision, logger=logger)
     raise AssertionError(f"unhandled action {action}")  # pragma: no cover
 
 
@@ -451,7 +472,7 @@ async def _rollback(
     app: dict[str, Any],
     decision: recovery.Decision,
     logger: Logger,
-) -> None:
+) -> dict[str, Any] | None:
     options = decision.options
     assert options is not None
     meta = app["metadata"]
@@ -461,7 +482,7 @@ async def _rollback(
     # the failure, one writes it and the other gets a conflict, reads it again and waits.
     marked = await _patch(runtime, app, decision.patch)
     if marked is None:
-        return
+        return None
     if new_failure:
         state = (app.get("status") or {}).get("applicationState", {}).get("state", "FAILED")
         runtime.metrics.failures.labels(reason=str(state)).inc()
@@ -517,7 +538,7 @@ async def _rollback(
     if concluded is None:
         runtime.metrics.conflicts.labels(step="conclude").inc()
         logger.info("rollback done, but the app is gone or another operator took it over")
-        return
+        return None
     if conclusion.phase is not recovery.Phase.ROLLED_BACK:
         runtime.metrics.failures.labels(reason=conclusion.event.reason.value).inc()
     runtime.metrics.track_recovery(
@@ -525,6 +546,7 @@ async def _rollback(
     )
     logger.info("%s", conclusion.event.message)
     await _post(runtime, concluded, conclusion.event)
+    return concluded
 
 
 async def _storage_options(

@@ -7,16 +7,23 @@ with it every other app's recovery) never blocks.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime
+import functools
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Final, TypeVar, cast
 
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sparkguard.operator import errors, mutation
+
+T = TypeVar("T")
+#: threads (and pooled connections) for the operator's own API calls: a burst of recoveries
+#: must not queue behind asyncio's small default executor (cpu count + 4 threads)
+API_THREADS: Final = 32
 
 
 class KubeClient:
@@ -32,6 +39,14 @@ class KubeClient:
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
         self.on_request: Callable[[str], None] | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=API_THREADS, thread_name_prefix="sparkguard-kube"
+        )
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking client call in the client's own threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     def _count(self, request: str) -> None:
         if self.on_request is not None:
@@ -41,7 +56,7 @@ class KubeClient:
         """The SparkApplication as stored now, or ``None`` when it is gone."""
         self._count("get")
         try:
-            found = await asyncio.to_thread(
+            found = await self._call(
                 self._custom.get_namespaced_custom_object,
                 mutation.GROUP,
                 mutation.VERSION,
@@ -81,7 +96,7 @@ class KubeClient:
             body["metadata"] = meta
         self._count("patch")
         try:
-            patched = await asyncio.to_thread(
+            patched = await self._call(
                 self._custom.patch_namespaced_custom_object,
                 mutation.GROUP,
                 mutation.VERSION,
@@ -134,15 +149,13 @@ class KubeClient:
         }
         self._count("event")
         event = cast(client.CoreV1Event, body)  # the client serialises a plain dict as it is
-        await asyncio.to_thread(self._core.create_namespaced_event, meta["namespace"], event)
+        await self._call(self._core.create_namespaced_event, meta["namespace"], event)
 
     async def get_lease(self, namespace: str, name: str) -> client.V1Lease | None:
         """The Lease, or ``None`` when it does not exist."""
         self._count("lease-get")
         try:
-            lease = await asyncio.to_thread(
-                self._coordination.read_namespaced_lease, name, namespace
-            )
+            lease = await self._call(self._coordination.read_namespaced_lease, name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -153,9 +166,7 @@ class KubeClient:
         """Create the Lease; ``None`` when another process created it first."""
         self._count("lease-create")
         try:
-            created = await asyncio.to_thread(
-                self._coordination.create_namespaced_lease, namespace, lease
-            )
+            created = await self._call(self._coordination.create_namespaced_lease, namespace, lease)
         except ApiException as exc:
             if exc.status == 409:
                 return None
@@ -168,7 +179,7 @@ class KubeClient:
         assert lease.metadata.name
         self._count("lease-update")
         try:
-            replaced = await asyncio.to_thread(
+            replaced = await self._call(
                 self._coordination.replace_namespaced_lease,
                 lease.metadata.name,
                 namespace,
@@ -184,7 +195,7 @@ class KubeClient:
         """The (still base64-encoded) data of a Secret, or ``None`` when it does not exist."""
         self._count("secret")
         try:
-            secret = await asyncio.to_thread(self._core.read_namespaced_secret, name, namespace)
+            secret = await self._call(self._core.read_namespaced_secret, name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -197,6 +208,7 @@ def load_api_client(*, kubeconfig: str | None = None) -> client.ApiClient:
     import kubernetes.config as kube_config
 
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = API_THREADS
     if kubeconfig is None:
         try:
             kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -61,6 +61,8 @@ class Runtime:
     pending: dict[str, AppKey] = dataclasses.field(default_factory=dict)
     #: one reconciling task per app at most: its key id -> wake-up flag (set on news)
     workers: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
+    #: resourceVersion our last patch of an app produced (its watch echo is no news)
+    written: dict[str, str | None] = dataclasses.field(default_factory=dict)
     #: background tasks of this process (the campaign, workers), cancelled at shutdown
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     #: called with (key, decision) each time this process decided about an app (tests wait
