@@ -105,7 +105,15 @@ class Admission:
     async def review(
         self, app: Mapping[str, Any], *, old: Mapping[str, Any] | None
     ) -> mutation.Review:
-        """The verdict on one request: :func:`mutation.review`, then the duplicate job id."""
+        """The verdict on one request: :func:`mutation.review`, then the duplicate job id.
+
+        An app in a namespace the operator does not watch passes untouched (the chart's
+        namespaceSelector keeps it away already; managed mode has none): it would never be
+        recovered, so mutating it would only promise what nobody keeps.
+        """
+        namespace = (app.get("metadata") or {}).get("namespace")
+        if not self.config.clusterwide and namespace not in self.config.namespaces:
+            return mutation.Review(allowed=True)
         verdict = mutation.review(
             app,
             old=old,

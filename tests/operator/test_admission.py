@@ -27,3 +27,18 @@ def test_effective_job_id_and_liveness() -> None:
     deleting = spark_app()
     deleting["metadata"]["deletionTimestamp"] = "2026-11-23T10:00:00Z"
     assert not admission.is_live(deleting)
+
+
+async def test_apps_of_unwatched_namespaces_pass_untouched() -> None:
+    from sparkguard.operator import config as config_
+
+    config = config_.OperatorConfig(
+        namespaces=("jobs",),
+        webhook_mode=config_.WebhookMode.MANAGED,
+        journal_root="s3://j",
+        sidecar_native=True,
+    )
+    admit = admission.Admission(config, api_client=None)  # type: ignore[arg-type]
+    verdict = await admit.review(spark_app("etl", namespace="elsewhere"), old=None)
+    assert verdict.allowed
+    assert verdict.patch == {}
