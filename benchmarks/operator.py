@@ -1,0 +1,348 @@
+"""Operator at scale: N opted-in apps, a tenth failing at once, two replicas, the leader killed.
+
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/operator.py [--quick] [--apps N]
+        [--failing-fraction F] [--rollback-seconds S]
+
+On the real kube-apiserver bench (tests/kubebench). Two operator replicas run as processes
+(``tests/operator/replica.py``: the product's kopf handlers, leader election, claims, patches
+and Events; only the storage rollback is a stand-in that takes ``--rollback-seconds``), as the
+ServiceAccount ``operator`` (so the apiserver's audit log counts exactly their requests). A tenth
+of the apps are set FAILED at once; once the leader has started a few rollbacks it is SIGKILLed
+and the other replica takes over (Lease ``--lease`` and claim ``--claim-ttl``).
+
+Reports, per failing app, the time from its FAILED status to the resubmission patch (as the
+benchmark's own watch sees it) minus the rollback's own duration (from ``last-rollback``);
+how many apps were resubmitted exactly once, twice, never (from their spec generation); the
+replicas' RSS (VmRSS before the burst, VmHWM peak after); and the operator's apiserver requests
+per recovery (audit log; watches, lists and Lease traffic counted apart). Last line:
+
+    operator: apps=<n> resubmitted-once=<a> twice=<b> never=<c> p99=<s>s rss=<m>MiB
+
+(``rss`` = the peak of the replica that finished the recovery).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
+
+from _common import REPO, log, percentile
+from kubernetes import client, watch
+
+from tests.kubebench.bench import KubeBench
+from tests.operator.apps import GROUP, PLURAL, VERSION, failed_status, spark_app
+
+REPLICA = REPO / "tests" / "operator" / "replica.py"
+NAMESPACE = "bench-apps"
+SYSTEM = "bench-operator"
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+class Replicas:
+    """The two replica processes and their records."""
+
+    def __init__(self, bench: KubeBench, workdir: Path, args: argparse.Namespace) -> None:
+        self.workdir = workdir
+        self.kubeconfig = bench.service_account_kubeconfig(SYSTEM, "operator")
+        self.calls = workdir / "rollbacks.jsonl"
+        self.decisions = workdir / "decisions.jsonl"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SPARKGUARD_")},
+            "PYTHONSAFEPATH": "1",
+            "SPARKGUARD_NAMESPACES": NAMESPACE,
+            "SPARKGUARD_WEBHOOK_MODE": "disabled",
+            "SPARKGUARD_JOURNAL_ROOT": "s3://warehouse/_journal",
+            "SPARKGUARD_METRICS_PORT": "0",
+            "SPARKGUARD_LIVENESS_PORT": "0",
+            "SPARKGUARD_LEADER_ELECTION": "true",
+            "SPARKGUARD_LEASE_NAMESPACE": SYSTEM,
+            "SPARKGUARD_LEASE_NAME": "sparkguard",
+            "SPARKGUARD_LEASE_DURATION": args.lease,
+            "SPARKGUARD_CLAIM_TTL": args.claim_ttl,
+            "SPARKGUARD_RESUBMIT_TIMEOUT": "10m",  # count resubmissions, not nudges
+            "SPARKGUARD_MAX_CONCURRENT_ROLLBACKS": str(args.concurrent_rollbacks),
+        }
+        self.rollback_seconds = args.rollback_seconds
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        log_file = (self.workdir / f"replica-{name}.log").open("wb")
+        command = [sys.executable, str(REPLICA), "--kubeconfig", self.kubeconfig]
+        command += ["--calls", str(self.calls), "--decisions", str(self.decisions)]
+        command += ["--rollback-seconds", str(self.rollback_seconds)]
+        process = subprocess.Popen(
+            command, env={**self.env, "SPARKGUARD_POD_NAME": name}, stdout=log_file, stderr=log_file
+        )
+        self.processes[name] = process
+        return process
+
+    def identity(self, name: str) -> str:
+        path = self.workdir / f"replica-{name}.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            first = path.read_text().split("\n", 1)[0]
+            if first.startswith("replica "):
+                return first.split()[1]
+            time.sleep(0.05)
+        raise RuntimeError(f"replica {name} did not start: {path.read_text()[-2000:]}")
+
+    def lines(self, path: Path) -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        return [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _wait(check: Any, *, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _grant_operator(bench: KubeBench) -> None:
+    bench.ensure_service_account(SYSTEM, "operator")
+    bench.apply_manifest(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "bench-operator"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": SYSTEM}],
+        }
+    )
+
+
+class Watcher:
+    """The benchmark's own watch: when each app's resubmission (attempt 1) first appears."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.resubmitted: dict[str, float] = {}
+        self.recovering = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            for event in stream.stream(
+                self.custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                NAMESPACE,
+                PLURAL,
+                timeout_seconds=5,
+            ):
+                app = event["object"]
+                name = app["metadata"]["name"]
+                notes = app["metadata"].get("annotations") or {}
+                if notes.get("sparkguard.io/phase") == "Recovering":
+                    self.recovering.set()
+                conf = app["spec"].get("sparkConf") or {}
+                if conf.get("spark.sparkguard.attempt") == "1" and name not in self.resubmitted:
+                    self.resubmitted[name] = time.time()
+                if self.stop.is_set():
+                    stream.stop()
+
+
+def run(args: argparse.Namespace) -> str:
+    with tempfile.TemporaryDirectory(prefix="sg-bench-operator-") as tmp, KubeBench() as bench:
+        workdir = Path(tmp)
+        api = bench.api_client()
+        custom = client.CustomObjectsApi(api)
+        bench.ensure_namespace(NAMESPACE)
+        _grant_operator(bench)
+        log(f"creating {args.apps} opted-in apps")
+        for i in range(args.apps):
+            app = spark_app(f"app-{i:04d}", namespace=NAMESPACE)
+            app["metadata"]["annotations"]["sparkguard.io/backoff"] = "0"
+            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, app)
+        replicas = Replicas(bench, workdir, args)
+        failing = [f"app-{i:04d}" for i in range(0, args.apps, round(1 / args.failing_fraction))]
+        watcher = Watcher(api)
+        try:
+            leader = replicas.start("a")
+            leader_id = replicas.identity("a")
+            coordination = client.CoordinationV1Api(api)
+
+            def holder() -> str:
+                try:
+                    lease = coordination.read_namespaced_lease("sparkguard", SYSTEM)
+                except client.ApiException:
+                    return ""
+                return str(lease.spec.holder_identity or "")
+
+            _wait(lambda: holder() == leader_id, what="replica a to lead", timeout=60)
+            follower = replicas.start("b")
+            follower_id = replicas.identity("b")
+
+            def listed(who: str) -> bool:
+                seen = {d["app"] for d in replicas.lines(replicas.decisions) if d["replica"] == who}
+                return len(seen) >= args.apps
+
+            _wait(
+                lambda: listed(leader_id) and listed(follower_id), what="both to list", timeout=120
+            )
+            rss_before = {n: _status_kib(p.pid, "VmRSS") for n, p in replicas.processes.items()}
+            generations = {
+                name: custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)[
+                    "metadata"
+                ]["generation"]
+                for name in failing
+            }
+            watcher.thread.start()
+            log(f"{len(failing)} apps fail at once")
+            failed_at: dict[str, float] = {}
+
+            def fail(name: str) -> None:
+                custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, NAMESPACE, PLURAL, name, {"status": failed_status()}
+                )
+                failed_at[name] = time.time()
+
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                list(pool.map(fail, failing))
+            kill_after = max(1, len(failing) // 5)
+
+            def leader_mid_recovery() -> bool:
+                started = [c for c in replicas.lines(replicas.calls) if c["replica"] == leader_id]
+                return len(started) >= kill_after
+
+            _wait(leader_mid_recovery, what="the leader to start rollbacks", timeout=120)
+            survivor_id, survivor = leader_id, leader
+            killed_at = float("inf")
+            if not args.no_kill:
+                leader.send_signal(signal.SIGKILL)
+                leader.wait()
+                killed_at = time.time()
+                survivor_id, survivor = follower_id, follower
+                log(f"SIGKILLed the leader after {kill_after} rollback(s) had started")
+            _wait(
+                lambda: set(failing) <= watcher.resubmitted.keys(),
+                what="every failing app to be resubmitted",
+                timeout=max(120, len(failing) * 2.0),
+            )
+
+            def settled() -> bool:
+                seen = {
+                    d["app"]
+                    for d in replicas.lines(replicas.decisions)
+                    if d["replica"] == survivor_id and "resubmitted attempt 1" in d["reason"]
+                }
+                return set(failing) <= seen
+
+            _wait(settled, what="the surviving replica to settle", timeout=120)
+            peak = _status_kib(survivor.pid, "VmHWM")
+            rss_now = _status_kib(survivor.pid, "VmRSS")
+            calls = replicas.lines(replicas.calls)
+        finally:
+            watcher.stop.set()
+            replicas.stop()
+        counts: collections.Counter[int] = collections.Counter()
+        reactions, reactions_after_kill = [], []
+        for name in failing:
+            app = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+            counts[app["metadata"]["generation"] - generations[name]] += 1
+            last = json.loads(
+                app["metadata"]["annotations"].get("sparkguard.io/last-rollback", "{}")
+            )
+            rollback = float(last.get("seconds") or 0.0)
+            reaction = watcher.resubmitted[name] - failed_at[name] - rollback
+            reactions.append(reaction)
+            if watcher.resubmitted[name] > killed_at:
+                reactions_after_kill.append(reaction)
+        user = f"system:serviceaccount:{SYSTEM}:operator"
+        requests: collections.Counter[str] = collections.Counter()
+        for event in bench.audit_events(user=user):
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource") or "discovery"
+            resource += "/" + ref["subresource"] if ref.get("subresource") else ""
+            requests[f"{event['verb']} {resource}"] += 1
+        api.close()
+    per_job = collections.Counter(c["job"] for c in calls)
+    log(
+        f"rollback calls: {len(calls)} for {len(failing)} apps "
+        f"({sum(1 for n in per_job.values() if n > 1)} apps rolled back again by the new leader)"
+    )
+    once, twice, never = counts[1], counts[2], counts[0]
+    p50, p99 = percentile(reactions, 0.5), percentile(reactions, 0.99)
+    log(
+        f"FAILED -> resubmit patch, rollback excluded: p50 {p50:.2f}s p99 {p99:.2f}s "
+        f"(max {max(reactions):.2f}s); resubmitted after the kill: {len(reactions_after_kill)}"
+    )
+    mib = {n: round(kib / 1024) for n, kib in rss_before.items()}
+    log(
+        f"RSS before the burst: {mib} MiB; survivor now {rss_now / 1024:.0f} MiB, "
+        f"peak {peak / 1024:.0f} MiB"
+    )
+    recovery = {k: v for k, v in requests.items() if "lease" not in k and k.split()[0] not in (
+        "watch", "list") and "discovery" not in k}  # fmt: skip
+    per = {k: round(v / len(failing), 2) for k, v in sorted(recovery.items())}
+    log(f"apiserver requests per recovery (both replicas): {per}")
+    other = {k: v for k, v in sorted(requests.items()) if k not in recovery}
+    log(f"other requests in the whole run (watches, lists, Lease, discovery): {other}")
+    return (
+        f"operator: apps={args.apps} resubmitted-once={once} twice={twice} never={never} "
+        f"p99={p99:.2f}s rss={peak / 1024:.0f}MiB"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100 apps (about a minute)")
+    parser.add_argument("--apps", type=int, default=1000)
+    parser.add_argument("--failing-fraction", type=float, default=0.1)
+    parser.add_argument("--rollback-seconds", type=float, default=0.5)
+    parser.add_argument("--concurrent-rollbacks", type=int, default=4)
+    parser.add_argument("--lease", default="5s", help="SPARKGUARD_LEASE_DURATION")
+    parser.add_argument("--claim-ttl", default="6s", help="SPARKGUARD_CLAIM_TTL")
+    parser.add_argument("--no-kill", action="store_true", help="leave the leader alive")
+    args = parser.parse_args()
+    if args.quick:
+        args.apps = 100
+    if not 0 < args.failing_fraction <= 1 or args.apps < 10:
+        print("operator benchmark: --apps must be >= 10 and --failing-fraction in (0, 1]")
+        return 2
+    started = time.monotonic()
+    line = run(args)
+    log(f"took {time.monotonic() - started:.0f}s")
+    print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
