@@ -3,8 +3,9 @@
 A PySpark job writes a table through sparkguard with its markers batched by the marker sidecar.
 Its first attempt is killed (SIGKILL of the whole driver) in the middle of the write. The demo
 shows what it left behind, rolls it back, reruns the job with the same job id, and checks that
-every row is in the table exactly once and no uncommitted file remains. Exits non-zero if any
-check fails. Needs Java 17 for Spark; takes about a minute on 2 cores.
+every row is in the table exactly once and no uncommitted file and no temp file
+(``.<name>.sg-tmp-<hex>``, or an unfinished upload on an object store) remains. Exits non-zero
+if any check fails. Needs Java 17 for Spark; takes about a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from sparkguard.spark_lib import commands, filemanager, paths, reader, rollback, timeline
+from sparkguard.spark_lib import commands, errors, filemanager, paths, reader, rollback, timeline
 
 JOB_ID = "demo-orders"
 #: the first attempt pauses here (partition 5, after its file is written) and is then killed
@@ -162,6 +163,20 @@ def _data_files(manager: filemanager.FileManager, table: str) -> list[str]:
     return sorted(found)
 
 
+def _temp_files(manager: filemanager.FileManager, table: str) -> list[str]:
+    """Temp files a killed writer left anywhere under the table (``.<name>.sg-tmp-<hex>``),
+    and unfinished multipart uploads on an object store (relative paths or keys)."""
+    root = table.rstrip("/")
+    found = [
+        info.path[len(root) + 1 :]
+        for info in manager.list_files(root)
+        if filemanager.is_temp_name(info.name)
+    ]
+    if isinstance(manager, filemanager.DirectPutFileManager):
+        found += [f"{u['Key']} (unfinished upload)" for u in manager.list_pending_uploads(root)]
+    return sorted(found)
+
+
 def _progress(manager: filemanager.FileManager, table: str, total: int) -> str:
     done = len(_data_files(manager, table))
     width = 30
@@ -236,9 +251,17 @@ class _Setup:
 
 
 def _prepare(args: argparse.Namespace) -> _Setup:
+    """Check the storage flags (ConfigError: bad input), then create the working directory."""
+    options = commands.storage_options_from_env(os.environ)
+    if args.storage:
+        if filemanager.protocol_of(args.storage) == "memory":
+            raise errors.ConfigError(
+                f"--storage {args.storage!r}: memory:// lives inside one process and the demo's "
+                "Spark job runs in others; give a local path or an object store URL"
+            )
+        commands.open_location(args.storage, what="--storage", options=options)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sparkguard-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    options = commands.storage_options_from_env(os.environ)
     table_url = args.storage or str(work / "table")
     journal_url = (args.storage.rstrip("/") + "-journal") if args.storage else str(work / "journal")
     manager, table = filemanager.resolve(table_url, storage_options=options)
@@ -277,6 +300,8 @@ def _show_leftovers(setup: _Setup, report: _Report) -> None:
         report.say(f"  {name}")
     if len(leftovers) > 4:
         report.say(f"  ... and {len(leftovers) - 4} more")
+    temps = _temp_files(setup.manager, setup.table)
+    report.say(f"temp files of writes cut short (never visible): {len(temps)}")
     plan = rollback.rollback_job(
         JOB_ID, setup.journal_url, storage_options=setup.options, dry_run=True
     )
@@ -299,10 +324,11 @@ def _roll_back(setup: _Setup, report: _Report) -> None:
         f"{summary.files_deleted} file(s), kept {summary.files_kept} committed file(s)"
     )
     report.check(_data_files(setup.manager, setup.table) == [], "no data file left behind")
+    report.check(_temp_files(setup.manager, setup.table) == [], "no temp file left behind")
 
 
-def _verify(setup: _Setup, report: _Report) -> tuple[int, int, int, int]:
-    """Rows read, duplicates, missing rows, uncommitted files."""
+def _verify(setup: _Setup, report: _Report) -> tuple[int, int, int, int, int]:
+    """Rows read, duplicates, missing rows, uncommitted files, temp files."""
     report.step("Verify the table")
     committed_paths = reader.committed_paths(setup.table_url, storage_options=setup.options)
     committed = {paths.basename(p) for p in committed_paths}
@@ -315,9 +341,11 @@ def _verify(setup: _Setup, report: _Report) -> tuple[int, int, int, int]:
     report.check(duplicates == 0, f"{duplicates} duplicated row(s)")
     report.check(missing == 0, f"{missing} missing row(s)")
     report.check(uncommitted == 0, f"{uncommitted} uncommitted file(s) on storage")
+    temps = len(_temp_files(setup.manager, setup.table))
+    report.check(temps == 0, f"{temps} temp file(s) (.<name>.sg-tmp-<hex>, unfinished uploads)")
     print()
     commands.run_inspect(setup.table_url, as_json=False, options=setup.options, out=sys.stdout)
-    return len(ids), duplicates, missing, uncommitted
+    return len(ids), duplicates, missing, uncommitted, temps
 
 
 def run(args: argparse.Namespace) -> int:
@@ -332,7 +360,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: --partitions must be >= 2 (one is killed), got {args.partitions}",
               file=sys.stderr)  # fmt: skip
         return 2
-    setup = _prepare(args)
+    try:
+        setup = _prepare(args)
+    except errors.ConfigError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
     report = _Report()
     started = time.monotonic()
     print(f"sparkguard demo: table {setup.table_url}, job id {JOB_ID}, logs in {setup.log}")
@@ -350,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
                 setup.job(endpoint=endpoint, attempt=1, faults=""), kill_when=None, report=report
             )
             report.check(code == 0, f"attempt 1 committed (exit code {code})")
-        rows, duplicates, missing, uncommitted = _verify(setup, report)
+        rows, duplicates, missing, uncommitted, temps = _verify(setup, report)
     finally:
         if not args.keep and not args.dir:
             shutil.rmtree(setup.work, ignore_errors=True)
@@ -361,6 +393,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nfinished in {elapsed:.0f}s")
     print(
         f"exactly-once: OK ({rows} rows, {duplicates} duplicates, {missing} missing, "
-        f"{uncommitted} uncommitted files)"
+        f"{uncommitted} uncommitted files, {temps} temp files)"
     )
     return 0

@@ -33,9 +33,11 @@ def test_demo_recovers_exactly_once(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert lines[-1] == (
-        "exactly-once: OK (20000 rows, 0 duplicates, 0 missing, 0 uncommitted files)"
+        "exactly-once: OK (20000 rows, 0 duplicates, 0 missing, 0 uncommitted files, 0 temp files)"
     )
     out = result.stdout
+    assert "temp files of writes cut short (never visible): " in out
+    assert "no temp file left behind" in out
     assert "attempt 0 died in the middle of its write" in out
     assert "instant(s) still inflight: " in out
     assert "rolled_back" in out  # the final timeline shows the rolled-back instant
@@ -50,3 +52,10 @@ def test_demo_rejects_bad_flags(tmp_path: Path) -> None:
     result = _demo("--rows", "many", cwd=tmp_path)
     assert result.returncode == 2
     assert "--rows" in result.stderr
+    for storage, needle in [("foo://b/demo", "cannot open foo://"), ("memory://d", "one process")]:
+        result = _demo("--storage", storage, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr  # one line, no traceback
+        assert f"--storage {storage!r}" in lines[0]
+        assert needle in lines[0]
