@@ -351,7 +351,9 @@ def _roll_back(
     state = status.state
     mdir = markers.marker_dir(tl.table, instant)
     if state is timeline.State.COMMITTED:
-        return _clean_committed(tl, instant, mdir, label=label, dry_run=dry_run)
+        return _clean_committed(
+            tl, instant, mdir, label=label, dry_run=dry_run, protected=protected
+        )
     if state is timeline.State.INFLIGHT and not dry_run and not tl.claim_rollback(instant):
         logger.info("instant %s was committed before rollback could claim it", instant)
         return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0, owner=status.owner)
@@ -457,7 +459,13 @@ def _roll_back(
 
 
 def _clean_committed(
-    tl: timeline.Timeline, instant: str, mdir: str, *, label: str, dry_run: bool
+    tl: timeline.Timeline,
+    instant: str,
+    mdir: str,
+    *,
+    label: str,
+    dry_run: bool,
+    protected: set[str],
 ) -> InstantRollback:
     """A committed instant whose markers survived (the driver died after deciding)."""
     manager = tl.manager
@@ -466,7 +474,7 @@ def _clean_committed(
     snapshot = markers.snapshot_marker_dir(manager, mdir)
     marked = snapshot.marked_files
     kept = committed_names(tl, job_id=timeline.job_of_instant(instant), marked=marked)
-    doomed = sorted(marked - kept)
+    doomed = sorted(marked - kept - protected)
     if dry_run:
         would = _delete(manager, tl.table, doomed, None, dry_run=True)
         return InstantRollback(label, instant, Action.COMMITTED, would.files, len(kept), 0)
