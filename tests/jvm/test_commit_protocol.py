@@ -11,7 +11,7 @@ import pytest
 
 from sparkguard import cli
 from sparkguard.spark_lib import reader, rollback, sparkconf, timeline
-from tests.jvm.conftest import run_job
+from tests.jvm.conftest import marker_sidecar, run_job
 
 pytestmark = pytest.mark.spark
 
@@ -80,3 +80,40 @@ def test_a_failed_jvm_write_is_rolled_back_by_python_and_the_rerun_is_exactly_on
     result = run_job("plain_write.py", str(table), "1000", "4", conf=_conf(journal))
     assert result == {"rows": 1000, "ids": 1000}
     assert reader.committed_paths(str(table)) == [str(table / n) for n in NAMES]
+
+
+def test_markers_batched_by_the_sidecar_are_what_rollback_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table, journal = tmp_path / "table", tmp_path / "journal"
+    token = tmp_path / "token"
+    token.write_text("0123456789abcdef0123456789abcdef\n")
+    with marker_sidecar(roots=tmp_path, token_file=token) as endpoint:
+        conf = sparkconf.build_spark_conf(
+            JOB, markers="sidecar", endpoint=endpoint, token_file=str(token), journal=str(journal)
+        )
+        failed = run_job(
+            "plain_write.py", str(table), "1000", "4", "append", "600", conf=conf, expect_exit=3
+        )
+        assert failed == {"failed": True}
+        (marker_dir,) = (table / "_sparkguard" / "markers").iterdir()
+        assert (marker_dir / "MARKERS.type").read_text().strip() == "TIMELINE_SERVER_BASED"
+        batched = {
+            line
+            for batch in marker_dir.glob("MARKERS[0-9]*")
+            for line in batch.read_text().splitlines()
+        }
+        published = sorted(p.name for p in table.glob("part-*"))
+        assert published
+        assert {f"{name}.marker.CREATE" for name in published} <= batched
+
+        summary = rollback.rollback_job(JOB, str(journal))
+        assert summary.files_deleted == len(published)
+        assert list(table.glob("part-*")) == []
+
+        result = run_job("plain_write.py", str(table), "1000", "4", conf=conf)
+    assert result == {"rows": 1000, "ids": 1000}
+    assert reader.committed_paths(str(table)) == [str(table / n) for n in NAMES]
+    # The rollback deleted the failed write's markers; the commit its own, through the sidecar.
+    markers_root = table / "_sparkguard" / "markers"
+    assert not markers_root.exists() or list(markers_root.iterdir()) == []

@@ -45,6 +45,9 @@ public interface AtomicStore extends Serializable {
    */
   int deleteLeftovers(Path target) throws IOException;
 
+  /** The whole content of the file {@code path} (published files are whole, see above). */
+  byte[] read(Path path) throws IOException;
+
   /** Size in bytes of {@code path}, or -1 when it does not exist. */
   long size(Path path) throws IOException;
 

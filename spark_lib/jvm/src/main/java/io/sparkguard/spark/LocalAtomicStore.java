@@ -131,6 +131,11 @@ public final class LocalAtomicStore implements AtomicStore {
   }
 
   @Override
+  public byte[] read(Path path) throws IOException {
+    return Files.readAllBytes(local(path));
+  }
+
+  @Override
   public long size(Path path) throws IOException {
     try {
       return Files.size(local(path));

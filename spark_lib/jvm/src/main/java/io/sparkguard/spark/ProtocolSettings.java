@@ -1,7 +1,6 @@
 package io.sparkguard.spark;
 
 import io.sparkguard.spark.SparkguardException.ConfigException;
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.io.Serializable;
 import java.util.Optional;
 import java.util.function.Function;
@@ -21,6 +20,10 @@ public final class ProtocolSettings implements Serializable {
   public static final String ATTEMPT_KEY = "spark.sparkguard.attempt";
   public static final String MARKER_TYPE_KEY = "spark.sparkguard.markers.type";
   public static final String JOURNAL_KEY = "spark.sparkguard.journal";
+  public static final String ENDPOINT_KEY = "spark.sparkguard.markers.endpoint";
+  public static final String TOKEN_FILE_KEY = "spark.sparkguard.markers.tokenFile";
+  static final String DRIVER_HOST_KEY = "spark.driver.host";
+  static final String DRIVER_HOST_PLACEHOLDER = "{driverHost}";
 
   /** docs/storage-contract.md, "Layout": 1-100 of [a-z0-9.-], alphanumeric at both ends. */
   static final Pattern JOB_ID = Pattern.compile("^[a-z0-9]([a-z0-9.-]{0,98}[a-z0-9])?$");
@@ -31,12 +34,20 @@ public final class ProtocolSettings implements Serializable {
   private final String owner;
   private final int attempt;
   private final String journal;
+  private final String markerType;
+  private final String markerEndpoint;
+  private final String tokenFile;
 
-  private ProtocolSettings(String jobId, String owner, int attempt, String journal) {
+  private ProtocolSettings(
+      String jobId, String owner, int attempt, String journal, String markerType,
+      String markerEndpoint, String tokenFile) {
     this.jobId = jobId;
     this.owner = owner;
     this.attempt = attempt;
     this.journal = journal;
+    this.markerType = markerType;
+    this.markerEndpoint = markerEndpoint;
+    this.tokenFile = tokenFile;
   }
 
   /** The settings of the session running on this (driver) thread. */
@@ -49,7 +60,6 @@ public final class ProtocolSettings implements Serializable {
    * Parse the settings from a key lookup that answers {@code null} for unset keys.
    *
    * @throws ConfigException naming the key and the fix
-   * @throws UnsupportedWriteException for marker types this version does not write
    */
   public static ProtocolSettings parse(Function<String, String> lookup) {
     String jobId = lookup.apply(JOB_ID_KEY);
@@ -86,18 +96,37 @@ public final class ProtocolSettings implements Serializable {
       }
     }
     String markerType = Optional.ofNullable(lookup.apply(MARKER_TYPE_KEY)).orElse("DIRECT");
-    if (markerType.equals("TIMELINE_SERVER_BASED")) {
-      throw new UnsupportedWriteException(
-          MARKER_TYPE_KEY + "=TIMELINE_SERVER_BASED (markers batched by the sidecar) is not"
-              + " supported by this version of sparkguard's JVM commit protocol yet: set it to"
-              + " DIRECT ('sparkguard spark-conf --markers direct')");
-    }
-    if (!markerType.equals("DIRECT")) {
+    if (!markerType.equals("DIRECT") && !markerType.equals("TIMELINE_SERVER_BASED")) {
       throw new ConfigException(
           MARKER_TYPE_KEY + " '" + markerType + "' is not valid: use DIRECT or"
               + " TIMELINE_SERVER_BASED");
     }
-    return new ProtocolSettings(jobId, owner, attempt, lookup.apply(JOURNAL_KEY));
+    String endpoint = null;
+    if (markerType.equals("TIMELINE_SERVER_BASED")) {
+      endpoint = lookup.apply(ENDPOINT_KEY);
+      if (endpoint == null || endpoint.isEmpty()) {
+        throw new ConfigException(
+            MARKER_TYPE_KEY + "=TIMELINE_SERVER_BASED needs the sidecar's address: set "
+                + ENDPOINT_KEY + " (e.g. http://{driverHost}:8765) or use DIRECT");
+      }
+      if (endpoint.contains(DRIVER_HOST_PLACEHOLDER)) {
+        String host = lookup.apply(DRIVER_HOST_KEY);
+        if (host == null || host.isEmpty()) {
+          throw new ConfigException(
+              ENDPOINT_KEY + "='" + endpoint + "' uses " + DRIVER_HOST_PLACEHOLDER + " but "
+                  + DRIVER_HOST_KEY + " is not set; give the sidecar's host instead");
+        }
+        endpoint = endpoint.replace(DRIVER_HOST_PLACEHOLDER, host);
+      }
+      if (!endpoint.startsWith("http://") && !endpoint.startsWith("https://")) {
+        throw new ConfigException(
+            ENDPOINT_KEY + "='" + endpoint + "' is not an http(s) URL; give e.g."
+                + " http://{driverHost}:8765");
+      }
+    }
+    return new ProtocolSettings(
+        jobId, owner, attempt, lookup.apply(JOURNAL_KEY), markerType, endpoint,
+        markerType.equals("TIMELINE_SERVER_BASED") ? lookup.apply(TOKEN_FILE_KEY) : null);
   }
 
   private static boolean isValidOwner(String owner) {
@@ -127,8 +156,23 @@ public final class ProtocolSettings implements Serializable {
     return journal;
   }
 
-  /** Always {@code DIRECT} in this version. */
+  /** {@code DIRECT} (markers on storage) or {@code TIMELINE_SERVER_BASED} (the sidecar). */
   public String markerType() {
-    return "DIRECT";
+    return markerType;
+  }
+
+  /** True when markers go to the driver's marker sidecar. */
+  public boolean sidecarMarkers() {
+    return markerType.equals("TIMELINE_SERVER_BASED");
+  }
+
+  /** The sidecar's base URL ({@code {driverHost}} resolved), or {@code null} for DIRECT. */
+  public String markerEndpoint() {
+    return markerEndpoint;
+  }
+
+  /** The sidecar's bearer token file, or {@code null}. */
+  public String tokenFile() {
+    return tokenFile;
   }
 }

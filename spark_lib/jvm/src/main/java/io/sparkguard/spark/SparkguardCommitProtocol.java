@@ -52,9 +52,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>A failed task attempt leaves only temp files (deleted in {@link #abortTask}, or by the
  * commit); it never deletes a published name, so a previous run's committed file survives a
- * rerun's failed attempt. This version writes to local paths (file://) with direct markers, in
- * append mode without dynamic partition overwrite; anything else is refused at once with a
- * message naming the setting.
+ * rerun's failed attempt. This version writes to local paths (file://), with direct markers or
+ * markers batched by the driver's sidecar, in append mode without dynamic partition overwrite;
+ * anything else is refused at once with a message naming the setting.
  */
 public class SparkguardCommitProtocol extends FileCommitProtocol implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -65,6 +65,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private final String path;
   private final ProtocolSettings settings;
   private final AtomicStore store;
+  /** The marker sidecar's client, or {@code null} for direct markers. */
+  private final SidecarMarkerClient sidecar;
   /** Set by {@link #setupJob} on the driver, before the protocol is shipped to the tasks. */
   private String instant;
 
@@ -83,6 +85,18 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
               + " append, or set partitionOverwriteMode=static");
     }
     this.store = AtomicStore.forTable(new Path(path));
+    this.sidecar =
+        settings.sidecarMarkers()
+            ? new SidecarMarkerClient(settings.markerEndpoint(), settings.tokenFile())
+            : null;
+  }
+
+  /** The marker directory as the sidecar and the Python tools name it: a local absolute path
+   * (no scheme) for local tables, the URL otherwise. */
+  private String markerDirName() {
+    Path dir = timeline().markerDirectory(instant);
+    String scheme = dir.toUri().getScheme();
+    return scheme == null || scheme.equals("file") ? dir.toUri().getPath() : dir.toString();
   }
 
   private Timeline timeline() {
@@ -102,9 +116,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       extra.put("sparkJobId", sparkJobId);
       instant = timeline().start(settings, "append", extra);
       writeJournalEntry();
-      store.putIfAbsent(
-          new Path(timeline().markerDirectory(instant), "MARKERS.type"),
-          settings.markerType().getBytes(StandardCharsets.UTF_8));
+      if (sidecar == null) {  // the sidecar writes MARKERS.type itself, before its first batch
+        store.putIfAbsent(
+            new Path(timeline().markerDirectory(instant), "MARKERS.type"),
+            settings.markerType().getBytes(StandardCharsets.UTF_8));
+      }
       LOG.info("sparkguard: write {} of job {} to {} started", instant, settings.jobId(), path);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot start the write to " + path, e);
@@ -160,7 +176,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     String relative = dir.isDefined() ? dir.get() + "/" + name : name;
     Path target = new Path(path, relative);
     try {
-      store.createMarker(new Path(timeline().markerDirectory(instant), relative + ".marker.CREATE"));
+      if (sidecar != null) {
+        sidecar.create(markerDirName(), relative + ".marker.CREATE");
+      } else {
+        store.createMarker(new Path(timeline().markerDirectory(instant), relative + ".marker.CREATE"));
+      }
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
     }
@@ -258,11 +278,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         }
       }
       // W8: marked names no task reported (a failed attempt's names), and leftovers of all.
-      for (String marker : store.listFiles(markers)) {
-        if (!marker.endsWith(".marker.CREATE")) {
-          continue;
-        }
-        String relative = marker.substring(0, marker.length() - ".marker.CREATE".length());
+      for (String relative : markedFiles(markers)) {
         Path target = new Path(path, relative);
         if (!reported.containsKey(relative)) {
           store.delete(target);
@@ -278,10 +294,44 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       }
       timeline.commit(instant, files, commitExtra(reported.keySet(), rows));
       // W10
-      store.deleteDirectory(markers);
+      if (sidecar != null) {
+        sidecar.deleteDir(markerDirName());
+      } else {
+        store.deleteDirectory(markers);
+      }
       LOG.info("sparkguard: write {} committed {} files to {}", instant, files.size(), path);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot commit the write to " + path, e);
+    }
+  }
+
+  /**
+   * The data files (relative paths) the instant's markers name, in either format: direct
+   * {@code <file>.marker.<IO>} files, and the lines of the sidecar's {@code MARKERS<i>} batch
+   * files (blank lines and a torn last line without its newline are skipped: a torn line is a
+   * marker whose file the task never opened).
+   */
+  private java.util.Set<String> markedFiles(Path markers) throws IOException {
+    java.util.Set<String> marked = new java.util.TreeSet<>();
+    for (String file : store.listFiles(markers)) {
+      if (file.matches("MARKERS(0|[1-9][0-9]{0,5})")) {
+        String text = new String(store.read(new Path(markers, file)), StandardCharsets.UTF_8);
+        String[] lines = text.split("\n", -1);
+        for (int i = 0; i < lines.length - 1; i++) {  // the last element follows the last \n
+          addMarker(marked, lines[i].strip());
+        }
+      } else {
+        addMarker(marked, file);
+      }
+    }
+    return marked;
+  }
+
+  private static void addMarker(java.util.Set<String> marked, String name) {
+    for (String io : new String[] {".marker.CREATE", ".marker.MERGE", ".marker.APPEND"}) {
+      if (name.endsWith(io)) {
+        marked.add(name.substring(0, name.length() - io.length()));
+      }
     }
   }
 

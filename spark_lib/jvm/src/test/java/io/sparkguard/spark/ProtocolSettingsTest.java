@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.sparkguard.spark.SparkguardException.ConfigException;
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -54,10 +53,26 @@ class ProtocolSettingsTest {
   }
 
   @Test
-  void sidecarMarkersAreRefusedUntilSupported() {
-    UnsupportedWriteException error =
-        assertThrows(UnsupportedWriteException.class,
-            () -> parse(Map.of("spark.sparkguard.jobId", "j", "spark.sparkguard.markers.type", "TIMELINE_SERVER_BASED")));
-    assertTrue(error.getMessage().contains("--markers direct"), error.getMessage());
+  void sidecarMarkersNeedAnHttpEndpointAndResolveTheDriverHost() {
+    ProtocolSettings settings =
+        parse(Map.of(
+            "spark.sparkguard.jobId", "j",
+            "spark.sparkguard.markers.type", "TIMELINE_SERVER_BASED",
+            "spark.sparkguard.markers.endpoint", "http://{driverHost}:8765",
+            "spark.sparkguard.markers.tokenFile", "/var/run/token",
+            "spark.driver.host", "10.0.0.7"));
+    assertTrue(settings.sidecarMarkers());
+    assertEquals("http://10.0.0.7:8765", settings.markerEndpoint());
+    assertEquals("/var/run/token", settings.tokenFile());
+    assertTrue(assertThrows(ConfigException.class,
+            () -> parse(Map.of("spark.sparkguard.jobId", "j", "spark.sparkguard.markers.type", "TIMELINE_SERVER_BASED")))
+        .getMessage().contains("set spark.sparkguard.markers.endpoint"));
+    assertTrue(assertThrows(ConfigException.class,
+            () -> parse(Map.of("spark.sparkguard.jobId", "j", "spark.sparkguard.markers.type", "TIMELINE_SERVER_BASED",
+                "spark.sparkguard.markers.endpoint", "127.0.0.1:8765")))
+        .getMessage().contains("is not an http(s) URL"));
+    assertTrue(assertThrows(ConfigException.class,
+            () -> parse(Map.of("spark.sparkguard.jobId", "j", "spark.sparkguard.markers.type", "FILES")))
+        .getMessage().startsWith("spark.sparkguard.markers.type 'FILES' is not valid"));
   }
 }
