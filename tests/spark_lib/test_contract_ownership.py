@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, reader, rollback, timeline, writer
+from sparkguard.spark_lib import errors, filemanager, markers, reader, rollback, timeline, writer
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
@@ -186,3 +186,25 @@ def test_stream_registration_records_the_owner(tmp_path: Path) -> None:
     streaming.ensure_registered(target, settings, fmt="parquet", schema_json="{}")
     (instant,) = target.timeline.instant_ids()
     assert target.timeline.status(instant).owner == OWNER_A
+
+
+def test_stale_markers_of_a_committed_instant_spare_another_owners_live_names(
+    tmp_path: Path,
+) -> None:
+    """A's driver died after committing, leaving markers of a failed attempt's name; B (same
+    job id) is now writing that very name: A's cleanup must not delete B's file."""
+    url = str(tmp_path / "t")
+    manager, table = filemanager.resolve(url)
+    tl = timeline.Timeline(manager, table)
+    client = markers.DirectMarkerClient(manager)
+    name = f"part-00001-{JOB}-c000.parquet"
+    a = tl.start(JOB, attempt=0, marker_type="DIRECT", owner=OWNER_A)
+    client.create(markers.marker_dir(table, a), name)
+    tl.commit(a, [])
+    b = tl.start(JOB, attempt=0, marker_type="DIRECT", owner=OWNER_B)
+    client.create(markers.marker_dir(table, b), name)
+    manager.write_bytes(f"{table}/{name}", b"B's data")
+    summary = rollback.rollback_table(url, job_id=JOB, owner=OWNER_A)
+    assert manager.exists(f"{table}/{name}")
+    assert summary.files_deleted == 0
+    assert [o.instant for o in summary.instants_other_owner] == [b]
