@@ -29,7 +29,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from sparkguard.spark_lib import commands, errors, filemanager, paths, reader, rollback, timeline
+from sparkguard.spark_lib import (
+    commands,
+    errors,
+    faults,
+    filemanager,
+    paths,
+    reader,
+    rollback,
+    timeline,
+)
 
 JOB_ID = "demo-orders"
 #: the first attempt pauses here (partition 5, after its file is written) and is then killed
@@ -85,6 +94,8 @@ def _child_env() -> dict[str, str]:
     env["PYTHONSAFEPATH"] = "1"  # a cwd holding an operator/ folder must not shadow the stdlib
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The demo crashes its job through the test-only fault hook, which needs this switch.
+    env[faults.ENV_VAR] = "1"
     return env
 
 

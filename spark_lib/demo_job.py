@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from pyspark.sql import SparkSession
 
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib import faults, writer
 
     spark = (
         SparkSession.builder.master(args.master)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     write = frame.write.format("sparkguard").mode("append")
     if args.faults:
         json.loads(args.faults)  # fail fast on a malformed hook
-        write = write.option(writer.FAULTS_OPTION, args.faults)
+        write = write.option(faults.OPTION, args.faults)
     write.save(args.table)
     spark.stop()
     print("demo job: committed", flush=True)

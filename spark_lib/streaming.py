@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sparkguard.spark_lib import errors, paths, reader, rollback, timeline, writer
+from sparkguard.spark_lib import errors, faults, paths, reader, rollback, timeline, writer
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def stream_writer_for(
             "rewrite the table every batch"
         )
     settings = source.settings()
-    url, fmt, parts, max_records, faults = source.sink_options()
+    url, fmt, parts, max_records, injected = source.sink_options()
     target = writer.open_target(url, settings)
     ensure_registered(target, settings, fmt=fmt.value, schema_json=schema.json())
     spec = writer.SinkSpec(
@@ -107,7 +107,7 @@ def stream_writer_for(
         fmt=fmt,
         partition_by=parts,
         max_records=max_records,
-        faults=faults,
+        faults=injected,
     )
     return StreamWriter(spec)
 
@@ -160,7 +160,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if len(runs) > 1:
             raise errors.SparkguardError(f"batch {batchId} got messages of several runs: {runs}")
         run = runs.pop()
-        writer.fire_faults(self.spec.faults, "stream:commit-start")
+        faults.fire(self.spec.faults, faults.Point.STREAM_COMMIT_START)
         log, tl = self._log()
         files = writer.files_from_messages(messages)
         writer.verify_present(log.manager, log.table, files)
@@ -178,7 +178,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 batchId,
                 decided.run,
             )
-        writer.fire_faults(self.spec.faults, "stream:after-commit")
+        faults.fire(self.spec.faults, faults.Point.STREAM_AFTER_COMMIT)
         # Our own leftovers (failed attempts, or the whole copy of a duplicate), then other
         # runs' leftovers of batches that are decided by now.
         for other_batch, other_run, directory in log.marker_dirs():

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -47,6 +46,7 @@ from pyspark.sql.types import StructType
 from sparkguard.spark_lib import (
     config,
     errors,
+    faults,
     filemanager,
     journal,
     markers,
@@ -58,7 +58,6 @@ from sparkguard.spark_lib import (
 logger = logging.getLogger(__name__)
 
 NAME: Final = "sparkguard"
-FAULTS_OPTION: Final = "sparkguard.faults"  # test hook: JSON list of injected faults
 HIVE_NULL: Final = "__HIVE_DEFAULT_PARTITION__"
 # Row groups as large as Spark's own writer makes them (parquet.block.size 128 MiB): Arrow
 # batches arrive 10k rows at a time, and a ParquetWriter call always closes a row group, so
@@ -83,57 +82,6 @@ class Rerun(enum.StrEnum):
 
     SKIP = "skip"  # write nothing: the job's output is already there (exactly-once re-run)
     REWRITE = "rewrite"  # write again under the same names; this commit replaces the old one
-
-
-@dataclasses.dataclass(frozen=True)
-class Fault:
-    """A test hook: at ``point`` (for a matching partition/attempt), do ``action``."""
-
-    point: str
-    action: str = "raise"  # raise | exit | pause
-    partition: int | None = None
-    attempt: int | None = None
-    signal: str | None = None  # file created when the fault fires (for "pause" watchers)
-    once: str | None = None  # fire only if this file is absent, creating it
-
-
-def parse_faults(raw: str | None) -> tuple[Fault, ...]:
-    """Parse the JSON list of the test-only ``sparkguard.faults`` option (pure)."""
-    if not raw:
-        return ()
-    try:
-        items = json.loads(raw)
-        return tuple(Fault(**item) for item in items)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise errors.ConfigError(f"option {FAULTS_OPTION!r} is not a fault list: {exc}") from None
-
-
-def fire_faults(
-    faults: Sequence[Fault], point: str, *, partition: int | None = None, attempt: int | None = None
-) -> None:
-    """Run the faults registered at ``point`` (test hook; a no-op when none are)."""
-    for fault in faults:
-        if fault.point != point:
-            continue
-        if fault.partition is not None and fault.partition != partition:
-            continue
-        if fault.attempt is not None and fault.attempt != attempt:
-            continue
-        if fault.once is not None:
-            try:
-                with open(fault.once, "x"):
-                    pass
-            except FileExistsError:
-                continue
-        if fault.signal is not None:
-            with open(fault.signal, "a") as handle:
-                handle.write(f"{point} {partition} {attempt} {os.getpid()}\n")
-        logger.warning("injected fault %s at %s (partition %s)", fault.action, point, partition)
-        if fault.action == "exit":
-            os._exit(17)
-        if fault.action == "pause":
-            time.sleep(3600)
-        raise RuntimeError(f"sparkguard injected fault at {point} (partition {partition})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +287,7 @@ class SinkSpec:
     fmt: FileFormat
     partition_by: tuple[str, ...]
     max_records: int
-    faults: tuple[Fault, ...]
+    faults: tuple[faults.Fault, ...]
     #: the write index (batch writes; streaming names carry the batch and run instead)
     write: int = 0
 
@@ -362,8 +310,8 @@ class _TaskFiles:
         #: would cost O(open files) in the hot path of a partitioned write)
         self.buffered_bytes = 0
 
-    def fault(self, point: str) -> None:
-        fire_faults(self.spec.faults, point, partition=self.partition, attempt=self.attempt)
+    def fault(self, point: faults.Point) -> None:
+        faults.fire(self.spec.faults, point, partition=self.partition, attempt=self.attempt)
 
     def open_file(self, directory: str) -> _OpenFile:
         seq = self.next_seq.get(directory, 0)
@@ -372,9 +320,9 @@ class _TaskFiles:
             partition=self.partition, token=self.token, seq=seq, ext=self.spec.fmt.value
         )
         rel = f"{directory}/{name}" if directory else name
-        self.fault("task:before-marker")
+        self.fault(faults.Point.TASK_BEFORE_MARKER)
         self.client.create(self.spec.marker_dir_url, rel)
-        self.fault("task:after-marker")
+        self.fault(faults.Point.TASK_AFTER_MARKER)
         stream = self.manager.create_atomic(paths.join(self.spec.table, rel), overwrite=True)
         handle = _OpenFile(rel, stream, self.spec.fmt)
         self.open_files[directory] = handle
@@ -385,7 +333,7 @@ class _TaskFiles:
         self.buffered_bytes -= handle.buffered_bytes
         assert self.data_schema is not None
         self.written.append(handle.finish(self.data_schema))
-        self.fault("task:after-file")
+        self.fault(faults.Point.TASK_AFTER_FILE)
 
     def add(self, directory: str, batch: pa.RecordBatch) -> None:
         limit = self.spec.max_records
@@ -400,7 +348,7 @@ class _TaskFiles:
             self.buffered_bytes += handle.buffered_bytes - before
             offset += room
             self.bound_buffers()
-            self.fault("task:mid-file")
+            self.fault(faults.Point.TASK_MID_FILE)
             if limit > 0 and handle.rows >= limit:
                 self.close_file(directory)
 
@@ -427,7 +375,7 @@ class _TaskFiles:
                     self.add(directory, part.select(keep))
             for directory in sorted(self.open_files):
                 self.close_file(directory)
-            self.fault("task:end")
+            self.fault(faults.Point.TASK_END)
         except BaseException:
             for handle in self.open_files.values():
                 handle.cancel()
@@ -612,7 +560,9 @@ class SparkguardDataSource(DataSource):
                 return str(v)
         return default
 
-    def sink_options(self) -> tuple[str, FileFormat, tuple[str, ...], int, tuple[Fault, ...]]:
+    def sink_options(
+        self,
+    ) -> tuple[str, FileFormat, tuple[str, ...], int, tuple[faults.Fault, ...]]:
         """path, format, partition columns, maxRecordsPerFile and faults from the options."""
         url = self._option("path")
         if not url:
@@ -637,7 +587,7 @@ class SparkguardDataSource(DataSource):
             raw_max,
             error=f"option 'maxRecordsPerFile'={raw_max!r} must be an integer >= 0 (0: no limit)",
         )
-        return url, fmt, parts, max_records, parse_faults(self._option(FAULTS_OPTION))
+        return url, fmt, parts, max_records, faults.parse(self._option(faults.OPTION))
 
     def settings(self) -> config.WriteSettings:
         """Write settings: registered conf overridden by this write's options."""
@@ -645,7 +595,7 @@ class SparkguardDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         settings = self.settings()
-        url, fmt, parts, max_records, faults = self.sink_options()
+        url, fmt, parts, max_records, injected = self.sink_options()
         _check_partition_columns(schema, parts)
         raw_rerun = (self._option("rerun") or Rerun.SKIP.value).lower()
         try:
@@ -693,7 +643,7 @@ class SparkguardDataSource(DataSource):
         mdir = markers.marker_dir(target.path, instant)
         if settings.marker_type is markers.MarkerType.DIRECT:
             markers.DirectMarkerClient(target.manager).write_type(mdir)
-        fire_faults(faults, "driver:after-inflight")
+        faults.fire(injected, faults.Point.DRIVER_AFTER_INFLIGHT)
         spec = SinkSpec(
             settings=settings,
             table=target.path,
@@ -702,7 +652,7 @@ class SparkguardDataSource(DataSource):
             fmt=fmt,
             partition_by=parts,
             max_records=max_records,
-            faults=faults,
+            faults=injected,
             write=write,
         )
         return BatchWriter(spec, instant=instant, operation=operation, schema_json=schema.json())
@@ -788,7 +738,7 @@ class BatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from sparkguard.spark_lib import rollback
 
-        fire_faults(self.spec.faults, "abort:start")
+        faults.fire(self.spec.faults, faults.Point.ABORT_START)
         manager, table = self.spec.settings.resolve(self.spec.table_url)
         result = rollback.rollback_instant(
             timeline.Timeline(manager, table),
@@ -816,7 +766,7 @@ def commit_instant(
     Raises :class:`~sparkguard.spark_lib.errors.InstantDecidedError` when a rollback claimed the
     instant first (a zombie driver): nothing is published then.
     """
-    fire_faults(spec.faults, "commit:start")
+    faults.fire(spec.faults, faults.Point.COMMIT_START)
     if any(m is None for m in messages):
         raise errors.SparkguardError(f"commit of {instant} got a missing task message; aborting")
     manager, table = spec.settings.resolve(spec.table_url)
@@ -847,7 +797,7 @@ def commit_instant(
         rollback.sweep_late_files(
             tl, job_id=spec.settings.job_id, instant=instant, keep=[f.path for f in files]
         )
-        fire_faults(spec.faults, "commit:before-outcome")
+        faults.fire(spec.faults, faults.Point.COMMIT_BEFORE_OUTCOME)
         tl.commit(
             instant,
             files,
@@ -862,7 +812,7 @@ def commit_instant(
             },
             write=spec.write,
         )
-        fire_faults(spec.faults, "commit:after-outcome")
+        faults.fire(spec.faults, faults.Point.COMMIT_AFTER_OUTCOME)
         client.delete_dir(spec.marker_dir_url)
     finally:
         client.close()

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import filemanager, reader, timeline
+from sparkguard.spark_lib import filemanager, paths, reader, timeline
 
 os.environ["PYTHONSAFEPATH"] = "1"
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -113,3 +115,23 @@ def undecided(url: str, options: Mapping[str, Any] | None = None) -> list[str]:
         for s in tl.statuses()
         if s.state not in (timeline.State.COMMITTED, timeline.State.ROLLED_BACK)
     ]
+
+
+def fired(signal: Path) -> collections.Counter[str]:
+    """How many times each fault point fired: one line per firing in the ``signal`` file."""
+    if not signal.exists():
+        return collections.Counter()
+    return collections.Counter(line.split()[0] for line in signal.read_text().splitlines())
+
+
+def injected(point: str) -> str:
+    """A ``pytest.raises(match=...)`` pattern for the fault injected at ``point``."""
+    return re.escape(f"sparkguard injected fault at {point} ")
+
+
+def visible_ids(url: str, options: Mapping[str, Any] | None = None) -> list[int]:
+    """What a reader sees now: the committed ids, or none before the table has a timeline."""
+    manager, base = filemanager.resolve(url, storage_options=options or {})
+    if not manager.exists(paths.join(base, timeline.SPARKGUARD_DIR)):
+        return []
+    return committed_ids(url, options)

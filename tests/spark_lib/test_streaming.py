@@ -1,22 +1,31 @@
-"""The streaming sink in real PySpark: queries killed mid-stream and restarted from their
-checkpoint hold each input row exactly once, and readers never see half a batch."""
+"""The streaming sink in real PySpark: queries failed at every fault point of the sink (local
+disk and S3 server) or killed mid-stream and restarted from their checkpoint hold each input row
+exactly once, fail only with the injected fault, and readers never see half a batch."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import reader, rollback, writer
-from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays, spark
+from sparkguard.spark_lib import faults, rollback, writer
+from tests.spark_lib.conftest import Store
+from tests.spark_lib.spark_conftest import (
+    assert_exactly_once,
+    assert_no_strays,
+    fired,
+    injected,
+    spark,
+    visible_ids,
+)
 
 __all__ = ["spark"]
 
@@ -34,75 +43,77 @@ def _input(tmp_path: Path) -> Path:
     return source
 
 
-def _run_until_done(
-    spark: Any, source: Path, url: str, ckpt: Path, faults: list[dict[str, Any]]
-) -> int:
-    """Run the query (availableNow) until it finishes; every failure restarts it. Returns how
-    many times it failed."""
-    failures = 0
-    for _ in range(20):
-        stream = (
-            spark.readStream.schema("id long, s string")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(source))
-        )
-        query = (
-            stream.writeStream.format("sparkguard")
-            .option("path", url)
-            .option("checkpointLocation", str(ckpt))
-            .option(writer.FAULTS_OPTION, json.dumps(faults))
-            .trigger(availableNow=True)
-            .start()
-        )
-        try:
-            query.awaitTermination()
-        except Exception:
-            failures += 1
-            # Between restarts a reader sees whole batches only.
-            ids = _ids_or_empty(url)
-            assert len(ids) % PER_FILE == 0
-            continue
-        return failures
-    raise AssertionError("the query never finished")
+def _register(spark: Any, store: Store, job: str) -> str:
+    journal = f"{store.url}/journal"
+    conf = {"spark.sparkguard.jobId": job, "spark.sparkguard.journal": journal}
+    if store.options:
+        conf["spark.sparkguard.storageOptions"] = json.dumps(store.options)
+    writer.register(spark, conf=conf)
+    return journal
 
 
-def _ids_or_empty(url: str) -> list[int]:
-    from tests.spark_lib.spark_conftest import committed_ids
-
-    return committed_ids(url) if Path(url).exists() else []
-
-
-@pytest.mark.slow
-def test_stream_killed_and_restarted_holds_each_row_once(spark: Any, tmp_path: Path) -> None:
-    rng = random.Random(7)
-    writer.register(
-        spark,
-        conf={
-            "spark.sparkguard.jobId": "stream-1",
-            "spark.sparkguard.journal": str(tmp_path / "journal"),
-        },
+def _start(spark: Any, source: Path, url: str, ckpt: Path, injected_faults: list[Any]) -> Any:
+    """Start the query (availableNow: it stops when the input is consumed)."""
+    stream = (
+        spark.readStream.schema("id long, s string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
     )
+    return (
+        stream.writeStream.format("sparkguard")
+        .option("path", url)
+        .option("checkpointLocation", str(ckpt))
+        .option(faults.OPTION, json.dumps(injected_faults))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+P = faults.Point
+#: case -> (the fault, the point the first run fails at or None); test_fault_points.py checks
+#: every point has a case. Each fault fires once (``once``): the restart runs through.
+STREAM_CASES: dict[str, tuple[dict[str, Any], str | None]] = {
+    # The batch's commit fails before deciding: the restart re-runs the batch.
+    P.STREAM_COMMIT_START: ({"point": P.STREAM_COMMIT_START}, P.STREAM_COMMIT_START),
+    # The batch is committed, the query dies before the checkpoint knows: the restart re-runs
+    # the batch and drops the duplicate's files.
+    P.STREAM_AFTER_COMMIT: ({"point": P.STREAM_AFTER_COMMIT}, P.STREAM_AFTER_COMMIT),
+    # A task attempt of a micro-batch fails: Spark retries the task, the query goes on.
+    f"{P.TASK_AFTER_FILE}/stream": ({"point": P.TASK_AFTER_FILE, "attempt": 0}, None),
+}
+
+
+@pytest.mark.parametrize("case_id", list(STREAM_CASES))
+def test_stream_fault_point_restart_holds_each_row_once(
+    spark: Any, durable_store: Store, tmp_path: Path, case_id: str
+) -> None:
+    fault, failing_point = STREAM_CASES[case_id]
+    job = f"stream-{zlib.crc32(case_id.encode()):08x}"
+    journal = _register(spark, durable_store, job)
     source = _input(tmp_path)
-    url = str(tmp_path / "t")
-    points = ["stream:commit-start", "stream:after-commit", "task:mid-file", "task:after-file"]
-    # Four kills at random points, each firing once (each restart runs into the next one). A
-    # task fault fails one attempt only: Spark retries the task and the batch goes on.
-    faults = [{"point": rng.choice(points), "once": str(tmp_path / f"once-{n}")} for n in range(4)]
-    faults.append({"point": "stream:after-commit", "once": str(tmp_path / "once-dup")})
-    failures = _run_until_done(spark, source, url, tmp_path / "ckpt", faults)
-    assert failures >= 1
-    assert_exactly_once(url, range(FILES * PER_FILE))
-    # Leftovers of the killed runs are gone once the job is rolled back (or the batch decided).
-    rollback.rollback_job("stream-1", str(tmp_path / "journal"))
-    assert_no_strays(url)
-    assert reader.read_table(spark, url).count() == FILES * PER_FILE
+    url, options = f"{durable_store.url}/t", durable_store.options
+    signal_file = tmp_path / "signal"
+    injected_faults = [{**fault, "signal": str(signal_file), "once": str(tmp_path / "once")}]
+    ckpt = tmp_path / "ckpt"
+    if failing_point is not None:
+        # The first run fails with exactly the injected fault ...
+        with pytest.raises(Exception, match=injected(failing_point)):
+            _start(spark, source, url, ckpt, injected_faults).awaitTermination()
+        # ... and between restarts a reader sees whole batches only.
+        assert len(visible_ids(url, options)) % PER_FILE == 0
+    _start(spark, source, url, ckpt, injected_faults).awaitTermination()  # runs through
+    assert fired(signal_file) == {fault["point"]: 1}
+    assert_exactly_once(url, range(FILES * PER_FILE), options)
+    # Leftovers of the failed run are gone once the job is rolled back (or the batch decided).
+    rollback.rollback_job(job, journal, storage_options=options)
+    assert_no_strays(url, options)
 
 
 STREAM_CHILD = """
 import sys
 from pyspark.sql import SparkSession
-from sparkguard.spark_lib import writer
-source, url, ckpt, journal, faults = sys.argv[1:6]
+from sparkguard.spark_lib import faults, writer
+source, url, ckpt, journal, injected = sys.argv[1:6]
 spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.host", "127.0.0.1").getOrCreate())
@@ -110,27 +121,28 @@ writer.register(spark, conf={"spark.sparkguard.jobId": "stream-killed",
                              "spark.sparkguard.journal": journal})
 stream = spark.readStream.schema("id long, s string").option("maxFilesPerTrigger", 1).json(source)
 query = (stream.writeStream.format("sparkguard").option("path", url)
-         .option("checkpointLocation", ckpt).option(writer.FAULTS_OPTION, faults)
+         .option("checkpointLocation", ckpt).option(faults.OPTION, injected)
          .trigger(availableNow=True).start())
 query.awaitTermination()
 print("finished", flush=True)
 """
 
 
+#: killed in this order, one round each (each restart runs into the next point)
+KILL_POINTS = (P.STREAM_COMMIT_START, P.STREAM_AFTER_COMMIT, P.TASK_MID_FILE, P.TASK_AFTER_FILE)
+
+
 @pytest.mark.slow
 def test_stream_driver_sigkilled_and_restarted_holds_each_row_once(tmp_path: Path) -> None:
-    """SIGKILL of the whole driver (JVM and Python workers) at random points, then restarts
-    from the checkpoint: every row exactly once, leftovers removed by the rollback."""
-    rng = random.Random(11)
+    """SIGKILL of the whole driver (JVM and Python workers) at each point in turn, then
+    restarts from the checkpoint: every row exactly once, leftovers removed by the rollback."""
     source = _input(tmp_path)
     url, ckpt, journal = str(tmp_path / "t"), str(tmp_path / "ckpt"), str(tmp_path / "journal")
-    points = ["stream:commit-start", "stream:after-commit", "task:mid-file", "task:after-file"]
     env = {**os.environ, "PYTHONSAFEPATH": "1", "PYSPARK_PYTHON": sys.executable}
-    kills = 0
-    for round_ in range(4):
+    for round_, point in enumerate(KILL_POINTS):
         signal_file = tmp_path / f"signal-{round_}"
         fault = {
-            "point": rng.choice(points),
+            "point": point,
             "action": "pause",
             "signal": str(signal_file),
             "once": str(tmp_path / f"once-{round_}"),
@@ -141,16 +153,15 @@ def test_stream_driver_sigkilled_and_restarted_holds_each_row_once(tmp_path: Pat
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 240
-        while not signal_file.exists() and child.poll() is None:
-            assert time.monotonic() < deadline, f"round {round_}: {fault} never fired"
+        while not signal_file.exists():
+            assert child.poll() is None, f"round {round_}: the query ended before {point} fired"
+            assert time.monotonic() < deadline, f"round {round_}: {point} never fired"
             time.sleep(0.2)
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            kills += 1
+        os.killpg(child.pid, signal.SIGKILL)  # paused at the point: the driver, JVM, workers
         child.wait()
+        assert fired(signal_file) == {point: 1}
         # Between restarts a reader sees whole batches only.
-        assert len(_ids_or_empty(url)) % PER_FILE == 0, fault
-    assert kills >= 2
+        assert len(visible_ids(url)) % PER_FILE == 0, point
     finished = subprocess.run(
         [sys.executable, "-c", STREAM_CHILD, str(source), url, ckpt, journal, "[]"],
         env=env, capture_output=True, text=True, timeout=300, check=False,

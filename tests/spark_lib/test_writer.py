@@ -1,26 +1,35 @@
 """The batch writer in real PySpark (local[2,4]): layout, re-runs, overwrite, and faults.
 
-For every fault: after rollback + re-run the table holds each expected row exactly once, no
-uncommitted file is left on storage, and readers only ever see committed (whole) files.
+Every fault point of the writer (spark_lib/faults.py) is injected on local disk and on the S3
+server; each write fails with exactly the injected fault (or survives it through a task retry),
+the fault fires exactly as often as expected, and after rollback + re-run the table holds each
+row exactly once, no uncommitted file is left on storage, and readers only ever see committed
+(whole) files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import reader, rollback, writer
+from sparkguard.spark_lib import faults, reader, rollback, writer
+from tests.spark_lib.conftest import Store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
     data_files_on_storage,
+    fired,
     ids_df,
+    injected,
     spark,
     undecided,
+    visible_ids,
 )
 
 __all__ = ["spark"]  # the fixture, imported for pytest
@@ -124,80 +133,96 @@ def test_bad_options_fail_with_named_errors(spark: Any, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# Faults, at random points (seeded): task attempts, whole jobs, the driver's commit.
+# Faults: every fault point of the batch writer, on local disk and on the S3 server. The
+# points are fixed (faults.Point); a seeded draw picks only the data layout of each case.
 # ------------------------------------------------------------------------------------------
 
-TASK_POINTS = [
-    "task:before-marker",
-    "task:after-marker",
-    "task:mid-file",
-    "task:after-file",
-    "task:end",
-]
-DRIVER_POINTS = [
-    "driver:after-inflight",
-    "commit:start",
-    "commit:before-outcome",
-    "commit:after-outcome",
-]
+P = faults.Point
+RETRIED = "retried"  # a task attempt fails, its retry succeeds: the write commits
+FAILS = "fails"  # the write fails and publishes nothing
+COMMITTED_THEN_FAILS = "committed-then-fails"  # the outcome is written, then the write fails
 
 
-def _random_fault(rng: random.Random, tmp_path: Path) -> tuple[str, dict[str, Any]]:
-    kind = rng.choice(["task-once", "task-once", "job", "driver"])
-    if kind == "task-once":  # the first attempt fails, the retry succeeds
-        return kind, {
-            "point": rng.choice(TASK_POINTS),
-            "partition": rng.randrange(4),
-            "attempt": 0,
-            "action": rng.choice(["raise", "raise", "exit"]),
-        }
-    if kind == "job":  # every attempt of one task fails: the job fails after others finished
-        return kind, {"point": rng.choice(TASK_POINTS), "partition": rng.randrange(4)}
-    return kind, {"point": rng.choice(DRIVER_POINTS)}
+@dataclasses.dataclass(frozen=True)
+class FaultCase:
+    """Faults to inject, what the write does, the fault it fails with and the firings."""
+
+    injected: tuple[dict[str, Any], ...]
+    outcome: str
+    raised: str | None  # the point named by the write's error
+    fired: dict[str, int]
 
 
-@pytest.mark.slow
-def test_random_faults_then_rollback_and_rerun_hold_each_row_once(
-    spark: Any, tmp_path: Path
+def _task_once(point: str, action: str = "raise") -> FaultCase:
+    # Partition 1, first attempt only: one firing, then Spark's retry of the task succeeds.
+    fault = {"point": point, "partition": 1, "attempt": 0, "action": action}
+    return FaultCase((fault,), RETRIED, None, {point: 1})
+
+
+def _driver(point: str, outcome: str = FAILS) -> FaultCase:
+    return FaultCase(({"point": point},), outcome, point, {point: 1})
+
+
+#: one case per point (the key), plus extra actions; test_fault_points.py checks the keys
+WRITER_CASES: dict[str, FaultCase] = {
+    P.DRIVER_AFTER_INFLIGHT: _driver(P.DRIVER_AFTER_INFLIGHT),
+    P.TASK_BEFORE_MARKER: _task_once(P.TASK_BEFORE_MARKER),
+    P.TASK_AFTER_MARKER: _task_once(P.TASK_AFTER_MARKER),
+    P.TASK_MID_FILE: _task_once(P.TASK_MID_FILE),
+    P.TASK_AFTER_FILE: _task_once(P.TASK_AFTER_FILE),
+    P.TASK_END: _task_once(P.TASK_END),
+    P.COMMIT_START: _driver(P.COMMIT_START),
+    P.COMMIT_BEFORE_OUTCOME: _driver(P.COMMIT_BEFORE_OUTCOME),
+    P.COMMIT_AFTER_OUTCOME: _driver(P.COMMIT_AFTER_OUTCOME, COMMITTED_THEN_FAILS),
+    # Every attempt of partition 1 fails (4 attempts in local[2,4]), so Spark aborts the write;
+    # the abort itself then fails: the job reports the task's fault, the instant stays inflight.
+    P.ABORT_START: FaultCase(
+        ({"point": P.TASK_END, "partition": 1}, {"point": P.ABORT_START}),
+        FAILS,
+        P.TASK_END,
+        {P.TASK_END: 4, P.ABORT_START: 1},
+    ),
+    # An executor's Python worker dies (os._exit) mid-file: Spark retries the task.
+    f"{P.TASK_MID_FILE}/exit": _task_once(P.TASK_MID_FILE, "exit"),
+}
+
+
+@pytest.mark.parametrize("case_id", list(WRITER_CASES))
+def test_fault_point_then_rollback_and_rerun_hold_each_row_once(
+    spark: Any, durable_store: Store, tmp_path: Path, case_id: str
 ) -> None:
-    rng = random.Random(20261122)
-    for round_ in range(8):
-        kind, fault = _random_fault(rng, tmp_path)
-        job = f"fault-{round_}"
-        journal = _register(spark, tmp_path, job)
-        url = str(tmp_path / f"t{round_}")
-        partition_by = rng.choice(["", "k"])
-        failed = False
-        try:
-            _write(
-                ids_df(spark, ROWS),
-                url,
-                partitionBy=partition_by,
-                maxRecordsPerFile=str(rng.choice([0, 300])),
-                **{writer.FAULTS_OPTION: json.dumps([fault])},
-            )
-        except Exception:
-            failed = True
-        context = f"round {round_}: {kind} {fault} failed={failed}"
-        if kind == "task-once":
-            assert not failed, context
-        if kind == "job" or fault["point"] in DRIVER_POINTS[:3]:
-            assert failed, context
-        # A reader at this moment sees committed data only: all of it, or none of it.
-        ids = sorted(_safe_ids(url))
-        assert ids in ([], list(ROWS)), context
-        summary = rollback.rollback_job(job, journal)
-        assert summary.job_id == job
-        assert undecided(url) == [], context
-        writer.new_driver_run(spark)  # the re-run is a new driver run: write 0 again
-        _write(ids_df(spark, ROWS), url, partitionBy=partition_by)
-        assert_exactly_once(url, ROWS)
-        assert_no_strays(url)
+    case = WRITER_CASES[case_id]
+    rng = random.Random(zlib.crc32(f"{case_id} {durable_store.name}".encode()))
+    partition_by, max_records = rng.choice(["", "k"]), rng.choice(["0", "300"])
+    context = f"{case_id} on {durable_store.name}, partitionBy={partition_by!r} max={max_records}"
+    job = f"fault-{zlib.crc32(case_id.encode()):08x}"
+    url, journal, options = (
+        f"{durable_store.url}/t",
+        f"{durable_store.url}/journal",
+        durable_store.options,
+    )
+    conf = {"spark.sparkguard.jobId": job, "spark.sparkguard.journal": journal}
+    if options:
+        conf["spark.sparkguard.storageOptions"] = json.dumps(options)
+    writer.register(spark, conf=conf)
+    signal_file = tmp_path / "signal"
+    injected_faults = [{**fault, "signal": str(signal_file)} for fault in case.injected]
+    layout = {"partitionBy": partition_by, "maxRecordsPerFile": max_records}
+    faulted = {**layout, faults.OPTION: json.dumps(injected_faults)}
 
+    if case.raised is None:
+        _write(ids_df(spark, ROWS), url, **faulted)
+    else:
+        with pytest.raises(Exception, match=injected(case.raised)):
+            _write(ids_df(spark, ROWS), url, **faulted)
+    assert fired(signal_file) == case.fired, context
+    # A reader at this moment sees committed data only: all of it, or none of it.
+    visible = sorted(visible_ids(url, options))
+    assert visible == ([] if case.outcome == FAILS else list(ROWS)), context
 
-def _safe_ids(url: str) -> list[int]:
-    from tests.spark_lib.spark_conftest import committed_ids
-
-    if not Path(url, "_sparkguard", "timeline").exists():
-        return []
-    return committed_ids(url)
+    rollback.rollback_job(job, journal, storage_options=options)
+    assert undecided(url, options) == [], context
+    writer.new_driver_run(spark)  # the re-run is a new driver run: write 0 again
+    _write(ids_df(spark, ROWS), url, **layout)  # the re-run (skipped if already committed)
+    assert_exactly_once(url, ROWS, options)
+    assert_no_strays(url, options)
