@@ -3,19 +3,24 @@
 Storage is the moto S3 server behind benchmarks/_s3proxy.py, which adds per-request latency
 (default 20 ms) and throttles each prefix to 3,500 writes/s with 503 SlowDown, like S3.
 
-Job phase (both modes in one run): W writer threads write F small data files, creating a marker
-before each (direct: one object per marker through DirectMarkerClient; batched: HttpMarkerClient
-to a real sidecar process writing MARKERS files through the same proxy); then the commit removes
-the markers. Storage requests are counted at the proxy.
+Job phase (three modes in one run): W writer threads write F small data files, creating a
+marker before each (direct: one object per marker through DirectMarkerClient; batched:
+HttpMarkerClient to a real sidecar process writing MARKERS files through the same proxy, once
+with the sidecar's shipped default flush mode ``interval`` and once with ``group-commit``); then
+the commit removes the markers. Storage requests are counted at the proxy. R >= 2 rounds
+(default 3), the order of the modes rotated each round so each goes first; the best round of
+each mode is compared, and every round's job ratio is printed.
 
-Latency phase: marker ack latency p50/p99 of group-commit vs interval flushing, on the proxy.
-Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p99.
+Latency phase: marker ack latency p50/p99 of interval vs group-commit flushing, on the proxy.
+Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p99. Both
+alternate the order of the two modes by round too.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --quick
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --files 100000 --writers 64
 
-The last line is: markers: requests direct/batched = <x>x, cleanup direct/batched = <c>x,
-job direct/batched = <y>x
+The last two lines are ``markers: batched=<mode>: requests direct/batched = <x>x, cleanup
+direct/batched = <c>x, job direct/batched = <y>x``, group-commit first, then interval (the
+shipped default) last.
 """
 
 from __future__ import annotations
@@ -33,7 +38,16 @@ from typing import Any
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
 
-from _common import free_port, log, percentile, process, proxied_s3, proxy_call, wait_http
+from _common import (
+    free_port,
+    log,
+    percentile,
+    process,
+    proxied_s3,
+    proxy_call,
+    rotated,
+    wait_http,
+)
 
 from sparkguard.spark_lib import filemanager, markers
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
@@ -201,94 +215,135 @@ async def _capacity_load(
         return time.perf_counter() - started, latencies
 
 
+BATCHED_MODES = ("interval", "group-commit")
+SHIPPED = "interval"  # sidecar/config.py's default; the operator does not override it
+
+
+def report(runs: dict[str, list[dict[str, float]]], latency: dict[str, list[float]]) -> None:
+    """Print the best round of each mode, latencies, per-round and best ratios."""
+    modes = tuple(runs)
+    print("best round of each mode (job time), and its marker requests:")
+    best = {mode: min(runs[mode], key=lambda r: r["job_s"]) for mode in modes}
+    for mode in modes:
+        r = best[mode]
+        print(
+            f"  {mode:12s} write {r['write_s']:.1f} s, cleanup {r['cleanup_s']:.2f} s, "
+            f"marker requests {r['marker_requests']:.0f}, ack p50 {r['ack_p50_ms']:.1f} / "
+            f"p99 {r['ack_p99_ms']:.1f} ms, throttled {r['throttled']:.0f}"
+        )
+    for mode in BATCHED_MODES:
+        if latency[mode]:
+            print(
+                f"  ack latency {mode} (all rounds, {len(latency[mode])} samples): p50 "
+                f"{percentile(latency[mode], 0.5) * 1000:.1f} ms, "
+                f"p99 {percentile(latency[mode], 0.99) * 1000:.1f} ms"
+            )
+    lines = []
+    for mode in (*[m for m in BATCHED_MODES if m != SHIPPED], SHIPPED):
+        direct, batched = best["direct"], best[mode]
+        x = direct["marker_requests"] / max(1.0, batched["marker_requests"])
+        c = direct["cleanup_s"] / batched["cleanup_s"]
+        y = direct["job_s"] / batched["job_s"]
+        per_round = [
+            d["job_s"] / b["job_s"] for d, b in zip(runs["direct"], runs[mode], strict=True)
+        ]
+        shipped = " (the shipped default)" if mode == SHIPPED else ""
+        print(f"  per-round job direct/{mode}: " + ", ".join(f"{r:.2f}x" for r in per_round))
+        lines.append(
+            f"markers: batched={mode}{shipped}: requests direct/batched = {x:.1f}x, "
+            f"cleanup direct/batched = {c:.1f}x, job direct/batched = {y:.2f}x"
+        )
+    print("\n".join(lines))  # the shipped default's line is the last one
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a short run (2,000 files, 16 writers)"
+        "--quick", action="store_true", help="a short run (1,000 files, 16 writers), same rounds"
     )
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--writers", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode (>= 2)")
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--write-rate", type=float, default=3500.0)
-    parser.add_argument(
-        "--flush-mode", default="group-commit", choices=["interval", "group-commit"]
-    )
     parser.add_argument("--capacity-connections", type=int, default=128)
     parser.add_argument("--capacity-per-connection", type=int, default=400)
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-capacity", action="store_true")
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error(f"--rounds {args.rounds}: use at least 2 (the order rotates by round)")
     if args.quick:
-        args.files, args.writers = 2_000, 16
+        args.files, args.writers = 1_000, 16
         args.capacity_connections, args.capacity_per_connection = 64, 100
+    modes = ("direct", *BATCHED_MODES)
     log(
-        f"markers benchmark: {args.files} files, {args.writers} writers, proxy latency "
-        f"{args.latency_ms:g} ms, {args.write_rate:g} writes/s per prefix, batched flush mode "
-        f"{args.flush_mode}"
+        f"markers benchmark: {args.files} files, {args.writers} writers, {args.rounds} rounds "
+        f"(order rotated each round), proxy latency {args.latency_ms:g} ms, "
+        f"{args.write_rate:g} writes/s per prefix; batched = the sidecar with flush mode "
+        f"{' and '.join(BATCHED_MODES)} (shipped default: {SHIPPED})"
     )
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    latency: dict[str, list[float]] = {mode: [] for mode in BATCHED_MODES}
     with proxied_s3(latency_ms=args.latency_ms, write_rate=args.write_rate) as store:
         s3, proxy, options, proxy_env = store.s3, store.proxy, store.options, store.env()
-        results: dict[str, dict[str, float]] = {}
-        bucket = s3.create_bucket()
-        log("direct markers ...")
-        results["direct"] = run_job(
-            "direct", files=args.files, writers=args.writers, bucket=bucket,
-            options=options, proxy=proxy, endpoint=None,
-        )  # fmt: skip
-        bucket = s3.create_bucket()
-        log(f"batched markers (sidecar, {args.flush_mode}) ...")
-        with sidecar(free_port(), f"s3://{bucket}", proxy_env, args.flush_mode) as endpoint:
-            results["batched"] = run_job(
-                "batched", files=args.files, writers=args.writers, bucket=bucket,
-                options=options, proxy=proxy, endpoint=endpoint,
-            )  # fmt: skip
-
-        if not args.skip_latency:
-            per = max(20, args.files // args.writers // 10)
-            for mode in ("interval", "group-commit"):
+        for n in range(args.rounds):
+            for mode in rotated(modes, n):
                 bucket = s3.create_bucket()
-                with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
-                    lat = ack_latency(
-                        endpoint, f"s3://{bucket}/lat/_sparkguard/markers/{INSTANT}",
-                        writers=args.writers, per_writer=per,
+                log(f"round {n}: {mode} markers ...")
+                if mode == "direct":
+                    result = run_job(
+                        mode, files=args.files, writers=args.writers, bucket=bucket,
+                        options=options, proxy=proxy, endpoint=None,
                     )  # fmt: skip
-                log(
-                    f"ack latency on S3 proxy, {mode} (interval 50 ms), {args.writers} writers "
-                    f"x {per}: p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
-                    f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
-                )
+                else:
+                    with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
+                        result = run_job(
+                            mode, files=args.files, writers=args.writers, bucket=bucket,
+                            options=options, proxy=proxy, endpoint=endpoint,
+                        )  # fmt: skip
+                runs[mode].append(result)
+
+            if not args.skip_latency:
+                per = max(20, args.files // args.writers // 10)
+                for mode in rotated(BATCHED_MODES, n):
+                    bucket = s3.create_bucket()
+                    with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
+                        lat = ack_latency(
+                            endpoint, f"s3://{bucket}/lat/_sparkguard/markers/{INSTANT}",
+                            writers=args.writers, per_writer=per,
+                        )  # fmt: skip
+                    latency[mode].extend(lat)
+                    log(
+                        f"round {n}: ack latency on S3 proxy, {mode} (interval 50 ms), "
+                        f"{args.writers} writers x {per}: p50 {percentile(lat, 0.5) * 1000:.1f} "
+                        f"ms, p99 {percentile(lat, 0.99) * 1000:.1f} ms"
+                    )
 
     if not args.skip_capacity:
         with tempfile.TemporaryDirectory(prefix="sg-capacity-") as root:
-            for mode in ("interval", "group-commit"):
-                directory = f"{root}/{mode}/_sparkguard/markers/{INSTANT}"
-                with sidecar(free_port(), root, {}, mode) as endpoint:
-                    elapsed, lat = asyncio.run(
-                        _capacity_load(
-                            endpoint,
-                            directory,
-                            args.capacity_connections,
-                            args.capacity_per_connection,
+            for n in range(args.rounds):
+                for mode in rotated(BATCHED_MODES, n):
+                    directory = f"{root}/{mode}-{n}/_sparkguard/markers/{INSTANT}"
+                    with sidecar(free_port(), root, {}, mode) as endpoint:
+                        elapsed, lat = asyncio.run(
+                            _capacity_load(
+                                endpoint,
+                                directory,
+                                args.capacity_connections,
+                                args.capacity_per_connection,
+                            )
                         )
+                    log(
+                        f"round {n}: capacity on local fs, {mode} (interval 50 ms), "
+                        f"{args.capacity_connections} connections: {len(lat) / elapsed:.0f} "
+                        f"acknowledged markers/s, p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
+                        f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
                     )
-                total = len(lat)
-                log(
-                    f"capacity on local fs, {mode} (interval 50 ms), {args.capacity_connections} "
-                    f"connections: {total / elapsed:.0f} acknowledged markers/s, p50 "
-                    f"{percentile(lat, 0.5) * 1000:.1f} ms, "
-                    f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
-                )
 
-    direct, batched = results["direct"], results["batched"]
-    x = direct["marker_requests"] / max(1.0, batched["marker_requests"])
-    c = direct["cleanup_s"] / batched["cleanup_s"]
-    y = direct["job_s"] / batched["job_s"]
-    print(
-        f"markers: requests direct/batched = {x:.1f}x, "
-        f"cleanup direct/batched = {c:.1f}x, job direct/batched = {y:.2f}x"
-    )
+    report(runs, latency)
     return 0
 
 

@@ -1,14 +1,23 @@
 """Throughput of the sparkguard writer against Spark's built-in parquet writer, same run.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py [--quick] [--rows N] [--rounds R]
+        [--arrow-batch ROWS] [--fsync-bare]
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py --row-groups [--quick]
 
-The same cached DataFrame (int, long, double and string columns) is written alternately with
+The same cached DataFrame (int, long, double and string columns) is written with
 ``df.write.parquet``, with a bare PySpark Arrow data source (one parquet file per task, written
 straight to its final name: no markers, no atomic publication, no fsync, no timeline) and with
-``df.write.format("sparkguard")``; the best round of each is compared. The bare source shows
-what PySpark's Python data source path costs by itself, so the gap to the built-in writer
-splits into "Python data source" and "sparkguard". Last line:
-``writer: sparkguard/builtin throughput = <r>``.
+``df.write.format("sparkguard")``. Every writer first writes once untimed (JVM, Python workers
+and page cache warm for all of them), then R >= 3 timed rounds run, the order rotated each
+round so that every writer goes first, second and last; the best round of each is compared.
+``--quick`` is the same procedure on fewer rows (300k), not a different one.
+
+``--arrow-batch`` sets ``spark.sql.execution.arrow.maxRecordsPerBatch`` (Spark's default is
+10,000); ``--fsync-bare`` adds the bare source with an fsync of each file it writes (what
+durable publication costs by itself). ``--row-groups`` is a pyarrow-only mode: the same rows
+written as parquet with 128k-row and with 1Mi-row groups (file size and time, best of 3).
+
+Last line: ``writer: sparkguard/builtin throughput = <r>``.
 """
 
 from __future__ import annotations
@@ -16,19 +25,24 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
 
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
 os.environ.setdefault("PYTHONSAFEPATH", "1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from _common import log, rotated
+
 KINDS = ("builtin", "python-source", "sparkguard")
+FSYNC_KIND = "python-source+fsync"
 
 
-def bare_source() -> type[Any]:
+def bare_source(*, fsync: bool) -> type[Any]:
     """A minimal Arrow data source: what any Python writer pays, with no guarantees at all."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -45,7 +59,14 @@ def bare_source() -> type[Any]:
             partition = context.partitionId() if context else 0
             os.makedirs(self.path, exist_ok=True)
             table = pa.Table.from_batches(list(iterator))
-            pq.write_table(table, f"{self.path}/part-{partition:05d}.parquet")
+            target = f"{self.path}/part-{partition:05d}.parquet"
+            pq.write_table(table, target)
+            if fsync:
+                descriptor = os.open(target, os.O_RDONLY)
+                try:
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
             return WriterCommitMessage()
 
         def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -57,7 +78,7 @@ def bare_source() -> type[Any]:
     class BareSource(DataSource):
         @classmethod
         def name(cls) -> str:
-            return "bench_bare"
+            return "bench_bare_fsync" if fsync else "bench_bare"
 
         def writer(self, schema: Any, overwrite: bool) -> BareWriter:
             return BareWriter(str(self.options["path"]))
@@ -65,31 +86,83 @@ def bare_source() -> type[Any]:
     return BareSource
 
 
+def row_groups(rows: int) -> int:
+    """pyarrow only: the same rows with 128k-row vs 1Mi-row groups (size and time)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    ids = pa.array(range(rows), type=pa.int64())
+    table = pa.table(
+        {
+            "id": ids,
+            "a": pa.array([i % 1000 for i in range(rows)], type=pa.int32()),
+            "d": pc.multiply(pc.cast(ids, pa.float64()), 1.5),
+            "s": pa.array([f"name-{i % 50000}" for i in range(rows)]),
+        }
+    )
+    results: dict[int, tuple[float, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="sg-bench-rowgroups-") as base:
+        sizes = (128 * 1024, 1024 * 1024)
+        for n in range(4):  # round 0 is the untimed warm-up
+            for group in rotated(sizes, n):
+                target = f"{base}/g{group}.parquet"
+                started = time.perf_counter()
+                pq.write_table(table, target, row_group_size=group)
+                elapsed = time.perf_counter() - started
+                size = os.path.getsize(target)
+                if n:
+                    best = results.get(group, (float("inf"), size))[0]
+                    results[group] = (min(best, elapsed), size)
+                    log(
+                        f"round {n} row group {group:8d} rows: {elapsed:6.2f}s "
+                        f"{size / 2**20:7.1f} MiB"
+                    )
+    (small_t, small_s), (big_t, big_s) = results[sizes[0]], results[sizes[1]]
+    print(f"rows={rows}: 128k-row groups {small_t:.2f}s {small_s / 2**20:.1f} MiB; "
+          f"1Mi-row groups {big_t:.2f}s {big_s / 2**20:.1f} MiB")  # fmt: skip
+    print(f"row groups: 128k/1Mi size = {small_s / big_s:.2f}, time = {small_t / big_t:.2f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="300k rows, 1 round")
+    parser.add_argument("--quick", action="store_true", help="300k rows (same procedure)")
     parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds, at least 3")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--arrow-batch", type=int, default=0, help="maxRecordsPerBatch (0: Spark's)"
+    )
+    parser.add_argument("--fsync-bare", action="store_true", help="add the bare source + fsync")
+    parser.add_argument("--row-groups", action="store_true", help="pyarrow row-group mode only")
     args = parser.parse_args()
-    rows, rounds = (300_000, 1) if args.quick else (args.rows, args.rounds)
+    if args.rounds < 3:
+        parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
+    rows = 300_000 if args.quick else args.rows
+    if args.row_groups:
+        return row_groups(rows)
+    kinds = (*KINDS, FSYNC_KIND) if args.fsync_bare else KINDS
 
     from pyspark.sql import SparkSession
 
     from sparkguard.spark_lib import writer
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
     )
+    if args.arrow_batch:
+        builder = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", args.arrow_batch)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     base = tempfile.mkdtemp(prefix="sg-bench-writer-")
     writer.register(spark, conf={"spark.sparkguard.journal": f"{base}/journal"})
-    spark.dataSource.register(bare_source())
+    spark.dataSource.register(bare_source(fsync=False))
+    spark.dataSource.register(bare_source(fsync=True))
     df = spark.range(0, rows, numPartitions=args.partitions).selectExpr(
         "id",
         "cast(id % 1000 as int) as a",
@@ -97,31 +170,50 @@ def main() -> int:
         "concat('name-', cast(id % 50000 as string)) as s",
     )
     df.cache().count()
-    print(f"rows={rows} partitions={args.partitions} rounds={rounds} dir={base}", flush=True)
+    print(
+        f"rows={rows} partitions={args.partitions} rounds={args.rounds} (+1 untimed warm-up) "
+        f"arrow-batch={args.arrow_batch or 'default'} dir={base}",
+        flush=True,
+    )
 
-    best = dict.fromkeys(KINDS, float("inf"))
-    for n in range(rounds):
-        for kind in KINDS:
-            target = f"{base}/{kind}-{n}"
-            start = time.perf_counter()
-            if kind == "builtin":
-                df.write.mode("append").parquet(target)
-            elif kind == "python-source":
-                df.write.format("bench_bare").mode("append").save(target)
-            else:
-                df.write.format("sparkguard").mode("append").option("jobId", f"bench-{n}").save(
-                    target
-                )
-            elapsed = time.perf_counter() - start
-            best[kind] = min(best[kind], elapsed)
-            print(
-                f"round {n} {kind:13s} {elapsed:7.2f}s  {rows / elapsed / 1e6:6.2f} M rows/s",
-                flush=True,
-            )
-            shutil.rmtree(target, ignore_errors=True)
+    def write(kind: str, target: str, job: str) -> float:
+        started = time.perf_counter()
+        if kind == "builtin":
+            df.write.mode("append").parquet(target)
+        elif kind == "python-source":
+            df.write.format("bench_bare").mode("append").save(target)
+        elif kind == FSYNC_KIND:
+            df.write.format("bench_bare_fsync").mode("append").save(target)
+        else:
+            df.write.format("sparkguard").mode("append").option("jobId", job).save(target)
+        elapsed = time.perf_counter() - started
+        shutil.rmtree(target, ignore_errors=True)
+        return elapsed
+
+    for kind in kinds:
+        elapsed = write(kind, f"{base}/warm-{kind}", "bench-warm")
+        log(f"warm-up {kind:19s} {elapsed:7.2f}s (untimed)")
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for n in range(args.rounds):
+        for kind in rotated(kinds, n):
+            elapsed = write(kind, f"{base}/{kind}-{n}", f"bench-{n}")
+            times[kind].append(elapsed)
+            log(f"round {n} {kind:19s} {elapsed:7.2f}s  {rows / elapsed / 1e6:6.2f} M rows/s")
     spark.stop()
     shutil.rmtree(base, ignore_errors=True)
-    print("best: " + ", ".join(f"{kind} {best[kind]:.2f}s" for kind in KINDS))
+    best = {kind: min(times[kind]) for kind in kinds}
+    print("best: " + ", ".join(f"{kind} {best[kind]:.2f}s" for kind in kinds))
+    per_round = [times["builtin"][n] / times["sparkguard"][n] for n in range(args.rounds)]
+    print(
+        "per-round sparkguard/builtin throughput: "
+        + ", ".join(f"{r:.2f}" for r in per_round)
+        + f" (median {statistics.median(per_round):.2f})"
+    )
+    if FSYNC_KIND in best:
+        print(
+            f"fsync of each file: +{best[FSYNC_KIND] - best['python-source']:.2f}s "
+            "on the bare source"
+        )
     print(
         f"python-source/builtin throughput = {best['builtin'] / best['python-source']:.2f}, "
         f"sparkguard/python-source = {best['python-source'] / best['sparkguard']:.2f}"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Run the benchmarks one after the other and keep each one's output with its command, start
+# time and the machine's load average before and after (docs/benchmarks.md quotes these logs).
+#
+#   benchmarks/run_all.sh OUT_DIR [NAME...]     (no NAME: every benchmark below, in this order)
+#
+# Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
+# checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
+set -euo pipefail
+export PYTHONSAFEPATH=1
+cd "$(dirname "$0")/.."
+out=${1:?usage: benchmarks/run_all.sh OUT_DIR [NAME...]}
+shift
+mkdir -p "$out"
+py=.venv/bin/python
+
+declare -A commands=(
+  [writer-quick]="$py benchmarks/writer.py --quick"
+  [writer]="$py benchmarks/writer.py"
+  [writer-fsync]="$py benchmarks/writer.py --quick --fsync-bare"
+  [writer-arrow-batch]="$py benchmarks/writer.py --quick --arrow-batch 100000"
+  [writer-row-groups]="$py benchmarks/writer.py --row-groups"
+  [checkpoint-quick]="$py benchmarks/checkpoint.py --quick"
+  [checkpoint]="$py benchmarks/checkpoint.py"
+  [rollback-quick]="$py benchmarks/rollback.py --quick"
+  [rollback-quick-s3]="$py benchmarks/rollback.py --quick --s3"
+  [rollback]="$py benchmarks/rollback.py"
+  [markers-quick]="$py benchmarks/markers.py --quick"
+  [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
+)
+order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
+       writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer checkpoint
+       rollback)
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=("${order[@]}")
+
+for name in "${names[@]}"; do
+  command=${commands[$name]:?unknown benchmark $name}
+  log="$out/$name.log"
+  {
+    echo "# command: ${command#"$py "}"
+    echo "# started: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  } >"$log"
+  echo "== $name: $command"
+  if ! $command >>"$log" 2>&1; then
+    echo "# FAILED" >>"$log"
+  fi
+  {
+    echo "# finished: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  } >>"$log"
+  tail -n 4 "$log"
+done
