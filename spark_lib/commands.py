@@ -262,6 +262,7 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
                 "owner": status.owner,
                 "state": status.state.value,
                 "operation": operation,
+                "write": info.write if info else None,  # write identity (None: a stream's)
                 "attempt": info.attempt if info else None,
                 "files": len(status.files),
                 "bytes": sum(f.size for f in status.files),
@@ -308,6 +309,7 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
         "owner": None,
         "state": "damaged",
         "operation": None,
+        "write": None,
         "attempt": None,
         "files": 0,
         "bytes": 0,
@@ -336,13 +338,24 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
     _render(
         out,
         title=f"table {report['table']}",
-        columns=["instant", "job", "state", "operation", "files", "bytes", "rows", "marked"],
+        columns=[
+            "instant",
+            "job",
+            "state",
+            "operation",
+            "write",
+            "files",
+            "bytes",
+            "rows",
+            "marked",
+        ],
         rows=[
             [
                 i["instant"],
                 i["jobId"],
                 i["state"],
                 i["operation"] or "",
+                "" if i["write"] is None else i["write"],
                 i["files"],
                 i["bytes"],
                 i["rows"],

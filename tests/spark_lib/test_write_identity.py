@@ -22,7 +22,15 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import filemanager, formats, reader, rollback, timeline, writer
+from sparkguard.spark_lib import (
+    commands,
+    filemanager,
+    formats,
+    reader,
+    rollback,
+    timeline,
+    writer,
+)
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
@@ -170,6 +178,7 @@ def test_two_appends_in_one_job_both_land(spark: Any, tmp_path: Path) -> None:
     assert [s.state for s in statuses] == [timeline.State.COMMITTED] * 2
     assert [writer.write_index_of(s) for s in statuses] == [0, 1]
     assert [_outcome_doc(url, s.instant).get("write") for s in statuses] == [0, 1]
+    assert [i["write"] for i in commands.inspect_table(url, options={})["instants"]] == [0, 1]
     for status, n in zip(statuses, (0, 1), strict=True):
         assert status.files
         assert all(f"-two-appends-w{n:03d}-c" in f.path for f in status.files)
