@@ -114,6 +114,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       Map<String, Object> extra = new TreeMap<>();
       extra.put("protocol", PROTOCOL);
       extra.put("sparkJobId", sparkJobId);
+      fenceEarlierAttempts();
       instant = timeline().start(settings, "append", extra);
       writeJournalEntry();
       if (sidecar == null) {  // the sidecar writes MARKERS.type itself, before its first batch
@@ -124,6 +125,35 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       LOG.info("sparkguard: write {} of job {} to {} started", instant, settings.jobId(), path);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot start the write to " + path, e);
+    }
+  }
+
+  /**
+   * W1, in part (docs/storage-contract.md, O4): an undecided instant of this job on the table
+   * that belongs to another owner makes the write refuse at once (both would write the same
+   * names); one of this owner (an earlier attempt) is claimed as rolled back, so it can never
+   * commit. Deleting its files is left to {@code sparkguard rollback} (the operator's rollback
+   * initContainer runs it before every driver start); the rerun rewrites the same names anyway.
+   */
+  private void fenceEarlierAttempts() throws IOException {
+    Timeline timeline = timeline();
+    List<String> undecided = timeline.undecided(settings.jobId());
+    for (String other : undecided) {
+      String owner = timeline.ownerOf(other);
+      if (!owner.equals(settings.owner())) {
+        throw new SparkguardException.OwnerConflictException(
+            "sparkguard: refusing to write " + path + ": instant " + other + " of job "
+                + settings.jobId() + " is undecided and belongs to owner '" + owner + "', not '"
+                + settings.owner() + "' (both would write the same file names). If that owner"
+                + " will never come back, run: sparkguard rollback --job-id " + settings.jobId()
+                + " --journal <journal> --owner '" + owner + "' (or --force), then rerun");
+      }
+    }
+    for (String own : undecided) {
+      if (timeline.claimRollback(own)) {
+        LOG.warn("sparkguard: claimed earlier undecided write {} of job {} on {} as rolled back;"
+            + " 'sparkguard rollback' deletes its files", own, settings.jobId(), path);
+      }
     }
   }
 

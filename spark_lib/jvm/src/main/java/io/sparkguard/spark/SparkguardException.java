@@ -30,6 +30,15 @@ public class SparkguardException extends RuntimeException {
     }
   }
 
+  /** An undecided instant of another owner stands in the way (same job id, same table). */
+  public static final class OwnerConflictException extends SparkguardException {
+    private static final long serialVersionUID = 1L;
+
+    public OwnerConflictException(String message) {
+      super(message);
+    }
+  }
+
   /** An instant was already decided (committed or rolled back) by someone else. */
   public static final class InstantDecidedException extends SparkguardException {
     private static final long serialVersionUID = 1L;

@@ -125,6 +125,37 @@ public final class Timeline implements Serializable {
     return store.putIfAbsent(file(instant, ".outcome"), encode(OUTCOME_KIND, body));
   }
 
+  /**
+   * The undecided instants of {@code jobId} (an {@code .inflight} without an {@code .outcome}),
+   * oldest first, from one listing of the timeline.
+   */
+  public List<String> undecided(String jobId) throws IOException {
+    java.util.Set<String> names = new java.util.HashSet<>(store.listFiles(directory()));
+    List<String> instants = new java.util.ArrayList<>();
+    for (String name : new java.util.TreeSet<>(names)) {
+      if (!name.endsWith(".inflight")) {
+        continue;
+      }
+      String instant = name.substring(0, name.length() - ".inflight".length());
+      if (instant.matches("[0-9]{17}-.*")
+          && instant.substring(18).equals(jobId)
+          && !names.contains(instant + ".outcome")) {
+        instants.add(instant);
+      }
+    }
+    return instants;
+  }
+
+  /** The owner recorded in {@code instant}'s {@code .inflight} ({@code job:<jobId>} if none). */
+  public String ownerOf(String instant) throws IOException {
+    com.fasterxml.jackson.databind.JsonNode doc = JSON.readTree(store.read(file(instant, ".inflight")));
+    com.fasterxml.jackson.databind.JsonNode owner = doc.get("owner");
+    if (owner != null && owner.isTextual() && !owner.asText().isEmpty()) {
+      return owner.asText();
+    }
+    return "job:" + instant.substring(18);
+  }
+
   /** {@code {"kind":..,"version":1,...}} + newline: sorted keys, compact, UTF-8. */
   static byte[] encode(String kind, Map<String, Object> body) {
     Map<String, Object> document = new TreeMap<>(body);

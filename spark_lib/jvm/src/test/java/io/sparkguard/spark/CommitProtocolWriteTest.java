@@ -12,6 +12,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
 import org.apache.spark.TaskContext;
@@ -176,6 +177,41 @@ class CommitProtocolWriteTest {
     Exception error = assertThrows(Exception.class,
         () -> rows(10, 1).write().mode("append").parquet(dir.resolve("t").toString()));
     assertTrue(rootMessage(error).startsWith("spark.sparkguard.jobId is not set"), rootMessage(error));
+  }
+
+  private static Timeline timelineOf(Path table) {
+    return new Timeline(new LocalAtomicStore(), new org.apache.hadoop.fs.Path(table.toUri()));
+  }
+
+  @Test
+  void anUndecidedWriteOfAnotherOwnerMakesTheWriteRefuseNamingTheOwnerAndTheFix() throws IOException {
+    Path table = dir.resolve("t");
+    ProtocolSettings other = ProtocolSettings.parse(
+        Map.of("spark.sparkguard.jobId", "nightly-1", "spark.sparkguard.owner", "k8s:ns/other/1")::get);
+    String instant = timelineOf(table).start(other, "append", Map.of());
+
+    Exception error = assertThrows(Exception.class,
+        () -> rows(10, 1).write().mode("append").parquet(table.toString()));
+    String message = rootMessage(error);
+    assertTrue(message.contains("instant " + instant + " of job nightly-1 is undecided"), message);
+    assertTrue(message.contains("belongs to owner 'k8s:ns/other/1', not 'job:nightly-1'"), message);
+    assertTrue(message.contains("sparkguard rollback --job-id nightly-1 --journal <journal> --owner 'k8s:ns/other/1'"), message);
+    assertEquals(List.of(), dataFiles(table));
+    assertEquals(1, timeline(table, ".inflight").size());  // no instant of its own was opened
+  }
+
+  @Test
+  void anUndecidedWriteOfTheSameOwnerIsClaimedSoItCanNeverCommit() throws IOException {
+    Path table = dir.resolve("t");
+    ProtocolSettings same = ProtocolSettings.parse(Map.of("spark.sparkguard.jobId", "nightly-1")::get);
+    String earlier = timelineOf(table).start(same, "append", Map.of());
+
+    rows(10, 1).write().mode("append").parquet(table.toString());
+
+    JsonNode decided = JSON.readTree(table.resolve("_sparkguard/timeline/" + earlier + ".outcome").toFile());
+    assertEquals("rolled_back", decided.get("outcome").asText());
+    assertEquals(List.of("committed", "rolled_back"),
+        timeline(table, ".outcome").stream().map(d -> d.get("outcome").asText()).sorted().collect(Collectors.toList()));
   }
 
   private static String rootMessage(Throwable error) {
