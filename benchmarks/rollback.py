@@ -37,7 +37,6 @@ from _common import log, proxied_s3, rotated
 
 from sparkguard.spark_lib import filemanager, formats, journal, markers, paths, rollback, timeline
 
-JOB = "bench-job"
 PER_INSTANT = 100
 DIRS = 100
 
@@ -66,23 +65,25 @@ def _build(url: str, options: Mapping[str, Any], committed: int) -> None:
             log(f"  built {made}/{committed} committed files")
 
 
-def _fail_write(url: str, options: Mapping[str, Any], journal_url: str, failed: int) -> None:
+def _fail_write(
+    url: str, options: Mapping[str, Any], journal_url: str, failed: int, *, job: str
+) -> None:
     """A write that died: an inflight instant, its journal entry and M marked files."""
     manager, table = filemanager.resolve(url, storage_options=options)
     tl = timeline.Timeline(manager, table)
-    instant = tl.start(JOB, attempt=0, marker_type="DIRECT")
+    instant = tl.start(job, attempt=0, marker_type="DIRECT")
     jmanager, jpath = filemanager.resolve(journal_url, storage_options=options)
-    journal.Journal(jmanager, jpath, JOB).record(table=url, instant=instant, attempt=0)
+    journal.Journal(jmanager, jpath, job).record(table=url, instant=instant, attempt=0)
     client = markers.DirectMarkerClient(manager)
     mdir = markers.marker_dir(table, instant)
     client.write_type(mdir)
     for i in range(failed):
-        rel = f"day={i % DIRS:03d}/part-{i:05d}-{JOB}-c000.parquet"
+        rel = f"day={i % DIRS:03d}/part-{i:05d}-{job}-c000.parquet"
         client.create(mdir, rel)
         manager.write_bytes(paths.join(table, rel), b"y" * 16, overwrite=True)
 
 
-def listing_cleanup(url: str, options: Mapping[str, Any]) -> int:
+def listing_cleanup(url: str, options: Mapping[str, Any], *, job: str) -> int:
     """Delete every data file no committed instant lists (the no-markers way), written as a
     careful engineer would: one flat listing of the timeline, every committed outcome fetched
     concurrently (one GET each, no HEAD first), one flat listing of the table, batched deletes."""
@@ -105,7 +106,7 @@ def listing_cleanup(url: str, options: Mapping[str, Any]) -> int:
         if not any(part.startswith(("_", ".")) for part in rel.split("/")) and rel not in committed
     ]
     manager.delete_many(paths.join(table, rel) for rel in orphans)
-    for status in tl.statuses(job_id=JOB):
+    for status in tl.statuses(job_id=job):
         if status.state is timeline.State.INFLIGHT:
             tl.claim_rollback(status.instant)
             markers.delete_marker_dir(manager, markers.marker_dir(table, status.instant))
@@ -155,16 +156,18 @@ def main() -> int:
         requests = {"markers": 0, "listing": 0}
         for n in range(-1, rounds):  # round -1: both once, untimed (imports, caches, sockets)
             for kind in rotated(("markers", "listing"), n):
-                journal_url = f"{base}/journal-{kind}-{n}"
-                _fail_write(url, setup_options, journal_url, failed)
+                # A fresh failed job each time, as in life (a job is rolled back once).
+                job = f"bench-{kind}-{n + 1}"
+                journal_url = f"{base}/journal-{job}"
+                _fail_write(url, setup_options, journal_url, failed, job=job)
                 if proxy:
                     proxy.reset()
                 start = time.perf_counter()
                 if kind == "markers":
-                    deleted = rollback.rollback_job(JOB, journal_url, storage_options=options)
+                    deleted = rollback.rollback_job(job, journal_url, storage_options=options)
                     count = deleted.files_deleted
                 else:
-                    count = listing_cleanup(url, options)
+                    count = listing_cleanup(url, options, job=job)
                 elapsed = time.perf_counter() - start
                 assert count == failed, (kind, count)
                 used = proxy.stats().get("total", 0) if proxy else 0
