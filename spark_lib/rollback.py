@@ -311,13 +311,15 @@ def rollback_instant(
     progress: Progress | None = None,
     table_label: str | None = None,
     protected: Iterable[str] | None = None,
+    settled: set[str] | None = None,
 ) -> InstantRollback:
     """Roll back one instant of ``tl`` unless it is committed (see the module docstring).
 
     An undecided instant whose owner is not ``owner`` (None: ``job:<jobId>``) is left alone
     (:attr:`Action.OTHER_OWNER`) unless ``force``. ``protected`` are names a live instant
-    marked (never deleted); when None they are read from the timeline. Idempotent and
-    resumable: run it again after any interruption.
+    marked (never deleted); when None they are read from the timeline. ``settled``: names a
+    pass over several instants already deleted (or found absent); they are not checked again,
+    and this call adds its own. Idempotent and resumable: run it again after any interruption.
     """
     status = tl.status(instant)
     label = table_label or tl.table
@@ -333,7 +335,13 @@ def rollback_instant(
         ]
         protected = marked_by_live_instants(tl, others)
     return _roll_back(
-        tl, status, dry_run=dry_run, progress=progress, label=label, protected=set(protected)
+        tl,
+        status,
+        dry_run=dry_run,
+        progress=progress,
+        label=label,
+        protected=set(protected),
+        settled=settled if settled is not None else set(),
     )
 
 
@@ -345,6 +353,7 @@ def _roll_back(
     progress: Progress | None,
     label: str,
     protected: set[str],
+    settled: set[str],
 ) -> InstantRollback:
     manager = tl.manager
     instant = status.instant
@@ -393,7 +402,10 @@ def _roll_back(
         )
 
     if dry_run:
-        would = _delete(manager, tl.table, doomed, None, dry_run=True)
+        would = _delete(
+            manager, tl.table, [n for n in doomed if n not in settled], None, dry_run=True
+        )
+        settled.update(doomed)
         action = (
             Action.WOULD_ROLL_BACK if state is not timeline.State.ROLLED_BACK else Action.NOTHING
         )
@@ -412,7 +424,9 @@ def _roll_back(
         # The names must stay findable before their markers go: a zombie task may still
         # publish one of them after this pass (docs/storage-contract.md, "Late files").
         record(0, 0, [], done=False)
-    deleted = _delete(manager, tl.table, doomed, progress)
+    # Instants of one job mark the same names again and again (reruns): check each once.
+    deleted = _delete(manager, tl.table, [n for n in doomed if n not in settled], progress)
+    settled.update(doomed)
     late: set[str] = set()
 
     def delete_late(new_files: set[str]) -> None:
@@ -530,6 +544,8 @@ def roll_back_before_write(
                 f"journal> --owner '{status.owner}' (or --force)"
             )
     results = []
+    # Undecided first (claimed before another instant's cleanup deletes a name they marked).
+    statuses.sort(key=lambda s: (s.state is not timeline.State.INFLIGHT, s.instant))
     for status in statuses:
         logger.info("rolling back stale instant %s before writing", status.instant)
         results.append(rollback_instant(tl, status.instant, owner=owner, table_label=table_label))
@@ -683,8 +699,11 @@ def _rollback_in_table(
     label: str,
     damage: _Damage,
 ) -> list[InstantRollback]:
-    ordered = sorted(set(tl.instant_ids(job_id=job_id)) | set(extra_instants))
-    statuses = {instant: tl.status(instant) for instant in ordered}
+    found = sorted(set(tl.instant_ids(job_id=job_id)) | set(extra_instants))
+    statuses = {instant: tl.status(instant) for instant in found}
+    # Undecided instants first: each is claimed before any other instant's cleanup deletes a
+    # name it marked (reruns of a job mark the same names), so it can no longer commit one.
+    ordered = sorted(found, key=lambda i: (statuses[i].state is not timeline.State.INFLIGHT, i))
     # Names that undecided instants of other owners marked: a live writer's, never deleted.
     protected: dict[str, set[str]] = collections.defaultdict(set)
     for status in statuses.values():
@@ -694,6 +713,7 @@ def _rollback_in_table(
             except errors.CorruptFileError as exc:
                 damage.add(label, status.instant, exc)
     results = []
+    settled: set[str] = set()
     for index, instant in enumerate(ordered, start=1):
         status = statuses[instant]
         try:
@@ -707,6 +727,7 @@ def _rollback_in_table(
                     progress=progress,
                     table_label=label,
                     protected=protected[status.job_id],
+                    settled=settled,
                 )
             )
         except errors.CorruptFileError as exc:

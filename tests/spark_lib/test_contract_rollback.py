@@ -392,3 +392,36 @@ def test_rollback_of_a_deleted_table_reports_it_and_creates_nothing(
     assert summary.tables_missing == (reader.table_url(url),)
     assert summary.to_json()["tablesMissing"] == [reader.table_url(url)]
     assert summary.files_deleted == 0
+
+
+def test_an_undecided_instant_is_claimed_before_any_cleanup_deletes_a_name_it_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun marks the names a rolled-back instant marked: the rerun's instant must be
+    claimed (it can then never commit) before the older instant's late-file check deletes
+    one of its files; else a zombie driver could commit a file that is being deleted."""
+    url = str(tmp_path / "t")
+    manager, table = filemanager.resolve(url)
+    tl = timeline.Timeline(manager, table)
+    client = markers.DirectMarkerClient(manager)
+    name = "part-00000-order-1-c000.parquet"
+    old = tl.start("order-1", attempt=0, marker_type="DIRECT")
+    client.create(markers.marker_dir(table, old), name)
+    rollback.rollback_table(url, job_id="order-1")  # the file was never written
+    assert name in tl.status(old).rolled_back_names
+    rerun = tl.start("order-1", attempt=1, marker_type="DIRECT")
+    client.create(markers.marker_dir(table, rerun), name)
+    manager.write_bytes(paths.join(table, name), b"rerun's data")
+    real_delete = rollback._delete
+
+    def delete_only_after_the_claim(
+        mgr: filemanager.FileManager, tbl: str, relative: list[str], *args: Any, **kwargs: Any
+    ) -> Any:
+        if name in relative:
+            assert tl.read_outcome(rerun) is not None, "deleted before the rerun was claimed"
+        return real_delete(mgr, tbl, relative, *args, **kwargs)
+
+    monkeypatch.setattr(rollback, "_delete", delete_only_after_the_claim)
+    summary = rollback.rollback_table(url, job_id="order-1")
+    assert summary.files_deleted == 1
+    assert not manager.exists(paths.join(table, name))
