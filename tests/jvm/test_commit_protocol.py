@@ -16,7 +16,7 @@ from tests.jvm.conftest import marker_sidecar, run_job
 pytestmark = pytest.mark.spark
 
 JOB = "jvm-job-1"
-NAMES = [f"part-{p:05d}-{JOB}-c000.snappy.parquet" for p in range(4)]
+NAMES = [f"part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for p in range(4)]
 
 
 def _conf(journal: Path) -> dict[str, str]:

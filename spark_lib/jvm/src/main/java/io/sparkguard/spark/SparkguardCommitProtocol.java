@@ -43,7 +43,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <tr><td>W3</td><td>driver, {@link #setupJob}</td><td>put-if-absent the journal entry (when {@code spark.sparkguard.journal} is set) and {@code MARKERS.type}</td></tr>
  *   <tr><td>W4</td><td>task, {@link #newTaskTempFile}</td><td>the direct marker {@code <file>.marker.CREATE}, before the file is opened</td></tr>
  *   <tr><td>W5</td><td>task</td><td>Spark's writer writes the file under a temp name in its final directory</td></tr>
- *   <tr><td>W6</td><td>task, {@link #commitTask}</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-c<seq:03d>.<ext>}</td></tr>
+ *   <tr><td>W6</td><td>task, {@link #commitTask}</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>}</td></tr>
  *   <tr><td>W7/W8</td><td>driver, {@link #commitJob}</td><td>verify every reported file; delete marked files no task reported and leftovers of marked names</td></tr>
  *   <tr><td>W9</td><td>driver, {@link #commitJob}</td><td>put-if-absent {@code <instant>.outcome} = committed with files, sizes, rows</td></tr>
  *   <tr><td>W10</td><td>driver, {@link #commitJob}</td><td>delete the marker directory</td></tr>
@@ -69,6 +69,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private final SidecarMarkerClient sidecar;
   /** Set by {@link #setupJob} on the driver, before the protocol is shipped to the tasks. */
   private String instant;
+  /** The write identity (see {@link WriteCounter}), set with {@link #instant}. */
+  private int write;
 
   /** Per task attempt (never serialized): the files it opened, by relative path. */
   private transient Map<String, Path> pending;
@@ -115,7 +117,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       extra.put("protocol", PROTOCOL);
       extra.put("sparkJobId", sparkJobId);
       fenceEarlierAttempts();
-      instant = timeline().start(settings, "append", extra);
+      write = WriteCounter.next(settings.jobId(), tableUrl());
+      instant = timeline().start(settings, "append", extra, write);
       writeJournalEntry();
       if (sidecar == null) {  // the sidecar writes MARKERS.type itself, before its first batch
         store.putIfAbsent(
@@ -157,17 +160,20 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     }
   }
 
+  /** The table as the Python writer records it: local paths absolute, no scheme, no trailing /. */
+  private String tableUrl() {
+    Path table = new Path(path);
+    String scheme = table.toUri().getScheme();
+    String url = scheme == null || scheme.equals("file") ? table.toUri().getPath() : table.toString();
+    return url.endsWith("/") ? url.substring(0, url.length() - 1) : url;
+  }
+
   private void writeJournalEntry() throws IOException {
     if (settings.journal() == null) {
       return;
     }
     Path journal = new Path(settings.journal());
-    // The table as the Python writer records it: local paths absolute, no scheme, no trailing /.
-    Path table = new Path(path);
-    String scheme = table.toUri().getScheme();
-    String tableUrl =
-        scheme == null || scheme.equals("file") ? table.toUri().getPath() : table.toString();
-    tableUrl = tableUrl.endsWith("/") ? tableUrl.substring(0, tableUrl.length() - 1) : tableUrl;
+    String tableUrl = tableUrl();
     Map<String, Object> body = new TreeMap<>();
     body.put("jobId", settings.jobId());
     body.put("table", tableUrl);
@@ -200,9 +206,10 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   public String newTaskTempFile(TaskAttemptContext taskContext, Option<String> dir, FileNameSpec spec) {
     int partition = taskContext.getTaskAttemptID().getTaskID().getId();
     // Spark's suffix is "-c000.<ext>" for one directory but ".c000.<ext>" under partition
-    // directories; the contract's name is part-<partition:05d>-<jobId>-c<seq:03d>.<ext> in both.
+    // directories; the contract's name is part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>
+    // in both (n: the write identity).
     String suffix = spec.suffix().matches("^\\.c[0-9]{3}.*") ? "-" + spec.suffix().substring(1) : spec.suffix();
-    String name = spec.prefix() + String.format("part-%05d-%s", partition, settings.jobId()) + suffix;
+    String name = spec.prefix() + String.format("part-%05d-%s-w%03d", partition, settings.jobId(), write) + suffix;
     String relative = dir.isDefined() ? dir.get() + "/" + name : name;
     Path target = new Path(path, relative);
     try {
@@ -322,7 +329,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         files.add(file.toJson());
         rows += Math.max(file.rows, 0);
       }
-      timeline.commit(instant, files, commitExtra(reported.keySet(), rows));
+      timeline.commit(instant, files, commitExtra(reported.keySet(), rows), write);
       // W10
       if (sidecar != null) {
         sidecar.deleteDir(markerDirName());

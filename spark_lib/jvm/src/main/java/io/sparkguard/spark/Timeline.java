@@ -63,6 +63,13 @@ public final class Timeline implements Serializable {
    */
   public String start(ProtocolSettings settings, String operation, Map<String, Object> extra)
       throws IOException {
+    return start(settings, operation, extra, null);
+  }
+
+  /** {@link #start(ProtocolSettings, String, Map)} recording the write identity {@code write}. */
+  public String start(
+      ProtocolSettings settings, String operation, Map<String, Object> extra, Integer write)
+      throws IOException {
     for (int i = 0; i < 1000; i++) {
       ZonedDateTime now = ZonedDateTime.now(ZoneOffset.UTC);
       String instant = INSTANT_TIME.format(now) + "-" + settings.jobId();
@@ -75,6 +82,9 @@ public final class Timeline implements Serializable {
       body.put("operation", operation);
       body.put("started", now.toOffsetDateTime().toString());
       body.put("extra", extra);
+      if (write != null) {
+        body.put("write", write);
+      }
       if (store.putIfAbsent(file(instant, ".inflight"), encode(INFLIGHT_KIND, body))) {
         return instant;
       }
@@ -94,7 +104,8 @@ public final class Timeline implements Serializable {
    * @throws InstantDecidedException when it was already decided (e.g. a rollback claimed it
    *     first): then this commit publishes nothing
    */
-  public void commit(String instant, List<Map<String, Object>> files, Map<String, Object> extra)
+  public void commit(
+      String instant, List<Map<String, Object>> files, Map<String, Object> extra, Integer write)
       throws IOException {
     Map<String, Object> body = new TreeMap<>();
     body.put("instant", instant);
@@ -104,6 +115,9 @@ public final class Timeline implements Serializable {
     Map<String, Object> withTime = new TreeMap<>(extra);
     withTime.put("committedAt", COMMITTED_AT.format(ZonedDateTime.now(ZoneOffset.UTC)));
     body.put("extra", withTime);
+    if (write != null) {
+      body.put("write", write);
+    }
     if (!store.putIfAbsent(file(instant, ".outcome"), encode(OUTCOME_KIND, body))) {
       throw new InstantDecidedException(
           "instant " + instant + " of " + table + " was already decided (a rollback or another"

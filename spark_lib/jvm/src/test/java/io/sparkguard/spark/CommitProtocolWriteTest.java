@@ -15,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
+import org.apache.spark.SparkFiles;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -59,8 +60,21 @@ class CommitProtocolWriteTest {
   }
 
   @BeforeEach
-  void setJob() {
+  void newDriverRun() throws IOException {
     spark.conf().set("spark.sparkguard.jobId", "nightly-1");
+    forgetWriteCounts();
+  }
+
+  /** What a restarted driver starts with (the Python writer's new_driver_run does the same). */
+  private static void forgetWriteCounts() throws IOException {
+    Path counts = Path.of(SparkFiles.getRootDirectory(), WriteCounter.DIRECTORY);
+    if (Files.exists(counts)) {
+      try (Stream<Path> files = Files.list(counts)) {
+        for (Path f : files.collect(Collectors.toList())) {
+          Files.delete(f);
+        }
+      }
+    }
   }
 
   private Dataset<Row> rows(int n, int partitions) {
@@ -97,10 +111,10 @@ class CommitProtocolWriteTest {
 
     assertEquals(
         List.of(
-            "part-00000-nightly-1-c000.snappy.parquet",
-            "part-00001-nightly-1-c000.snappy.parquet",
-            "part-00002-nightly-1-c000.snappy.parquet",
-            "part-00003-nightly-1-c000.snappy.parquet"),
+            "part-00000-nightly-1-w000-c000.snappy.parquet",
+            "part-00001-nightly-1-w000-c000.snappy.parquet",
+            "part-00002-nightly-1-w000-c000.snappy.parquet",
+            "part-00003-nightly-1-w000-c000.snappy.parquet"),
         dataFiles(table));
     JsonNode inflight = timeline(table, ".inflight").get(0);
     assertEquals("sparkguard.instant.inflight", inflight.get("kind").asText());
@@ -131,11 +145,33 @@ class CommitProtocolWriteTest {
     Path table = dir.resolve("t");
     rows(100, 4).write().mode("append").parquet(table.toString());
     List<String> first = dataFiles(table);
+    forgetWriteCounts();  // the rerun is a new driver run: its first write is write 0 again
     rows(100, 4).write().mode("append").parquet(table.toString());
 
     assertEquals(first, dataFiles(table));
     assertEquals(2, timeline(table, ".outcome").size());
     assertEquals(100, spark.read().parquet(table.toString()).count());
+  }
+
+  @Test
+  void twoWritesOfOneRunAreWritesZeroAndOneWithTheirOwnNames() throws IOException {
+    Path table = dir.resolve("t");
+    rows(10, 1).write().mode("append").parquet(table.toString());
+    rows(10, 1).write().mode("append").parquet(table.toString());
+
+    assertEquals(
+        List.of("part-00000-nightly-1-w000-c000.snappy.parquet", "part-00000-nightly-1-w001-c000.snappy.parquet"),
+        dataFiles(table));
+    List<Integer> writes = new ArrayList<>();
+    for (JsonNode inflight : timeline(table, ".inflight")) {
+      writes.add(inflight.get("write").asInt());
+    }
+    writes.sort(null);
+    assertEquals(List.of(0, 1), writes);
+    for (JsonNode outcome : timeline(table, ".outcome")) {
+      assertTrue(outcome.get("files").get(0).get("path").asText().contains("-w" + String.format("%03d", outcome.get("write").asInt()) + "-"));
+    }
+    assertEquals(20, spark.read().parquet(table.toString()).count());
   }
 
   @Test
@@ -156,7 +192,7 @@ class CommitProtocolWriteTest {
 
     List<String> files = dataFiles(table);
     assertEquals(4, files.size(), files.toString());
-    assertTrue(files.contains("k=0/part-00000-nightly-1-c000.snappy.parquet"), files.toString());
+    assertTrue(files.contains("k=0/part-00000-nightly-1-w000-c000.snappy.parquet"), files.toString());
     JsonNode outcome = timeline(table, ".outcome").get(0);
     assertEquals("k", outcome.get("extra").get("partitionBy").get(0).asText());
   }
@@ -168,7 +204,7 @@ class CommitProtocolWriteTest {
     Exception error = assertThrows(Exception.class,
         () -> rows(10, 1).write().mode("overwrite").parquet(table.toString()));
     assertTrue(rootMessage(error).contains("use mode(\"append\")"), rootMessage(error));
-    assertEquals(List.of("part-00000-nightly-1-c000.snappy.parquet"), dataFiles(table));
+    assertEquals(List.of("part-00000-nightly-1-w000-c000.snappy.parquet"), dataFiles(table));
   }
 
   @Test
