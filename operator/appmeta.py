@@ -91,7 +91,7 @@ ECHO_LIMIT: Final = 64
 
 
 class MarkerType(enum.StrEnum):
-    """How executors record markers (see DESIGN.md, "Marker sidecar")."""
+    """How executors record markers (see docs/sidecar.md)."""
 
     TIMELINE_SERVER = "timeline-server"
     DIRECT = "direct"

@@ -17,9 +17,9 @@ def parse_duration(text: str) -> float:
     saying which forms are accepted.
     """
     value = text.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(int(value))
-    if not _WHOLE.match(value):
+    if not _WHOLE.fullmatch(value):
         raise ValueError(
             f"{text!r} is not a duration: write whole seconds ('45') or units h/m/s "
             "('30s', '2m', '1h30m')"

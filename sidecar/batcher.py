@@ -82,8 +82,14 @@ def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
                 type_written = bool(manager.read_bytes(info.path).strip())
             elif match := _BATCH_FILE.match(base):
                 content = manager.read_bytes(info.path)
-                names.update(markers.parse_batch_file(content, source=info.path))
-                if content and not content.endswith(b"\n"):
+                parsed = markers.parse_batch_content(content, source=info.path)
+                names.update(parsed.names)
+                if parsed.torn is not None:
+                    # A crash mid-append left a partial last line: it was never acknowledged.
+                    # Drop it, or the next append would bury it as a garbage middle line.
+                    logger.warning("dropping the torn last line of %s", info.path)
+                    content = content[: content.rfind(b"\n") + 1]
+                elif content and not content.endswith(b"\n"):
                     content += b"\n"
                 files[int(match.group(1))] = content
             elif _DIRECT_MARKER.search(base):

@@ -63,7 +63,7 @@ def validate_job_id(job_id: str, *, what: str = "job id") -> str:
 
     Lower-case letters, digits, ``-`` and ``.``; starts and ends alphanumeric; at most 100.
     """
-    if not isinstance(job_id, str) or not JOB_ID_PATTERN.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id):
         raise errors.ConfigError(
             f"{what} {job_id!r} is not valid: use 1-100 lower-case letters, digits, '-' or '.', "
             "starting and ending with a letter or digit (e.g. 'nightly-sales-2026-11-22')"
@@ -96,7 +96,7 @@ def validate_owner(owner: str, *, what: str = "owner") -> str:
 
 def job_of_instant(instant: str) -> str:
     """The job id encoded in an instant id."""
-    match = _INSTANT_PATTERN.match(instant)
+    match = _INSTANT_PATTERN.fullmatch(instant)
     if not match:
         raise errors.CorruptFileError(f"{instant!r} is not a sparkguard instant id")
     return match.group("job")
@@ -390,7 +390,7 @@ class Timeline:
                 raise errors.CorruptFileError(
                     f"unexpected file {info.path} in timeline {self.directory}; move it elsewhere"
                 )
-            if not _INSTANT_PATTERN.match(instant):
+            if not _INSTANT_PATTERN.fullmatch(instant):
                 raise errors.CorruptFileError(f"{info.path} is not named by an instant id")
             found.add(instant)
         ids = sorted(found)

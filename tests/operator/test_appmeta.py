@@ -147,7 +147,9 @@ def test_durations(text: str, seconds: float) -> None:
     assert durations.parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "1.5s", "2mm", "1m1m", "m", "1d", "-1"])
+@pytest.mark.parametrize(
+    "text", ["", "1.5s", "2mm", "1m1m", "m", "1d", "-1", "\u0663", "\u0663s", "30s\n5s"]
+)
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match=r"duration|repeats"):
         durations.parse_duration(text)

@@ -147,3 +147,21 @@ def test_kill_9_loses_no_acknowledged_marker_s3(
         extra_env=s3_server.env(),
         seed=7,
     )
+
+
+def test_torn_last_line_is_dropped_on_load_not_buried(tmp_path: Any) -> None:
+    """A crash mid-append leaves a partial last line (never acknowledged). A restarted sidecar
+    drops it, so its next append does not turn it into a garbage middle line that rollback
+    would refuse."""
+    from sparkguard.sidecar import batcher
+
+    directory = tmp_path / "markers" / "20261123000000000-job"
+    directory.mkdir(parents=True)
+    (directory / "MARKERS0").write_bytes(b"a.parquet.marker.CREATE\nb.parq")
+    manager, path = filemanager.resolve(str(directory))
+    loaded = batcher.load_marker_dir(manager, path)
+    assert loaded.names == {"a.parquet.marker.CREATE"}
+    appended = loaded.files[0] + b"c.parquet.marker.CREATE\n"
+    parsed = markers.parse_batch_content(appended, source="MARKERS0")
+    assert parsed.names == ("a.parquet.marker.CREATE", "c.parquet.marker.CREATE")
+    assert parsed.torn is None

@@ -89,7 +89,9 @@ def test_instants_sorted_and_filtered_by_job(store: Store) -> None:
     assert [s.instant for s in tl.statuses(job_id="job-b")] == [b1]
 
 
-@pytest.mark.parametrize("bad", ["", "Job", "job_a", "-job", "job-", "a" * 101, "../x", "a/b"])
+@pytest.mark.parametrize(
+    "bad", ["", "Job", "job_a", "-job", "job-", "a" * 101, "../x", "a/b", "sales\n"]
+)
 def test_bad_job_ids_are_rejected(store: Store, bad: str) -> None:
     tl = timeline.Timeline(store.manager, store.base)
     with pytest.raises(errors.ConfigError, match=r"job id .* is not valid"):
