@@ -34,7 +34,9 @@ def test_python_tools_read_what_the_jvm_protocol_committed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     table, journal = tmp_path / "table", tmp_path / "journal"
-    for _ in range(2):  # a rerun with the same job id rewrites the same names
+    # The job ran, committed, then (say) a later step failed and it ran again: the rerun's write
+    # 0 already committed, so it is skipped (spark-operator#1854: plain Spark duplicates it all).
+    for _ in range(2):
         result = run_job("plain_write.py", str(table), "1000", "4", conf=_conf(journal))
         assert result == {"rows": 1000, "ids": 1000}
 
@@ -42,7 +44,7 @@ def test_python_tools_read_what_the_jvm_protocol_committed(
     doc = _inspect(table, capsys)
     instants = doc["instants"]
     assert isinstance(instants, list)
-    assert [i["state"] for i in instants] == ["committed", "committed"]
+    assert [i["state"] for i in instants] == ["committed"]
     assert {i["owner"] for i in instants} == {f"job:{JOB}"}
     assert {i["rows"] for i in instants} == {1000}
     assert doc["visible"] == {

@@ -20,6 +20,7 @@ public final class ProtocolSettings implements Serializable {
   public static final String ATTEMPT_KEY = "spark.sparkguard.attempt";
   public static final String MARKER_TYPE_KEY = "spark.sparkguard.markers.type";
   public static final String JOURNAL_KEY = "spark.sparkguard.journal";
+  public static final String RERUN_KEY = "spark.sparkguard.rerun";
   public static final String ENDPOINT_KEY = "spark.sparkguard.markers.endpoint";
   public static final String TOKEN_FILE_KEY = "spark.sparkguard.markers.tokenFile";
   static final String DRIVER_HOST_KEY = "spark.driver.host";
@@ -37,10 +38,12 @@ public final class ProtocolSettings implements Serializable {
   private final String markerType;
   private final String markerEndpoint;
   private final String tokenFile;
+  private final boolean rewriteOnRerun;
 
   private ProtocolSettings(
       String jobId, String owner, int attempt, String journal, String markerType,
-      String markerEndpoint, String tokenFile) {
+      String markerEndpoint, String tokenFile, boolean rewriteOnRerun) {
+    this.rewriteOnRerun = rewriteOnRerun;
     this.jobId = jobId;
     this.owner = owner;
     this.attempt = attempt;
@@ -124,9 +127,16 @@ public final class ProtocolSettings implements Serializable {
                 + " http://{driverHost}:8765");
       }
     }
+    String rerun = Optional.ofNullable(lookup.apply(RERUN_KEY)).orElse("skip").toLowerCase(java.util.Locale.ROOT);
+    if (!rerun.equals("skip") && !rerun.equals("rewrite")) {
+      throw new ConfigException(
+          RERUN_KEY + " '" + rerun + "' is not valid: use skip (the default: a rerun's write"
+              + " that already committed writes nothing) or rewrite (write it again)");
+    }
     return new ProtocolSettings(
         jobId, owner, attempt, lookup.apply(JOURNAL_KEY), markerType, endpoint,
-        markerType.equals("TIMELINE_SERVER_BASED") ? lookup.apply(TOKEN_FILE_KEY) : null);
+        markerType.equals("TIMELINE_SERVER_BASED") ? lookup.apply(TOKEN_FILE_KEY) : null,
+        rerun.equals("rewrite"));
   }
 
   private static boolean isValidOwner(String owner) {
@@ -169,6 +179,11 @@ public final class ProtocolSettings implements Serializable {
   /** The sidecar's base URL ({@code {driverHost}} resolved), or {@code null} for DIRECT. */
   public String markerEndpoint() {
     return markerEndpoint;
+  }
+
+  /** True when a rerun's write that already committed is written again ({@code rerun=rewrite}). */
+  public boolean rewriteOnRerun() {
+    return rewriteOnRerun;
   }
 
   /** The sidecar's bearer token file, or {@code null}. */

@@ -71,6 +71,10 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private String instant;
   /** The write identity (see {@link WriteCounter}), set with {@link #instant}. */
   private int write;
+  /** {@code append}, or {@code rewrite} for a rerun's committed write written again. */
+  private String operation = "append";
+  /** The committed instant this write repeats when it is skipped ({@code rerun=skip}), else null. */
+  private String skippedFor;
 
   /** Per task attempt (never serialized): the files it opened, by relative path. */
   private transient Map<String, Path> pending;
@@ -118,7 +122,18 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       extra.put("sparkJobId", sparkJobId);
       fenceEarlierAttempts();
       write = WriteCounter.next(settings.jobId(), tableUrl());
-      instant = timeline().start(settings, "append", extra, write);
+      String committed = timeline().committedWrite(settings.jobId(), write);
+      if (committed != null && !settings.rewriteOnRerun()) {
+        // W1: write n of this job already committed (a rerun): the tasks write to local scratch
+        // space, nothing reaches the table and no instant is opened (rerun=skip).
+        skippedFor = committed;
+        LOG.warn("sparkguard: job {} already committed write {} on {} as {}: skipping it"
+            + " (spark.sparkguard.rerun=skip; set it to rewrite to write again)",
+            settings.jobId(), write, path, committed);
+        return;
+      }
+      operation = committed != null ? "rewrite" : "append";
+      instant = timeline().start(settings, operation, extra, write);
       writeJournalEntry();
       if (sidecar == null) {  // the sidecar writes MARKERS.type itself, before its first batch
         store.putIfAbsent(
@@ -211,6 +226,14 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     String suffix = spec.suffix().matches("^\\.c[0-9]{3}.*") ? "-" + spec.suffix().substring(1) : spec.suffix();
     String name = spec.prefix() + String.format("part-%05d-%s-w%03d", partition, settings.jobId(), write) + suffix;
     String relative = dir.isDefined() ? dir.get() + "/" + name : name;
+    if (pending == null) {
+      pending = new LinkedHashMap<>();
+    }
+    if (skippedFor != null) {
+      Path scratch = new Path(scratchDirectory(taskContext), relative);
+      pending.put(relative, scratch);
+      return scratch.toString();
+    }
     Path target = new Path(path, relative);
     try {
       if (sidecar != null) {
@@ -222,9 +245,6 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
     }
     Path work = store.workPath(target);
-    if (pending == null) {
-      pending = new LinkedHashMap<>();
-    }
     pending.put(relative, work);
     return work.toString();
   }
@@ -236,9 +256,28 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
             + absoluteDir + "): write the table without custom partition locations");
   }
 
+  /** A skipped write's task writes here (executor-local, never the table), and deletes it. */
+  private Path scratchDirectory(TaskAttemptContext taskContext) {
+    java.io.File dir = new java.io.File(System.getProperty("java.io.tmpdir"),
+        "sparkguard-skip-" + settings.jobId() + "-" + taskContext.getTaskAttemptID());
+    return new Path(dir.toURI());
+  }
+
+  private void deleteScratch(TaskAttemptContext taskContext) {
+    try {
+      new LocalAtomicStore().deleteDirectory(scratchDirectory(taskContext));
+    } catch (IOException e) {
+      LOG.warn("sparkguard: cannot delete scratch space of a skipped write", e);
+    }
+  }
+
   @Override
   public TaskCommitMessage commitTask(TaskAttemptContext taskContext) {
     ArrayList<CommittedFile> files = new ArrayList<>();
+    if (skippedFor != null) {
+      deleteScratch(taskContext);
+      return new TaskCommitMessage(files);
+    }
     Configuration conf = taskContext.getConfiguration();
     try {
       for (Map.Entry<String, Path> entry : pending.entrySet()) {
@@ -268,6 +307,10 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   @Override
   public void abortTask(TaskAttemptContext taskContext) {
+    if (skippedFor != null) {
+      deleteScratch(taskContext);
+      return;
+    }
     if (pending == null) {
       return;
     }
@@ -294,6 +337,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   @Override
   public void commitJob(JobContext jobContext, scala.collection.immutable.Seq<TaskCommitMessage> taskCommits) {
+    if (skippedFor != null) {
+      return;  // nothing was written to the table; write n stays the one skippedFor committed
+    }
     Map<String, CommittedFile> reported = new TreeMap<>();
     for (TaskCommitMessage message : CollectionConverters.asJava(taskCommits)) {
       @SuppressWarnings("unchecked")
@@ -374,7 +420,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   private Map<String, Object> commitExtra(Iterable<String> relativePaths, long rows) {
     Map<String, Object> extra = new TreeMap<>();
-    extra.put("operation", "append");
+    extra.put("operation", operation);
     extra.put("attempt", settings.attempt());
     extra.put("rows", rows);
     extra.put("protocol", PROTOCOL);

@@ -160,6 +160,38 @@ public final class Timeline implements Serializable {
     return instants;
   }
 
+  /**
+   * The COMMITTED instant of {@code jobId} whose write identity is {@code write} (the last one,
+   * if several), or {@code null}: a rerun's write n that already committed. An {@code .inflight}
+   * without {@code "write"} is write 0; stream registrations are not writes.
+   */
+  public String committedWrite(String jobId, int write) throws IOException {
+    String found = null;
+    for (String name : new java.util.TreeSet<>(store.listFiles(directory()))) {
+      if (!name.endsWith(".outcome")) {
+        continue;
+      }
+      String instant = name.substring(0, name.length() - ".outcome".length());
+      if (!instant.matches("[0-9]{17}-.*") || !instant.substring(18).equals(jobId)) {
+        continue;
+      }
+      com.fasterxml.jackson.databind.JsonNode outcome = JSON.readTree(store.read(file(instant, ".outcome")));
+      com.fasterxml.jackson.databind.JsonNode extra = outcome.path("extra");
+      if (!"committed".equals(outcome.path("outcome").asText())
+          || "stream-register".equals(extra.path("operation").asText())) {
+        continue;
+      }
+      int recorded = 0;
+      if (store.size(file(instant, ".inflight")) >= 0) {
+        recorded = JSON.readTree(store.read(file(instant, ".inflight"))).path("write").asInt(0);
+      }
+      if (recorded == write) {
+        found = instant;
+      }
+    }
+    return found;
+  }
+
   /** The owner recorded in {@code instant}'s {@code .inflight} ({@code job:<jobId>} if none). */
   public String ownerOf(String instant) throws IOException {
     com.fasterxml.jackson.databind.JsonNode doc = JSON.readTree(store.read(file(instant, ".inflight")));

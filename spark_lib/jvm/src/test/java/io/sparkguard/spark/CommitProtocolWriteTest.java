@@ -62,6 +62,7 @@ class CommitProtocolWriteTest {
   @BeforeEach
   void newDriverRun() throws IOException {
     spark.conf().set("spark.sparkguard.jobId", "nightly-1");
+    spark.conf().unset("spark.sparkguard.rerun");
     forgetWriteCounts();
   }
 
@@ -141,16 +142,35 @@ class CommitProtocolWriteTest {
   }
 
   @Test
-  void aRerunWithTheSameJobIdRewritesTheSameNamesNoDuplicates() throws IOException {
+  void aRerunWithRewriteRewritesTheSameNamesNoDuplicates() throws IOException {
     Path table = dir.resolve("t");
     rows(100, 4).write().mode("append").parquet(table.toString());
     List<String> first = dataFiles(table);
     forgetWriteCounts();  // the rerun is a new driver run: its first write is write 0 again
+    spark.conf().set("spark.sparkguard.rerun", "rewrite");
     rows(100, 4).write().mode("append").parquet(table.toString());
 
     assertEquals(first, dataFiles(table));
-    assertEquals(2, timeline(table, ".outcome").size());
+    List<String> operations = new ArrayList<>();
+    for (JsonNode outcome : timeline(table, ".outcome")) {
+      operations.add(outcome.get("extra").get("operation").asText());
+    }
+    assertEquals(List.of("append", "rewrite"), operations);
     assertEquals(100, spark.read().parquet(table.toString()).count());
+  }
+
+  @Test
+  void aRerunOfACommittedWriteIsSkippedEvenWithAnotherPartitionCount() throws IOException {
+    Path table = dir.resolve("t");
+    rows(100, 4).write().mode("append").parquet(table.toString());
+    List<String> first = dataFiles(table);
+    forgetWriteCounts();  // the job failed after its write committed and is run again
+    rows(100, 2).write().mode("append").parquet(table.toString());
+
+    assertEquals(first, dataFiles(table));  // untouched: nothing of the rerun reached the table
+    assertEquals(1, timeline(table, ".inflight").size());
+    assertEquals(100, spark.read().parquet(table.toString()).count());
+    assertEquals(100, spark.read().parquet(table.toString()).select("n").distinct().count());
   }
 
   @Test
