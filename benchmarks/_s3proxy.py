@@ -58,12 +58,16 @@ class TokenBucket:
 
 
 def classify(path: str, query: str, body: bytes) -> str:
-    """markers | data | other, by the key, the listing prefix or the bulk-delete body."""
+    """markers | sparkguard | data | other, by the key, the listing prefix or the bulk-delete
+    body (sparkguard: the table's other ``_sparkguard/`` files, e.g. the sidecar's reads of the
+    instant's outcome before each flush)."""
     prefix = urllib.parse.parse_qs(query).get("prefix", [""])[0]
     if MARKERS_SEGMENT in path or MARKERS_SEGMENT.lstrip("/") in prefix:
         return "markers"
     if b"_sparkguard/markers/" in body[:4096]:
         return "markers"
+    if "/_sparkguard/" in path or "_sparkguard/" in prefix:
+        return "sparkguard"
     parts = path.lstrip("/").split("/", 1)
     return "data" if len(parts) == 2 and parts[1] else "other"
 
