@@ -84,10 +84,12 @@ def test_rollback_of_one_owner_leaves_another_owners_instant_alone(
     b_files = [f.path for m in messages for f in m.files]
     manager, table = filemanager.resolve(url, storage_options=options)
 
-    # A's recovery: B's instant is reported, not touched.
+    # A's recovery: B's instant is reported, not touched. (A's own rolled-back instant may show
+    # up again: a task of A's failed stage that was still running when Spark aborted can publish
+    # its file after the abort's rollback, and this pass rightly removes that late file.)
     summary = rollback.rollback_job(JOB, journal_a, owner=OWNER_A, storage_options=options)
-    assert summary.instants_rolled_back == ()
-    assert summary.files_deleted == 0
+    assert set(summary.instants_rolled_back) <= {a1}
+    assert wb.instant not in summary.instants_rolled_back
     assert summary.to_json()["instantsOtherOwner"] == [
         {"instant": wb.instant, "table": reader.table_url(url), "owner": OWNER_B}
     ]
