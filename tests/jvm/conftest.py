@@ -5,11 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.jvm import s3a
+from tests.sidecar import conftest as sidecar_support
 from tests.support import s3server
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -56,36 +54,11 @@ def run_job(
 
 @contextlib.contextmanager
 def marker_sidecar(*, roots: Path, token_file: Path) -> Iterator[str]:
-    """The marker sidecar (``sparkguard sidecar``) as a process on 127.0.0.1; yields its URL.
-    Killed (SIGKILL) on exit."""
+    """The marker sidecar as a process on 127.0.0.1 (the sidecar tier's launcher), with the
+    token of ``token_file``; yields its URL. Killed (SIGKILL) on exit."""
     port = s3server.free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "sparkguard", "sidecar", "--host", "127.0.0.1",
-            "--port", str(port), "--allowed-roots", str(roots), "--token-file", str(token_file),
-        ],
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=1) as answer:  # noqa: S310
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                err = process.stderr.read().decode() if process.stderr else ""
-                raise RuntimeError(f"the marker sidecar did not become ready: {err[-2000:]}")
-            time.sleep(0.05)  # polling a readiness endpoint, not synchronising on time
-        yield url
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-        if process.stderr:
-            process.stderr.close()
+    token = token_file.read_text().strip()
+    with sidecar_support.run_sidecar(
+        port=port, roots=str(roots), extra_env={"SPARKGUARD_SIDECAR_TOKEN": token}
+    ):
+        yield f"http://127.0.0.1:{port}"
