@@ -10,6 +10,8 @@ Options (set by users)::
     sparkguard.io/marker-type     "timeline-server" (default) | "direct"
     sparkguard.io/storage-secret  Secret in the app's namespace with storage credentials
     sparkguard.io/journal         the job journal's URL (default: <journal root>/<namespace>)
+    sparkguard.io/jvm-layer       "true" (default) | "false": Spark's own writes through
+                                  sparkguard's commit protocol (the jar and its conf injected)
 
 Opting in: the label ``sparkguard.io/enabled: "true"`` (it reaches the runs of a
 ScheduledSparkApplication, which copies labels but not annotations), or the annotation of the
@@ -49,8 +51,19 @@ BACKOFF_MAX: Final = PREFIX + "backoff-max"
 MARKER_TYPE: Final = PREFIX + "marker-type"
 STORAGE_SECRET: Final = PREFIX + "storage-secret"
 JOURNAL: Final = PREFIX + "journal"
+JVM_LAYER: Final = PREFIX + "jvm-layer"
 OPTION_KEYS: Final = frozenset(
-    {ENABLED, JOB_ID, MAX_RETRIES, BACKOFF, BACKOFF_MAX, MARKER_TYPE, STORAGE_SECRET, JOURNAL}
+    {
+        ENABLED,
+        JOB_ID,
+        MAX_RETRIES,
+        BACKOFF,
+        BACKOFF_MAX,
+        MARKER_TYPE,
+        STORAGE_SECRET,
+        JOURNAL,
+        JVM_LAYER,
+    }
 )
 
 ATTEMPT: Final = PREFIX + "attempt"
@@ -124,6 +137,8 @@ class Options:
     marker_type: MarkerType
     storage_secret: str | None
     journal: str
+    #: Spark's own writes go through sparkguard's commit protocol (``sparkguard.io/jvm-layer``)
+    jvm_layer: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -303,6 +318,7 @@ def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
     journal = _parse_journal(
         values.get(JOURNAL), namespace=meta.get("namespace"), config=config, problems=problems
     )
+    jvm_layer = _parse_switch(values.get(JVM_LAYER), key=JVM_LAYER, problems=problems)
 
     if (
         problems
@@ -312,6 +328,7 @@ def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
         or backoff_max is None
         or marker_type is None
         or journal is None
+        or jvm_layer is None
     ):
         return Parsed(enabled=True, problems=tuple(problems))
     return Parsed(
@@ -324,6 +341,7 @@ def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
             marker_type=marker_type,
             storage_secret=storage_secret,
             journal=journal,
+            jvm_layer=jvm_layer,
         ),
     )
 
@@ -401,6 +419,17 @@ def _parse_marker_type(raw: str | None, *, problems: list[Problem]) -> MarkerTyp
         allowed = " or ".join(f'"{m.value}"' for m in MarkerType)
         problems.append(Problem(MARKER_TYPE, f"is {shown(raw)}; write {allowed}"))
         return None
+
+
+def _parse_switch(
+    raw: str | None, *, key: str, problems: list[Problem], default: bool = True
+) -> bool | None:
+    if raw is None:
+        return default
+    if raw not in ("true", "false"):
+        problems.append(Problem(key, f'is {shown(raw)}; write "true" or "false" (lower case)'))
+        return None
+    return raw == "true"
 
 
 def _parse_secret(raw: str | None, *, problems: list[Problem]) -> str | None:

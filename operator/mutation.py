@@ -12,6 +12,10 @@ The additions (see docs/operator.md)::
     metadata.annotations  sparkguard.io/owner at CREATE (see :func:`review`), job-id
     metadata.labels       sparkguard.io/job-id-hash (to find the apps that use a job id)
     spec.volumes, volumeMounts, PYTHONPATH  the library (and the sidecar token) in every pod
+    spec.sparkConf        the JVM layer (unless ``sparkguard.io/jvm-layer: "false"``): what
+                          :func:`sparkguard.spark_lib.sparkconf.build_spark_conf` returns, e.g.
+                          spark.sql.sources.commitProtocolClass, and the bundle's jar
+                          (``local://``) appended to spark.jars (and to spec.deps.jars when set)
 
 Everything here is pure: plain dicts in, plain dicts out. Mutating an already-mutated app
 changes nothing; fields the user set are kept; a user value that contradicts sparkguard's
@@ -27,6 +31,8 @@ from typing import Any, Final
 
 from sparkguard.operator import appmeta, errors
 from sparkguard.operator import config as config_
+from sparkguard.spark_lib import bundle, sparkconf
+from sparkguard.spark_lib import errors as lib_errors
 
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"
@@ -39,6 +45,8 @@ CONF_MARKERS_ENDPOINT: Final = "spark.sparkguard.markers.endpoint"
 CONF_MARKERS_TOKEN_FILE: Final = "spark.sparkguard.markers.tokenFile"  # noqa: S105 - a key
 CONF_JOURNAL: Final = "spark.sparkguard.journal"
 CONF_OWNER: Final = "spark.sparkguard.owner"
+#: the library's own keys (shared by the Python writer and the JVM layer)
+CONF_PREFIX: Final = "spark.sparkguard."
 #: substituted by the library with ``spark.driver.host`` at runtime: Spark's driver service is
 #: headless, so executors reach the driver pod (and its sidecar) on any port
 DRIVER_HOST_PLACEHOLDER: Final = "{driverHost}"
@@ -50,6 +58,9 @@ LIB_VOLUME: Final = "sparkguard-lib"
 TOKEN_VOLUME: Final = "sparkguard-token"  # noqa: S105 - a volume's name
 LIB_DIR: Final = "/opt/sparkguard/lib"
 TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
+#: the JVM layer's jar in the library volume, as Spark finds it in every pod (driver and
+#: executors mount the volume): ``local://`` = "already on this node, don't upload or fetch"
+JAR_URI: Final = f"local://{LIB_DIR}/{bundle.JAR_IN_BUNDLE}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -208,6 +219,50 @@ def build_conf(
     return conf
 
 
+#: how :func:`sparkconf.build_spark_conf` errors name its parameters: by what sets each here
+_JVM_CONF_NAMES: Final[Mapping[str, str]] = {
+    **sparkconf.PARAMETER_NAMES,
+    "job_id": appmeta.JOB_ID,
+    "owner": appmeta.OWNER_ANNOTATION,
+    "markers": appmeta.MARKER_TYPE,
+    "endpoint": f"the marker sidecar's endpoint ({config_.variable_of('sidecar_port')})",
+    "token_file": f"the marker token's file ({config_.variable_of('sidecar_token_key')})",
+    "journal": appmeta.JOURNAL,
+    "jar": "the JVM layer's jar",
+}
+
+
+def build_jvm_conf(
+    options: appmeta.Options, *, config: config_.OperatorConfig, owner: str | None = None
+) -> dict[str, str]:
+    """The Spark conf of the JVM layer for this app: :func:`sparkconf.build_spark_conf` with
+    the settings :func:`build_conf` gives the Python writer, and the bundle's jar
+    (:data:`JAR_URI`).
+
+    A purely computational function with no side-effects. Whatever ``build_spark_conf``
+    returns is injected (its ``spark.jars`` merged, see :func:`mutate`), so a key added there
+    reaches every opted-in app. Raises :class:`errors.InvalidApplicationError` naming the
+    annotation when ``build_spark_conf`` refuses a value.
+    """
+    timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
+    markers = sparkconf.MarkerMode.SIDECAR if timeline_server else sparkconf.MarkerMode.DIRECT
+    try:
+        return sparkconf.build_spark_conf(
+            options.job_id,
+            owner=owner,
+            markers=markers,
+            endpoint=marker_endpoint(config) if timeline_server else None,
+            token_file=token_file(config) if timeline_server else None,
+            journal=options.journal,
+            jar=JAR_URI,
+            names=_JVM_CONF_NAMES,
+        )
+    except lib_errors.ConfigError as exc:
+        raise errors.InvalidApplicationError(
+            [appmeta.Problem(appmeta.JVM_LAYER, f"cannot be enabled: {exc}")]
+        ) from None
+
+
 #: conf keys that follow annotations: a different user value is a conflict, not a preference
 _STRICT_CONF: Final = {
     CONF_JOB_ID: appmeta.JOB_ID,
@@ -250,6 +305,7 @@ def mutate(
     _ensure_conf(conf, build_conf(options, config=config, owner=owner), problems)
     if owner:
         conf[CONF_OWNER] = owner  # ours alone: a copied manifest's stale owner is replaced
+    _apply_jvm_layer(spec, options, config=config, owner=owner, problems=problems)
 
     timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
     volumes = [{"name": LIB_VOLUME, "emptyDir": {}}]
@@ -457,6 +513,96 @@ def _ensure_conf(
                     f"is {current!r}; remove it (sparkguard counts attempts from 0)",
                 )
             )
+
+
+def _apply_jvm_layer(
+    spec: dict[str, Any],
+    options: appmeta.Options,
+    *,
+    config: config_.OperatorConfig,
+    owner: str | None,
+    problems: list[appmeta.Problem],
+) -> None:
+    """The JVM layer in ``spec.sparkConf``: added, or (opted out) taken out again."""
+    conf = _dict_at(spec, "sparkConf")
+    try:
+        jvm_conf = build_jvm_conf(options, config=config, owner=owner)
+    except errors.InvalidApplicationError as exc:
+        if options.jvm_layer:
+            problems.extend(exc.problems)
+        return
+    if options.jvm_layer:
+        _ensure_jvm_layer(spec, conf, jvm_conf, problems)
+    else:
+        _remove_jvm_layer(spec, conf, jvm_conf)
+
+
+def _ensure_jvm_layer(
+    spec: dict[str, Any],
+    conf: dict[str, Any],
+    jvm_conf: Mapping[str, str],
+    problems: list[appmeta.Problem],
+) -> None:
+    """Add the JVM layer's conf: our jar appended to the user's jars, our extension classes
+    where the user chose none (another choice is a conflict), ``spark.sparkguard.*`` as
+    :func:`_ensure_conf` left them (user values of endpoint/token file kept)."""
+    for key, value in jvm_conf.items():
+        current = conf.get(key)
+        if key == sparkconf.JARS_KEY:
+            conf[key] = _with_jar(None if current is None else str(current), value)
+            # spark-operator passes spec.deps.jars as spark-submit's --jars, which replaces a
+            # spark.jars given with --conf: with deps.jars set, ours must be in there too
+            deps = spec.get("deps")
+            jars = deps.get("jars") if isinstance(deps, dict) else None
+            if isinstance(jars, list) and jars and value not in jars:
+                jars.append(value)
+        elif current is None:
+            conf[key] = value
+        elif key.startswith(CONF_PREFIX):
+            continue  # shared with the Python writer: build_conf's rules apply
+        elif current != value:
+            problems.append(
+                appmeta.Problem(
+                    f"spec.sparkConf[{key}]",
+                    f"is {appmeta.shown(str(current))} but sparkguard's JVM layer sets it to "
+                    f"{value!r} (exactly-once writes without code change); remove the entry, or "
+                    f'set {appmeta.JVM_LAYER}: "false" to keep yours (then Spark\'s own writes '
+                    "are not protected, only the sparkguard writer's)",
+                )
+            )
+
+
+def _remove_jvm_layer(
+    spec: dict[str, Any], conf: dict[str, Any], jvm_conf: Mapping[str, str]
+) -> None:
+    """Take out what :func:`_ensure_jvm_layer` added (an app that opted out after it was
+    admitted): entries with exactly our values; user values stay."""
+    for key, value in jvm_conf.items():
+        current = conf.get(key)
+        if key == sparkconf.JARS_KEY:
+            if isinstance(current, str):
+                entries = [e for e in current.split(",") if e.strip()]
+                kept = [e for e in entries if e.strip() != value]
+                if len(kept) != len(entries):
+                    if kept:
+                        conf[key] = ",".join(kept)
+                    else:
+                        del conf[key]
+            deps = spec.get("deps")
+            jars = deps.get("jars") if isinstance(deps, dict) else None
+            if isinstance(jars, list) and value in jars:
+                jars.remove(value)
+        elif not key.startswith(CONF_PREFIX) and current == value:
+            del conf[key]
+
+
+def _with_jar(current: str | None, jar: str) -> str:
+    """``spark.jars`` with ``jar`` appended (the user's jars first, their spelling kept)."""
+    if current is None or not current.strip(" ,"):
+        return jar
+    if jar in (e.strip() for e in current.split(",")):
+        return current
+    return f"{current.rstrip(' ,')},{jar}"
 
 
 def _sidecar_list(driver: Mapping[str, Any], *, native: bool) -> str:
