@@ -9,6 +9,13 @@ Secret. It reports status through the ``/status`` subresource the way spark-oper
 (SUBMITTED, RUNNING, then COMPLETED or FAILED), and reruns the app when its spec changes after
 a terminal state. Only what the test needs is modelled; no pod scheduling, no executors pods
 (Spark runs in local mode inside the "driver").
+
+Two driver programs: ``job="demo"`` runs sparkguard's demo job (the Python writer), given the
+injected settings as arguments; ``job="plain"`` runs a plain PySpark job that never imports
+sparkguard (``tests/jvm/jobs/plain_write.py``, ``df.write.mode("append").parquet``) with the
+app's *whole* ``spec.sparkConf`` passed as spark-submit's ``--conf`` options (what
+spark-operator does), so the JVM layer the operator injected (commit protocol, ``spark.jars``
+from the library volume) is what makes it exactly once.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +41,8 @@ from kubernetes import client
 
 GROUP, VERSION, PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
 BIN = Path(sys.executable).parent
+#: the unchanged job of ``job="plain"``: never imports sparkguard
+PLAIN_JOB = Path(__file__).resolve().parents[1] / "jvm" / "jobs" / "plain_write.py"
 
 
 def _now() -> str:
@@ -57,6 +66,7 @@ class StandInSparkOperator:
         table: str,
         rows: int,
         partitions: int = 4,
+        job: str = "demo",
     ) -> None:
         self.api = api
         self.custom = client.CustomObjectsApi(api)
@@ -67,9 +77,15 @@ class StandInSparkOperator:
         self.table = table
         self.rows = rows
         self.partitions = partitions
+        if job not in ("demo", "plain"):
+            raise ValueError(f"job {job!r}: use 'demo' or 'plain'")
+        self.job = job
         self.runs: list[dict[str, Any]] = []
         #: per-run fault: run index -> kill the driver mid-write
         self.kill_runs: set[int] = set()
+        #: ``job="plain"`` has no fault points: the driver of a run in ``kill_runs`` is
+        #: SIGKILLed (whole process group) as soon as this says so (e.g. "a file is published")
+        self.kill_when: Callable[[], bool] | None = None
         self.log = workdir / "standin.log"
 
     # -- the API side -----------------------------------------------------------------------
@@ -275,6 +291,14 @@ class StandInSparkOperator:
         env = self._env(driver, mounts)
         conf = {k: self._remap(str(v), mounts) for k, v in (spec.get("sparkConf") or {}).items()}
         signal_file = run_dir / "paused"
+        if self.job == "plain":
+            argv = [
+                sys.executable, str(PLAIN_JOB), "{}", self.table, str(self.rows),
+                str(self.partitions),
+            ]  # fmt: skip
+            env["PYSPARK_SUBMIT_ARGS"] = _submit_args(conf)
+            env["SPARK_LOCAL_IP"] = "127.0.0.1"
+            return self._watch(argv, env, run_dir, log, kill=kill, signal_file=signal_file)
         faults = (
             json.dumps([{"point": "task:after-file", "action": "pause", "partition": 2,
                          "signal": str(signal_file)}])
@@ -298,19 +322,34 @@ class StandInSparkOperator:
             env["PYSPARK_SUBMIT_ARGS"] = (
                 f"--conf {shlex.quote('spark.sparkguard.owner=' + owner)} pyspark-shell"
             )
+        return self._watch(argv, env, run_dir, log, kill=kill, signal_file=signal_file)
+
+    def _watch(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        run_dir: Path,
+        log: Any,
+        *,
+        kill: bool,
+        signal_file: Path,
+    ) -> int:
+        """Run the driver program; SIGKILL it (the whole group: Python and its Spark JVM) when
+        a run to kill reaches its moment."""
         process = subprocess.Popen(
             argv, env=env, stdout=log, stderr=log, cwd=run_dir, start_new_session=True
         )
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         while process.poll() is None:
-            if kill and signal_file.exists():
+            due = signal_file.exists() or (self.kill_when is not None and self.kill_when())
+            if kill and due:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 return -signal.SIGKILL
             if time.monotonic() > deadline:
                 os.killpg(process.pid, signal.SIGKILL)
-                raise RuntimeError("driver did not finish within 300 s")
-            time.sleep(0.2)
+                raise RuntimeError("driver did not finish within 600 s")
+            time.sleep(0.01 if kill else 0.2)
         return process.returncode
 
     # -- the control loop -------------------------------------------------------------------
@@ -341,3 +380,10 @@ class StandInSparkOperator:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir / "volumes", ignore_errors=True)
+
+
+def _submit_args(conf: Mapping[str, str]) -> str:
+    """``conf`` as spark-submit options (``--conf k=v`` each), as spark-operator passes
+    ``spec.sparkConf``; PySpark hands them to the spark-submit that starts its JVM."""
+    options = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in conf.items())
+    return f"{options} pyspark-shell"

@@ -8,6 +8,11 @@ and reports status like spark-operator. The first run is killed mid-write; the o
 back with the real library and resubmits; the second run completes; the table holds every row
 exactly once.
 
+The same with an **unchanged job**: a plain PySpark job that never imports sparkguard
+(``df.write.mode("append").parquet``), run with the conf admission injected (the JVM layer:
+sparkguard's commit protocol, its jar from the library volume), SIGKILLed mid-write, rolled back
+and resubmitted by the operator: every row exactly once, no uncommitted file.
+
 The main scenario runs the chart's two replicas as ``sparkguard operator`` processes and
 SIGKILLs the leader in the middle of the recovery: the other replica takes the Lease and the
 claim over and finishes it, once.
@@ -26,15 +31,15 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from sparkguard.operator import appmeta
-from sparkguard.spark_lib import reader, timeline
+from sparkguard.operator import appmeta, mutation
+from sparkguard.spark_lib import bundle, reader, sparkconf, timeline
 from tests.chart import operator_harness as harness
 from tests.e2e.standin import StandInSparkOperator
 from tests.kubebench.bench import KubeBench
@@ -283,15 +288,15 @@ def _wait_for_webhook(cluster: ChartOperator) -> None:
     harness.eventually(mutated, what="the apiserver to call the operator's webhook")
 
 
-def _exactly_once(table: str) -> tuple[int, int, int]:
+def _exactly_once(table: str, *, rows: int = ROWS, column: str = "id") -> tuple[int, int, int]:
     import pyarrow.parquet as pq
 
     ids: list[int] = []
     for path in reader.committed_paths(table):
-        ids.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+        ids.extend(pq.read_table(path, columns=[column]).column(column).to_pylist())
     counts = collections.Counter(ids)
     duplicates = sum(n - 1 for n in counts.values() if n > 1)
-    missing = len(set(range(ROWS)) - set(ids))
+    missing = len(set(range(rows)) - set(ids))
     return len(ids), duplicates, missing
 
 
@@ -305,15 +310,25 @@ def _uncommitted_files(table: Path) -> list[str]:
 
 
 def _run_until_completed(
-    cluster: ChartOperator, name: str, *, table: Path, workdir: Path, restart_on_failure: int = 0
+    cluster: ChartOperator,
+    name: str,
+    *,
+    table: Path,
+    workdir: Path,
+    restart_on_failure: int = 0,
+    job: str = "demo",
+    rows: int = ROWS,
+    partitions: int = 4,
+    kill_when: Callable[[], bool] | None = None,
 ) -> StandInSparkOperator:
     """Serve app ``name`` with the stand-in (first run killed mid-write) until COMPLETED."""
     workdir.mkdir()
     standin = StandInSparkOperator(
         cluster.api, namespace=cluster.namespace, name=name, workdir=workdir, table=str(table),
-        rows=ROWS,
+        rows=rows, partitions=partitions, job=job,
     )  # fmt: skip
     standin.kill_runs = {0}
+    standin.kill_when = kill_when
     stop = threading.Event()
     runner = threading.Thread(
         target=standin.serve,
@@ -420,3 +435,67 @@ def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
     rows, duplicates, missing = _exactly_once(str(table))
     assert (rows, duplicates, missing) == (ROWS, 0, 0)
     assert _uncommitted_files(table) == []
+
+
+PLAIN_ROWS = 2_000_000
+PLAIN_PARTITIONS = 8
+
+
+def _mid_write(table: Path) -> bool:
+    """Some of the write's files are published (renamed to their final names), not all, and
+    nothing is committed yet."""
+    published = len(list(table.glob("part-*")))
+    outcomes = list((table / timeline.SPARKGUARD_DIR / "timeline").glob("*.outcome"))
+    return 0 < published < PLAIN_PARTITIONS and not outcomes
+
+
+def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_once(
+    chart_operator: ChartOperator, tmp_path: Path
+) -> None:
+    """A plain PySpark job (never imports sparkguard) with only the conf admission injected."""
+    cluster = chart_operator
+    table = tmp_path / "plain"
+    created = cluster.create(spark_app("plain", annotations={appmeta.BACKOFF: "1s"}))
+    conf = created["spec"]["sparkConf"]
+    # Admission injected the JVM layer: nothing in the app asked for it but the opt-in label.
+    assert conf[sparkconf.COMMIT_PROTOCOL_KEY] == sparkconf.PROTOCOL_CLASS
+    assert conf[sparkconf.JARS_KEY] == mutation.JAR_URI
+    assert conf["spark.sparkguard.markers.type"] == "TIMELINE_SERVER_BASED"
+    job_id = conf["spark.sparkguard.jobId"]
+    standin = _run_until_completed(
+        cluster, "plain", table=table, workdir=tmp_path / "pods", job="plain", rows=PLAIN_ROWS,
+        partitions=PLAIN_PARTITIONS, kill_when=lambda: _mid_write(table),
+    )  # fmt: skip
+    reasons = cluster.event_reasons("plain")
+    # Run 0 was SIGKILLed mid-write; the operator rolled back and resubmitted; run 1 committed.
+    assert [run["exit"] for run in standin.runs] == [-signal.SIGKILL, 0]
+    assert standin.runs[1]["generation"] == standin.runs[0]["generation"] + 1
+    assert {"RolledBack", "Resubmitted"} <= set(reasons)
+    assert reasons.count("Resubmitted") == 1
+    assert cluster.notes("plain")[appmeta.ATTEMPT] == "1"
+    # The operator's rollback undid the killed write: published files deleted, none committed.
+    summary = cluster.rollback.summaries[0]
+    assert len(summary["instantsRolledBack"]) == 1
+    assert summary["instantsCommitted"] == []
+    assert summary["filesDeleted"] >= 1
+    # The jar the driver loaded came from the library volume (the bundle the initContainer wrote).
+    for index in range(2):
+        assert (
+            (table.parent / "pods" / f"run-{index}" / "volumes" / mutation.LIB_VOLUME)
+            .joinpath(bundle.JAR_IN_BUNDLE)
+            .is_file()
+        )
+    # The table: every row exactly once, every data file in the directory committed, nothing
+    # temporary or marked left, the killed instant rolled back and the rerun's committed.
+    rows, duplicates, missing = _exactly_once(str(table), rows=PLAIN_ROWS, column="n")
+    assert (rows, duplicates, missing) == (PLAIN_ROWS, 0, 0)
+    assert _uncommitted_files(table) == []
+    committed = sorted(Path(p).name for p in reader.committed_paths(str(table)))
+    assert committed == sorted(p.name for p in table.glob("part-*"))
+    assert len(committed) == PLAIN_PARTITIONS
+    leftovers = [p.name for p in table.rglob("*") if ".sg-tmp-" in p.name or "_temporary" in p.name]
+    assert leftovers == []
+    markers = table / timeline.SPARKGUARD_DIR / "markers"
+    assert not markers.exists() or list(markers.iterdir()) == []
+    states = [s.state for s in timeline.timeline_for(str(table)).statuses(job_id=job_id)]
+    assert states == [timeline.State.ROLLED_BACK, timeline.State.COMMITTED]
