@@ -26,6 +26,21 @@ def s3a_jars() -> Path:
     return s3a.fetch_jars()
 
 
+def job_env() -> dict[str, str]:
+    """The environment of a job process: this one's, without AWS/Spark settings that could
+    point it elsewhere; only ever 127.0.0.1, never the instance-metadata address."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    env.update(
+        {"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true", "SPARK_LOCAL_IP": "127.0.0.1"}
+    )
+    return env
+
+
+def job_command(script: str, *args: str, conf: dict[str, str]) -> list[str]:
+    """The command line that runs ``tests/jvm/jobs/<script>`` with Spark ``conf``."""
+    return [sys.executable, str(JOBS / script), json.dumps(conf), *args]
+
+
 def run_job(
     script: str, *args: str, conf: dict[str, str], timeout: float = 300, expect_exit: int = 0
 ) -> Any:
@@ -33,16 +48,11 @@ def run_job(
     Spark JVM, so its jars and conf never meet another test's session); returns the JSON of its
     last stdout line, or fails with the job's stderr when it exits otherwise than
     ``expect_exit``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
-    # Only ever 127.0.0.1; never the instance-metadata address.
-    env.update(
-        {"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true", "SPARK_LOCAL_IP": "127.0.0.1"}
-    )
     result = subprocess.run(
-        [sys.executable, str(JOBS / script), json.dumps(conf), *args],
+        job_command(script, *args, conf=conf),
         capture_output=True,
         text=True,
-        env=env,
+        env=job_env(),
         timeout=timeout,
         check=False,
     )
