@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
+from sparkguard import cli
 from sparkguard.spark_lib import (
     commands,
     errors,
     filemanager,
+    journal,
     markers,
     paths,
     reader,
@@ -251,6 +253,51 @@ def test_garbage_marker_line_names_file_instant_and_fix_and_other_instants_proce
     )
     resumed = rollback.rollback_table(url, storage_options=options)
     assert resumed.files_deleted == 2
+    assert undecided(url, options) == []
+
+
+def test_damaged_markers_through_the_cli_torn_is_a_warning_garbage_one_line_exit_1(
+    where: tuple[str, str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a user sees from ``sparkguard rollback``: a torn last line is tolerated (exit 0, the
+    warning names the file); a garbage line is one line on stderr naming the file, the
+    instant and the fix (exit 1, no traceback), and the rerun after the fix completes."""
+    url, journal_url, options = where
+    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", json.dumps(options))
+    jmanager, jroot = filemanager.resolve(journal_url, storage_options=options)
+    tl, torn_instant, torn_dir, torn_names = _batched_instant(url, options, "cli-1", 2)
+    tl.manager.write_bytes(
+        paths.join(torn_dir, "MARKERS0"),
+        markers.render_batch_file([markers.marker_name(torn_names[0])])
+        + markers.marker_name(torn_names[1])[:16].encode(),
+    )
+    journal.Journal(jmanager, jroot, "cli-1").record(table=url, instant=torn_instant, attempt=0)
+    capsys.readouterr()
+    argv = ["rollback", "--job-id", "cli-1", "--journal", journal_url, "--json", "--quiet"]
+    assert cli.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["filesDeleted"] == 2
+    assert any("torn last line" in w and "MARKERS0" in w for w in summary["warnings"])
+
+    _, bad, bad_dir, bad_names = _batched_instant(url, options, "cli-2", 1)
+    bad_file = paths.join(bad_dir, "MARKERS1")
+    tl.manager.write_bytes(bad_file, b"\x00garbage\xff line\n")
+    journal.Journal(jmanager, jroot, "cli-2").record(table=url, instant=bad, attempt=0)
+    argv = ["rollback", "--job-id", "cli-2", "--journal", journal_url, "--quiet"]
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert bad in line
+    assert "MARKERS1" in line
+    assert "run the rollback again" in line
+    assert "Traceback" not in captured.err
+    tl.manager.write_bytes(
+        bad_file, markers.render_batch_file([markers.marker_name(bad_names[0])]), overwrite=True
+    )
+    assert cli.main(argv) == 0
+    assert not _exists(url, options, bad_names[0])
     assert undecided(url, options) == []
 
 
