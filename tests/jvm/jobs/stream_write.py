@@ -7,8 +7,9 @@ Reads the parquet files of INPUT_DIR (column ``n``) as a stream, one file per mi
 (``maxFilesPerTrigger=1``), spreads each batch over 2 tasks, and writes it with Spark's parquet
 file sink to SINK, partitioned by ``k = n % 2``, with ``trigger(availableNow=True)``. With
 STALL_FLAG, the task holding row STALL_ROW sleeps for ten minutes while the file STALL_FLAG
-exists (its other rows, and the other task, are written): a test kills the job there. Prints one
-JSON line ``{"batches": <batches this run executed>}``.
+exists (the other task writes and publishes its files): a test kills the job there. Then reads
+SINK back with ``spark.read.parquet`` (through ``_spark_metadata``) and prints one JSON line
+``{"rows": <rows read>, "ids": <distinct n read>}``.
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def main() -> None:
             .start(sink)
         )
         query.awaitTermination()
-        batches = len(query.recentProgress)
+        back = spark.read.parquet(sink)  # through _spark_metadata, as Spark reads a sink
+        result = {"rows": back.count(), "ids": back.select("n").distinct().count()}
     finally:
         spark.stop()
-    print(json.dumps({"batches": batches}))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
