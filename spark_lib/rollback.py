@@ -35,7 +35,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, filemanager, markers, paths, reader, timeline
+from sparkguard.spark_lib import errors, filemanager, markers, paths, reader, sinklog, timeline
 from sparkguard.spark_lib import journal as job_journal
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,9 @@ def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]
 
     Data file names embed the job id, so the committed instants of the same job suffice; a
     marked name that does not embed it (never written by sparkguard's writer) falls back to
-    every committed instant of the table, so the answer is right either way.
+    every committed instant of the table, so the answer is right either way. Files Spark's
+    file-sink manifest (``_spark_metadata``) lists count as committed too: for a streaming
+    file sink that manifest is the commit.
     """
     marked_set = set(marked)
     if not marked_set:
@@ -193,7 +195,78 @@ def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]
             continue
         for entry in log.committed():
             listed.update(f.path for f in entry.files)
+    listed.update(sinklog.listed_files(tl.manager, tl.table))
     return marked_set & listed
+
+
+def _sink_committed_batch(tl: timeline.Timeline, status: timeline.InstantStatus) -> int | None:
+    """The batch id of a streaming file-sink instant whose batch Spark's manifest committed;
+    None for any other instant (docs/storage-contract.md, "The streaming file sink")."""
+    info = status.info
+    if info is None or info.operation != reader.Operation.STREAM_BATCH.value:
+        return None
+    batch = info.extra.get("batchId")
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        return None
+    latest = sinklog.latest_batch(tl.manager, tl.table)
+    return batch if latest is not None and latest >= batch else None
+
+
+def _settle_sink_batch(
+    tl: timeline.Timeline,
+    status: timeline.InstantStatus,
+    mdir: str,
+    *,
+    label: str,
+    dry_run: bool,
+    protected: set[str],
+) -> InstantRollback | None:
+    """An INFLIGHT file-sink instant whose batch Spark's manifest committed is committed, never
+    rolled back: record it so and clean its stale markers. None for any other instant."""
+    if status.state is not timeline.State.INFLIGHT:
+        return None
+    batch = _sink_committed_batch(tl, status)
+    if batch is None:
+        return None
+    if dry_run:
+        return InstantRollback(label, status.instant, Action.COMMITTED, 0, 0, 0, status.owner)
+    if not _record_sink_commit(tl, status, batch):
+        return None  # a rollback claimed it first (cannot happen after the manifest: reported)
+    return _clean_committed(
+        tl, status.instant, mdir, label=label, dry_run=False, protected=protected
+    )
+
+
+def _record_sink_commit(tl: timeline.Timeline, status: timeline.InstantStatus, batch: int) -> bool:
+    """Record a file-sink instant whose batch the manifest committed (its driver died between
+    the manifest and the outcome) as committed, with the marked files the manifest lists.
+    True when it is committed now (by this call or a racing one)."""
+    mdir = markers.marker_dir(tl.table, status.instant)
+    marked = markers.snapshot_marker_dir(tl.manager, mdir).marked_files
+    listed = sinklog.listed_files(tl.manager, tl.table)
+    files = [
+        timeline.DataFile(path=p, size=listed[p], rows=-1) for p in sorted(marked & set(listed))
+    ]
+    extra = dict(status.info.extra) if status.info is not None else {}
+    extra.update(
+        {
+            "operation": reader.Operation.STREAM_BATCH.value,
+            "batchId": batch,
+            "recorded": "rollback",
+            "committedAt": reader.now_key(),
+        }
+    )
+    try:
+        tl.commit(status.instant, files, extra=extra)
+    except errors.InstantDecidedError:
+        decided = tl.read_outcome(status.instant)
+        return decided is not None and decided[0] is timeline.Outcome.COMMITTED
+    logger.warning(
+        "instant %s: Spark's manifest committed its batch %s; recorded it as committed",
+        status.instant,
+        batch,
+    )
+    return True
 
 
 def owns(status: timeline.InstantStatus, owner: str | None) -> bool:
@@ -334,6 +407,12 @@ def rollback_instant(
             if s.instant != instant and not (force or owns(s, owner))
         ]
         protected = marked_by_live_instants(tl, others)
+    mdir = markers.marker_dir(tl.table, instant)
+    sink = _settle_sink_batch(
+        tl, status, mdir, label=label, dry_run=dry_run, protected=set(protected)
+    )
+    if sink is not None:  # Spark's file-sink manifest committed it: never rolled back
+        return sink
     return _roll_back(
         tl,
         status,

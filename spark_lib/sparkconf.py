@@ -1,9 +1,10 @@
 """The Spark conf that puts sparkguard's JVM layer under an unchanged job (`sparkguard spark-conf`).
 
 Spark's own file writes (``df.write.parquet``, ``insertInto``, ...) go through the class named by
-``spark.sql.sources.commitProtocolClass``; sparkguard's is in the jar this package ships
+``spark.sql.sources.commitProtocolClass``, the streaming file sink's through
+``spark.sql.streaming.commitProtocolClass``; sparkguard's are in the jar this package ships
 (``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build-jvm.sh``). One function,
-:func:`build_spark_conf`, produces every key that enables it: the protocol class, the jar in
+:func:`build_spark_conf`, produces every key that enables it: the protocol classes, the jar in
 ``spark.jars`` and the ``spark.sparkguard.*`` settings the protocol reads (the same keys the
 Python writer reads, see :mod:`sparkguard.spark_lib.config`). The operator injects its result;
 the CLI prints it for users without the operator. It is a purely computational function with no
@@ -27,6 +28,9 @@ from sparkguard.spark_lib import markers as marker_files
 #: The FileCommitProtocol implementation in the jar.
 PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardCommitProtocol"
 COMMIT_PROTOCOL_KEY: Final = "spark.sql.sources.commitProtocolClass"
+#: The streaming file sink's protocol (a ManifestFileCommitProtocol) in the jar.
+STREAMING_PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardStreamingCommitProtocol"
+STREAMING_COMMIT_PROTOCOL_KEY: Final = "spark.sql.streaming.commitProtocolClass"
 JARS_KEY: Final = "spark.jars"
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
@@ -96,6 +100,9 @@ def build_spark_conf(
 ) -> dict[str, str]:
     """The Spark conf that makes every file write of a job go through sparkguard's protocol.
 
+    Batch writes get ``SparkguardCommitProtocol``; the streaming file sink (``writeStream``
+    to a file format) gets ``SparkguardStreamingCommitProtocol``.
+
     ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
     may contain ``{driverHost}``). ``owner=None`` leaves the owner to the default
@@ -114,6 +121,7 @@ def build_spark_conf(
         ) from None
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
+        STREAMING_COMMIT_PROTOCOL_KEY: STREAMING_PROTOCOL_CLASS,
         JARS_KEY: _jar_location(jar, what=names["jar"]),
         config.KEYS["job_id"][0]: job_id,
     }

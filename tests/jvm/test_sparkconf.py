@@ -14,12 +14,14 @@ from sparkguard import cli
 from sparkguard.spark_lib import errors, sparkconf
 
 JAR = str(sparkconf.jar_path())
+STREAMING = "io.sparkguard.spark.SparkguardStreamingCommitProtocol"
 
 
 def test_direct_markers_by_default() -> None:
     conf = sparkconf.build_spark_conf("nightly-1")
     assert conf == {
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
+        "spark.sql.streaming.commitProtocolClass": STREAMING,
         "spark.jars": JAR,
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.markers.type": "DIRECT",
@@ -38,6 +40,7 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
     )
     assert conf == {
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
+        "spark.sql.streaming.commitProtocolClass": STREAMING,
         "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.owner": "k8s:jobs/nightly/4f2a9c",
@@ -99,7 +102,7 @@ def test_args_format_is_conf_lines_for_spark_submit(capsys: pytest.CaptureFixtur
     )
     assert (code, err) == (0, "")
     words = shlex.split(out)  # what a shell makes of it
-    assert words[0::2] == ["--conf"] * 5
+    assert words[0::2] == ["--conf"] * 6
     assert dict(w.split("=", 1) for w in words[1::2]) == sparkconf.build_spark_conf(
         "j-1", markers="sidecar", endpoint="http://{driverHost}:8765"
     )

@@ -175,8 +175,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     }
   }
 
-  /** The table as the Python writer records it: local paths absolute, no scheme, no trailing /. */
   private String tableUrl() {
+    return tableUrl(path);
+  }
+
+  /** The table as the Python writer records it: local paths absolute, no scheme, no trailing /. */
+  static String tableUrl(String path) {
     Path table = new Path(path);
     String scheme = table.toUri().getScheme();
     String url = scheme == null || scheme.equals("file") ? table.toUri().getPath() : table.toString();
@@ -184,11 +188,16 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   }
 
   private void writeJournalEntry() throws IOException {
+    writeJournalEntry(settings, tableUrl(), instant);
+  }
+
+  /** W3: the journal entry of {@code instant} (when {@code spark.sparkguard.journal} is set). */
+  static void writeJournalEntry(ProtocolSettings settings, String tableUrl, String instant)
+      throws IOException {
     if (settings.journal() == null) {
       return;
     }
     Path journal = new Path(settings.journal());
-    String tableUrl = tableUrl();
     Map<String, Object> body = new TreeMap<>();
     body.put("jobId", settings.jobId());
     body.put("table", tableUrl);
@@ -395,6 +404,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    * marker whose file the task never opened).
    */
   private java.util.Set<String> markedFiles(Path markers) throws IOException {
+    return markedFiles(store, markers);
+  }
+
+  /** {@link #markedFiles(Path)} of the marker directory {@code markers} in {@code store}. */
+  static java.util.Set<String> markedFiles(AtomicStore store, Path markers) throws IOException {
     java.util.Set<String> marked = new java.util.TreeSet<>();
     for (String file : store.listFiles(markers)) {
       if (file.matches("MARKERS(0|[1-9][0-9]{0,5})")) {

@@ -192,6 +192,16 @@ public final class Timeline implements Serializable {
     return found;
   }
 
+  /** Whether {@code instant} is decided (its {@code .outcome} exists). */
+  public boolean isDecided(String instant) throws IOException {
+    return store.size(file(instant, ".outcome")) >= 0;
+  }
+
+  /** The {@code .inflight} document of {@code instant}. */
+  com.fasterxml.jackson.databind.JsonNode inflight(String instant) throws IOException {
+    return JSON.readTree(store.read(file(instant, ".inflight")));
+  }
+
   /** The owner recorded in {@code instant}'s {@code .inflight} ({@code job:<jobId>} if none). */
   public String ownerOf(String instant) throws IOException {
     com.fasterxml.jackson.databind.JsonNode doc = JSON.readTree(store.read(file(instant, ".inflight")));
