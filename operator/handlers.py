@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -179,6 +180,8 @@ async def stop_background(runtime: runtime_.Runtime) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if runtime.rollback_threads is not None:  # running rollbacks end (idempotent) at exit
+        runtime.rollback_threads.shutdown(wait=False, cancel_futures=True)
     if runtime.elector is not None:
         await runtime.elector.release()
 
@@ -494,15 +497,21 @@ async def _rollback(
     claim = _Claim(runtime, marked, decision)
     keeper = asyncio.get_running_loop().create_task(claim.keep())
     try:
+        queued = time.monotonic()
         async with runtime.rollback_slots():
             started = time.monotonic()
+            waited = started - queued  # for a slot: the queue's share of the reaction
+            runtime.metrics.rollback_queue_seconds.observe(waited)
             try:
-                summary = await asyncio.to_thread(
-                    runtime.rollback,
-                    options.job_id,
-                    options.journal,
-                    owner=_storage_owner(marked),
-                    storage_options=storage_options,
+                summary = await asyncio.get_running_loop().run_in_executor(
+                    runtime.rollback_executor(),
+                    functools.partial(
+                        runtime.rollback,
+                        options.job_id,
+                        options.journal,
+                        owner=_storage_owner(marked),
+                        storage_options=storage_options,
+                    ),
                 )
             except Exception:
                 runtime.metrics.rollbacks.labels(outcome="error").inc()
@@ -521,7 +530,7 @@ async def _rollback(
         "files_kept": summary.files_kept,
     }
     conclusion = recovery.conclude_rollback(
-        decision, summary=result, now=runtime.clock(), seconds=seconds
+        decision, summary=result, now=runtime.clock(), seconds=seconds, queued_seconds=waited
     )
     outcome = (
         "committed"
