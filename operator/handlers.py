@@ -490,9 +490,31 @@ async def _rollback(
         state = (app.get("status") or {}).get("applicationState", {}).get("state", "FAILED")
         runtime.metrics.failures.labels(reason=str(state)).inc()
     runtime.metrics.track_recovery((namespace, meta["name"]), recovering=True)
-    await _post(runtime, marked, decision.event)
+    # RollbackStarted goes out while the rollback runs (off the critical path), and is done
+    # before the conclusion: its Events stay in order.
+    started_event = asyncio.get_running_loop().create_task(_post(runtime, marked, decision.event))
     logger.info("rolling back job %s: %s", options.job_id, decision.reason)
 
+    try:
+        return await _roll_back_claimed(
+            runtime, marked=marked, decision=decision, logger=logger, started_event=started_event
+        )
+    finally:
+        await started_event  # also when the rollback failed
+
+
+async def _roll_back_claimed(
+    runtime: runtime_.Runtime,
+    *,
+    marked: dict[str, Any],
+    decision: recovery.Decision,
+    logger: Logger,
+    started_event: asyncio.Task[None],
+) -> dict[str, Any] | None:
+    options = decision.options
+    assert options is not None
+    meta = marked["metadata"]
+    namespace = meta["namespace"]
     storage_options = await _storage_options(runtime, namespace, options)
     claim = _Claim(runtime, marked, decision)
     keeper = asyncio.get_running_loop().create_task(claim.keep())
@@ -543,6 +565,7 @@ async def _rollback(
     # Recorded only while the claim is ours and the app is the one we rolled back: a deleted
     # app gets no RolledBack Event, and an operator that took over (our claim expired) is not
     # overwritten; it ran (or runs) the same idempotent rollback and concludes itself.
+    await started_event  # RollbackStarted before RolledBack
     concluded = None if claim.lost else await claim.write(conclusion.patch)
     if concluded is None:
         runtime.metrics.conflicts.labels(step="conclude").inc()
