@@ -339,7 +339,7 @@ def main() -> int:
     parser.add_argument("--apps", type=int, default=1000)
     parser.add_argument("--failing-fraction", type=float, default=0.1)
     parser.add_argument("--rollback-seconds", type=float, default=0.5)
-    parser.add_argument("--concurrent-rollbacks", type=int, default=4)
+    parser.add_argument("--concurrent-rollbacks", type=int, default=16)  # the chart's default
     parser.add_argument("--lease", default="5s", help="SPARKGUARD_LEASE_DURATION")
     parser.add_argument("--claim-ttl", default="6s", help="SPARKGUARD_CLAIM_TTL")
     parser.add_argument("--no-kill", action="store_true", help="leave the leader alive")
