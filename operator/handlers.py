@@ -476,11 +476,58 @@ async def _rollback(
     decision: recovery.Decision,
     logger: Logger,
 ) -> dict[str, Any] | None:
+    new_failure = appmeta.of(app).get(appmeta.HANDLED_FAILURE) != decision.failure_id
+    # A rollback slot first, the claim only then: an app waiting for a slot holds no claim, so
+    # when the leader dies only the apps it was actually rolling back wait for their claims
+    # to expire; the others are taken over as soon as the Lease is. (The decision may be
+    # stale after the wait: the claim's precondition turns that into a conflict and a re-read.)
+    async with _Slot(runtime.rollback_slots()) as slot:
+        return await _claim_and_roll_back(
+            runtime, app=app, decision=decision, logger=logger, slot=slot, new_failure=new_failure
+        )
+
+
+class _Slot:
+    """One of the rollback slots, released when the rollback ends (before its conclusion)."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self._held = False
+        self.waited = 0.0
+
+    async def __aenter__(self) -> _Slot:
+        queued = time.monotonic()
+        await self._semaphore.acquire()
+        self._held = True
+        self.waited = time.monotonic() - queued  # the queue's share of the reaction
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Give the slot back (once)."""
+        if self._held:
+            self._held = False
+            self._semaphore.release()
+
+
+async def _claim_and_roll_back(
+    runtime: runtime_.Runtime,
+    *,
+    app: dict[str, Any],
+    decision: recovery.Decision,
+    logger: Logger,
+    slot: _Slot,
+    new_failure: bool,
+) -> dict[str, Any] | None:
     options = decision.options
     assert options is not None
     meta = app["metadata"]
     namespace = meta["namespace"]
-    new_failure = appmeta.of(app).get(appmeta.HANDLED_FAILURE) != decision.failure_id
+    runtime.metrics.rollback_queue_seconds.observe(slot.waited)
+    if not runtime.leading():
+        return None  # lost the Lease while waiting for the slot: the new leader does it
     # The claim: with the resourceVersion this was decided on, so of two operators that saw
     # the failure, one writes it and the other gets a conflict, reads it again and waits.
     marked = await _patch(runtime, app, decision.patch)
@@ -497,7 +544,12 @@ async def _rollback(
 
     try:
         return await _roll_back_claimed(
-            runtime, marked=marked, decision=decision, logger=logger, started_event=started_event
+            runtime,
+            marked=marked,
+            decision=decision,
+            logger=logger,
+            started_event=started_event,
+            slot=slot,
         )
     finally:
         await started_event  # also when the rollback failed
@@ -510,6 +562,7 @@ async def _roll_back_claimed(
     decision: recovery.Decision,
     logger: Logger,
     started_event: asyncio.Task[None],
+    slot: _Slot,
 ) -> dict[str, Any] | None:
     options = decision.options
     assert options is not None
@@ -519,28 +572,25 @@ async def _roll_back_claimed(
     claim = _Claim(runtime, marked, decision)
     keeper = asyncio.get_running_loop().create_task(claim.keep())
     try:
-        queued = time.monotonic()
-        async with runtime.rollback_slots():
-            started = time.monotonic()
-            waited = started - queued  # for a slot: the queue's share of the reaction
-            runtime.metrics.rollback_queue_seconds.observe(waited)
-            try:
-                summary = await asyncio.get_running_loop().run_in_executor(
-                    runtime.rollback_executor(),
-                    functools.partial(
-                        runtime.rollback,
-                        options.job_id,
-                        options.journal,
-                        owner=_storage_owner(marked),
-                        storage_options=storage_options,
-                    ),
-                )
-            except Exception:
-                runtime.metrics.rollbacks.labels(outcome="error").inc()
-                raise
-            finally:
-                seconds = time.monotonic() - started
-                runtime.metrics.rollback_seconds.observe(seconds)
+        started = time.monotonic()
+        try:
+            summary = await asyncio.get_running_loop().run_in_executor(
+                runtime.rollback_executor(),
+                functools.partial(
+                    runtime.rollback,
+                    options.job_id,
+                    options.journal,
+                    owner=_storage_owner(marked),
+                    storage_options=storage_options,
+                ),
+            )
+        except Exception:
+            runtime.metrics.rollbacks.labels(outcome="error").inc()
+            raise
+        finally:
+            seconds = time.monotonic() - started
+            runtime.metrics.rollback_seconds.observe(seconds)
+            slot.release()  # the conclusion needs no slot
     finally:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -552,7 +602,7 @@ async def _roll_back_claimed(
         "files_kept": summary.files_kept,
     }
     conclusion = recovery.conclude_rollback(
-        decision, summary=result, now=runtime.clock(), seconds=seconds, queued_seconds=waited
+        decision, summary=result, now=runtime.clock(), seconds=seconds, queued_seconds=slot.waited
     )
     outcome = (
         "committed"
