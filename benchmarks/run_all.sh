@@ -6,6 +6,7 @@
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
 # checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
+# operator-quick operator
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -27,10 +28,12 @@ declare -A commands=(
   [rollback]="$py benchmarks/rollback.py"
   [markers-quick]="$py benchmarks/markers.py --quick"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
+  [operator-quick]="$py benchmarks/operator.py --quick"
+  [operator]="$py benchmarks/operator.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
-       writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer checkpoint
-       rollback)
+       operator-quick writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer
+       checkpoint rollback operator)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 

@@ -90,7 +90,8 @@ class OperatorConfig:
     metrics_port: int = 9090
     #: 0 disables kopf's liveness endpoint
     liveness_port: int = 8080
-    max_concurrent_rollbacks: int = 4
+    #: rollbacks at once across all apps, each in its own thread; see docs/operator.md
+    max_concurrent_rollbacks: int = 16
     #: wait before retrying a rollback or API call that failed for a passing reason
     error_backoff_seconds: float = 30.0
     #: longest single sleep while waiting for a backoff to expire

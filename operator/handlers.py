@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -179,6 +180,8 @@ async def stop_background(runtime: runtime_.Runtime) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if runtime.rollback_threads is not None:  # running rollbacks end (idempotent) at exit
+        runtime.rollback_threads.shutdown(wait=False, cancel_futures=True)
     if runtime.elector is not None:
         await runtime.elector.release()
 
@@ -473,11 +476,58 @@ async def _rollback(
     decision: recovery.Decision,
     logger: Logger,
 ) -> dict[str, Any] | None:
+    new_failure = appmeta.of(app).get(appmeta.HANDLED_FAILURE) != decision.failure_id
+    # A rollback slot first, the claim only then: an app waiting for a slot holds no claim, so
+    # when the leader dies only the apps it was actually rolling back wait for their claims
+    # to expire; the others are taken over as soon as the Lease is. (The decision may be
+    # stale after the wait: the claim's precondition turns that into a conflict and a re-read.)
+    async with _Slot(runtime.rollback_slots()) as slot:
+        return await _claim_and_roll_back(
+            runtime, app=app, decision=decision, logger=logger, slot=slot, new_failure=new_failure
+        )
+
+
+class _Slot:
+    """One of the rollback slots, released when the rollback ends (before its conclusion)."""
+
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self._held = False
+        self.waited = 0.0
+
+    async def __aenter__(self) -> _Slot:
+        queued = time.monotonic()
+        await self._semaphore.acquire()
+        self._held = True
+        self.waited = time.monotonic() - queued  # the queue's share of the reaction
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Give the slot back (once)."""
+        if self._held:
+            self._held = False
+            self._semaphore.release()
+
+
+async def _claim_and_roll_back(
+    runtime: runtime_.Runtime,
+    *,
+    app: dict[str, Any],
+    decision: recovery.Decision,
+    logger: Logger,
+    slot: _Slot,
+    new_failure: bool,
+) -> dict[str, Any] | None:
     options = decision.options
     assert options is not None
     meta = app["metadata"]
     namespace = meta["namespace"]
-    new_failure = appmeta.of(app).get(appmeta.HANDLED_FAILURE) != decision.failure_id
+    runtime.metrics.rollback_queue_seconds.observe(slot.waited)
+    if not runtime.leading():
+        return None  # lost the Lease while waiting for the slot: the new leader does it
     # The claim: with the resourceVersion this was decided on, so of two operators that saw
     # the failure, one writes it and the other gets a conflict, reads it again and waits.
     marked = await _patch(runtime, app, decision.patch)
@@ -487,29 +537,60 @@ async def _rollback(
         state = (app.get("status") or {}).get("applicationState", {}).get("state", "FAILED")
         runtime.metrics.failures.labels(reason=str(state)).inc()
     runtime.metrics.track_recovery((namespace, meta["name"]), recovering=True)
-    await _post(runtime, marked, decision.event)
+    # RollbackStarted goes out while the rollback runs (off the critical path), and is done
+    # before the conclusion: its Events stay in order.
+    started_event = asyncio.get_running_loop().create_task(_post(runtime, marked, decision.event))
     logger.info("rolling back job %s: %s", options.job_id, decision.reason)
 
+    try:
+        return await _roll_back_claimed(
+            runtime,
+            marked=marked,
+            decision=decision,
+            logger=logger,
+            started_event=started_event,
+            slot=slot,
+        )
+    finally:
+        await started_event  # also when the rollback failed
+
+
+async def _roll_back_claimed(
+    runtime: runtime_.Runtime,
+    *,
+    marked: dict[str, Any],
+    decision: recovery.Decision,
+    logger: Logger,
+    started_event: asyncio.Task[None],
+    slot: _Slot,
+) -> dict[str, Any] | None:
+    options = decision.options
+    assert options is not None
+    meta = marked["metadata"]
+    namespace = meta["namespace"]
     storage_options = await _storage_options(runtime, namespace, options)
     claim = _Claim(runtime, marked, decision)
     keeper = asyncio.get_running_loop().create_task(claim.keep())
     try:
-        async with runtime.rollback_slots():
-            started = time.monotonic()
-            try:
-                summary = await asyncio.to_thread(
+        started = time.monotonic()
+        try:
+            summary = await asyncio.get_running_loop().run_in_executor(
+                runtime.rollback_executor(),
+                functools.partial(
                     runtime.rollback,
                     options.job_id,
                     options.journal,
                     owner=_storage_owner(marked),
                     storage_options=storage_options,
-                )
-            except Exception:
-                runtime.metrics.rollbacks.labels(outcome="error").inc()
-                raise
-            finally:
-                seconds = time.monotonic() - started
-                runtime.metrics.rollback_seconds.observe(seconds)
+                ),
+            )
+        except Exception:
+            runtime.metrics.rollbacks.labels(outcome="error").inc()
+            raise
+        finally:
+            seconds = time.monotonic() - started
+            runtime.metrics.rollback_seconds.observe(seconds)
+            slot.release()  # the conclusion needs no slot
     finally:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -521,7 +602,7 @@ async def _rollback(
         "files_kept": summary.files_kept,
     }
     conclusion = recovery.conclude_rollback(
-        decision, summary=result, now=runtime.clock(), seconds=seconds
+        decision, summary=result, now=runtime.clock(), seconds=seconds, queued_seconds=slot.waited
     )
     outcome = (
         "committed"
@@ -534,6 +615,7 @@ async def _rollback(
     # Recorded only while the claim is ours and the app is the one we rolled back: a deleted
     # app gets no RolledBack Event, and an operator that took over (our claim expired) is not
     # overwritten; it ran (or runs) the same idempotent rollback and concludes itself.
+    await started_event  # RollbackStarted before RolledBack
     concluded = None if claim.lost else await claim.write(conclusion.patch)
     if concluded is None:
         runtime.metrics.conflicts.labels(step="conclude").inc()

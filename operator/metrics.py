@@ -38,6 +38,11 @@ class Metrics:
             "Duration of rollbacks run by the operator.",
             registry=self.registry,
         )
+        self.rollback_queue_seconds = prometheus_client.Histogram(
+            "sparkguard_operator_rollback_queue_seconds",
+            "Time recoveries waited for one of the SPARKGUARD_MAX_CONCURRENT_ROLLBACKS slots.",
+            registry=self.registry,
+        )
         self.resubmit_retries = prometheus_client.Counter(
             "sparkguard_operator_resubmit_retries",
             "Resubmissions patched again because the app stayed FAILED past the timeout.",

@@ -4,7 +4,8 @@ The additions (see docs/operator.md)::
 
     spec.sparkConf        spark.sparkguard.{jobId,attempt,markers.type,markers.endpoint,
                           markers.tokenFile,journal}
-    spec.driver.sidecars  the marker sidecar (timeline-server markers only)
+    spec.driver.sidecars  the marker sidecar (timeline-server markers only), ending with the
+                          driver: spec.driver.shareProcessNamespace true
     spec.driver.initContainers              the marker sidecar as a native sidecar
                           (restartPolicy Always, Kubernetes >= 1.29) instead, when asked
     spec.{driver,executor}.initContainers   the library, copied into a shared emptyDir
@@ -61,6 +62,9 @@ TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
 #: the JVM layer's jar in the library volume, as Spark finds it in every pod (driver and
 #: executors mount the volume): ``local://`` = "already on this node, don't upload or fetch"
 JAR_URI: Final = f"local://{LIB_DIR}/{bundle.JAR_IN_BUNDLE}"
+#: what a regular (non-native) marker sidecar watches for in the shared process namespace: the
+#: driver JVM's main class, present from spark-submit's script to the JVM's end
+DRIVER_PROCESS_PATTERN: Final = "org.apache.spark.deploy.SparkSubmit"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,7 +101,9 @@ def build_sidecar(
     A purely computational function with no side-effects. ``native``: as a Kubernetes native
     sidecar (an initContainer with ``restartPolicy: Always``, Kubernetes >= 1.29), which the
     kubelet stops once the driver container has ended, so the pod reaches Succeeded/Failed;
-    its startupProbe holds the driver back until the sidecar serves.
+    its startupProbe holds the driver back until the sidecar serves. Otherwise, a regular
+    container, it drains and exits once the driver's JVM is gone (``--exit-with-process``,
+    which needs ``spec.driver.shareProcessNamespace``), so the pod still ends.
     """
     port = config.sidecar_port
     resources: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
@@ -133,6 +139,8 @@ def build_sidecar(
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": port}, "periodSeconds": 2},
         "volumeMounts": [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}],
     }
+    if not native:
+        container["command"] += ["--exit-with-process", DRIVER_PROCESS_PATTERN]
     if native:
         container["restartPolicy"] = "Always"
         container["startupProbe"] = {
@@ -362,6 +370,8 @@ def mutate(
             compare=_same_image,
             problems=problems,
         )
+        if in_list == "sidecars":  # a regular sidecar sees the driver end only so
+            _ensure_shared_processes(driver, problems)
 
     if problems:
         raise errors.InvalidApplicationError(problems)
@@ -613,6 +623,17 @@ def _sidecar_list(driver: Mapping[str, Any], *, native: bool) -> str:
         ):
             return key
     return "initContainers" if native else "sidecars"
+
+
+def _ensure_shared_processes(driver: dict[str, Any], problems: list[appmeta.Problem]) -> None:
+    if driver.setdefault("shareProcessNamespace", True) is not True:
+        problems.append(
+            appmeta.Problem(
+                "spec.driver.shareProcessNamespace",
+                f"is {driver['shareProcessNamespace']!r}; the marker sidecar, a regular container "
+                "on this cluster, must see the driver's process to end with it: remove the field",
+            )
+        )
 
 
 def _dict_at(parent: dict[str, Any], key: str) -> dict[str, Any]:

@@ -565,6 +565,7 @@ def conclude_rollback(
     summary: Mapping[str, Any],
     now: datetime.datetime,
     seconds: float | None = None,
+    queued_seconds: float | None = None,
 ) -> Conclusion:
     """What the rollback ``summary`` means after ``decision``.
 
@@ -583,6 +584,8 @@ def conclude_rollback(
         raise ValueError("a rollback decision carries the app's options")
     compact = summarize_rollback(summary)
     timing = {"seconds": round(seconds, 3)} if seconds is not None else {}
+    if queued_seconds is not None:  # how long it waited for a rollback slot before
+        timing["queued"] = round(queued_seconds, 3)
     record = json.dumps({"at": format_time(now), "attempt": decision.attempt, **timing, **compact})
     common = {
         appmeta.LAST_ROLLBACK: record,

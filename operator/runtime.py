@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import datetime
 import secrets
@@ -53,6 +54,9 @@ class Runtime:
     webhook_server: Any = None
     #: bounds concurrent rollbacks across all apps; made inside the operator's event loop
     slots: asyncio.Semaphore | None = None
+    #: the threads rollbacks run in, one per slot (asyncio's default executor has only
+    #: cpu count + 4: more slots than that would queue there, unseen)
+    rollback_threads: concurrent.futures.ThreadPoolExecutor | None = None
     #: this process in Leases and claims; default: ``<pod name or hostname>-<random>``
     identity: str = ""
     #: the Lease campaign (with leader election on), set up at operator start
@@ -93,3 +97,12 @@ class Runtime:
         if self.slots is None:
             self.slots = asyncio.Semaphore(self.config.max_concurrent_rollbacks)
         return self.slots
+
+    def rollback_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The threads rollbacks run in, as many as there are slots (created on first use)."""
+        if self.rollback_threads is None:
+            self.rollback_threads = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.config.max_concurrent_rollbacks,
+                thread_name_prefix="sparkguard-rollback",
+            )
+        return self.rollback_threads

@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
@@ -53,6 +54,10 @@ class SidecarConfig:
     body_timeout_s: float = 15.0
     shutdown_timeout_s: float = 20.0
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: drain and exit once a process matching this (``pgrep -f`` style) has come and gone
+    exit_with_process: re.Pattern[str] | None = None
+    #: ... or once none has appeared within this many seconds
+    exit_with_process_wait_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not self.allowed_roots:
@@ -86,6 +91,11 @@ SETTINGS: Final[Mapping[str, tuple[str, str]]] = {
     "body_timeout_s": (f"{ENV_PREFIX}BODY_TIMEOUT_S", "--body-timeout-s"),
     "shutdown_timeout_s": (f"{ENV_PREFIX}SHUTDOWN_TIMEOUT_S", "--shutdown-timeout-s"),
     "storage_options": (STORAGE_OPTIONS_ENV, "(env only)"),
+    "exit_with_process": (f"{ENV_PREFIX}EXIT_WITH_PROCESS", "--exit-with-process"),
+    "exit_with_process_wait_s": (
+        f"{ENV_PREFIX}EXIT_WITH_PROCESS_WAIT_S",
+        "--exit-with-process-wait-s",
+    ),
 }
 
 
@@ -194,6 +204,18 @@ def _storage_options(setting: str, raw: str) -> dict[str, Any]:
     return value
 
 
+def _process_pattern(setting: str, raw: str) -> re.Pattern[str] | None:
+    if not raw.strip():
+        return None
+    try:
+        return re.compile(raw.strip())
+    except re.error as exc:
+        raise errors.ConfigError(
+            f"{_name(setting)}={raw!r} is not a regular expression ({exc}); give e.g. "
+            "org.apache.spark.deploy.SparkSubmit"
+        ) from None
+
+
 def _read_token_file(setting: str, raw: str) -> str:
     try:
         with open(raw.strip(), encoding="utf-8") as handle:
@@ -272,6 +294,15 @@ def load_config(
             "shutdown_timeout_s", raw("shutdown_timeout_s"), _positive_float, 20.0
         ),
         storage_options=_parse("storage_options", raw("storage_options"), _storage_options, {}),
+        exit_with_process=_parse(
+            "exit_with_process", raw("exit_with_process"), _process_pattern, None
+        ),
+        exit_with_process_wait_s=_parse(
+            "exit_with_process_wait_s",
+            raw("exit_with_process_wait_s"),
+            _positive_float,
+            defaults.exit_with_process_wait_s,
+        ),
     )
 
 

@@ -14,12 +14,15 @@ likes. Here:
   most every few seconds, never as a traceback per connection.
 
 SIGTERM and SIGINT stop the listener, then drain the batcher while running requests finish
-(:func:`~sparkguard.sidecar.app.start_draining`), then close the remaining connections.
+(:func:`~sparkguard.sidecar.app.start_draining`), then close the remaining connections. With
+``exit_with_process`` set, the end of the watched driver process (see
+:mod:`~sparkguard.sidecar.process_watch`) stops the sidecar the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -31,7 +34,7 @@ from typing import Any, Final
 
 from aiohttp import http_exceptions, web
 
-from sparkguard.sidecar import app, config, errors, metrics
+from sparkguard.sidecar import app, config, errors, metrics, process_watch
 
 logger = logging.getLogger(__name__)
 #: what aiohttp's connection handlers log (parse errors, connections lost mid-request)
@@ -266,8 +269,43 @@ def _quiet_exception_handler(log: RateLimitedLog) -> Callable[..., None]:
     return handle
 
 
+async def _stop_with_process(settings: config.SidecarConfig, stop: asyncio.Event) -> None:
+    assert settings.exit_with_process is not None
+    try:
+        await process_watch.wait_for_exit(
+            settings.exit_with_process, appear_within_s=settings.exit_with_process_wait_s
+        )
+    except Exception:
+        # Serving on (as without the option) beats dropping markers the driver still sends.
+        logger.exception("watching for the driver process failed; serving until SIGTERM")
+        return
+    stop.set()
+
+
 async def serve(settings: config.SidecarConfig) -> None:
-    """Serve the sidecar on ``settings.host:port`` until SIGTERM/SIGINT, then stop gracefully."""
+    """Serve the sidecar on ``settings.host:port`` until SIGTERM/SIGINT, then stop gracefully.
+
+    With ``settings.exit_with_process``, also once the watched process has come and gone (or
+    never came within ``exit_with_process_wait_s``): the same graceful stop, every marker
+    acknowledged before it is durable and every pending request is answered.
+    """
+    stop = asyncio.Event()
+    # Watch from the very start: a short driver may come and go while the app starts.
+    watcher = (
+        asyncio.create_task(_stop_with_process(settings, stop))
+        if settings.exit_with_process is not None
+        else None
+    )
+    try:
+        await _serve_until(settings, stop)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+async def _serve_until(settings: config.SidecarConfig, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_quiet_exception_handler(RateLimitedLog()))
     limit = connection_limit(settings)
@@ -290,7 +328,6 @@ async def serve(settings: config.SidecarConfig) -> None:
         header_timeout_s=settings.header_timeout_s,
         instruments=application[app.METRICS_KEY],
     )
-    stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:

@@ -54,6 +54,12 @@ def test_install_creates_every_object(installed: dict[str, Any]) -> None:
     apps = client.AppsV1Api(api)
     deployment = apps.read_namespaced_deployment("sg-sparkguard", ns)
     assert deployment.spec is not None
+    # HA by default (issue 11): two replicas, rolled one at a time, never both down.
+    assert deployment.spec.replicas == 2
+    assert deployment.spec.strategy is not None
+    assert deployment.spec.strategy.type == "RollingUpdate"
+    assert deployment.spec.strategy.rolling_update is not None
+    assert deployment.spec.strategy.rolling_update.max_unavailable == 0
     container = deployment.spec.template.spec.containers[0]  # type: ignore[union-attr]
     assert container.args == ["--log-level", "INFO", "operator"]
     core = client.CoreV1Api(api)
@@ -64,6 +70,25 @@ def test_install_creates_every_object(installed: dict[str, Any]) -> None:
     rbac = client.RbacAuthorizationV1Api(api)
     assert rbac.read_cluster_role("sg-sparkguard")
     assert rbac.read_cluster_role_binding("sg-sparkguard")
+    # Leader election: a Role on the one Lease in the release namespace, bound to the SA.
+    lease_role = rbac.read_namespaced_role("sg-sparkguard-leader-election", ns)
+    lease_rules = {
+        (tuple(r.resources or ()), tuple(r.resource_names or ()), tuple(r.verbs))
+        for r in lease_role.rules or []
+    }
+    assert lease_rules == {
+        (("leases",), (), ("create",)),
+        (("leases",), ("sg-sparkguard",), ("get", "update")),
+    }
+    lease_binding = rbac.read_namespaced_role_binding("sg-sparkguard-leader-election", ns)
+    assert lease_binding.role_ref.name == "sg-sparkguard-leader-election"
+    assert [(s.kind, s.name, s.namespace) for s in lease_binding.subjects or []] == [
+        ("ServiceAccount", "sg-sparkguard", ns)
+    ]
+    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("sg-sparkguard", ns)
+    assert pdb.spec is not None
+    assert pdb.spec.min_available == 1
+    assert pdb.spec.selector.match_labels == deployment.spec.selector.match_labels
     hooks = client.AdmissionregistrationV1Api(api)
     hook = hooks.read_mutating_webhook_configuration("sg-sparkguard")
     webhook = hook.webhooks[0]  # type: ignore[index]

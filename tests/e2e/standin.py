@@ -16,11 +16,22 @@ sparkguard (``tests/jvm/jobs/plain_write.py``, ``df.write.mode("append").parquet
 app's *whole* ``spec.sparkConf`` passed as spark-submit's ``--conf`` options (what
 spark-operator does), so the JVM layer the operator injected (commit protocol, ``spark.jars``
 from the library volume) is what makes it exactly once.
+
+The kubelet's part, as far as the pod's end goes: a native sidecar is stopped (SIGTERM) once the
+driver container ended; regular containers are never stopped, so the pod is terminal only once
+every one of them has exited by itself (``Succeeded`` when all exited 0, else ``Failed``), and
+``Running`` until then. The app's state follows spark-operator's ``GetDriverState``: the driver
+container's exit decides COMPLETED/FAILED even while the pod is still ``Running``. Process
+namespaces are real (``unshare``/``nsenter``): every sidecar sees only its own processes, or,
+with ``spec.driver.shareProcessNamespace: true``, sidecars and driver share one namespace with
+a pause process as PID 1 (without that the sidecars would also see every other Spark process
+on the host).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import os
@@ -50,7 +61,100 @@ def _now() -> str:
 
 
 class DriverPodStillRunningError(RuntimeError):
-    """The driver container ended but a sidecar keeps the pod (and the app) running."""
+    """The driver container ended but a sidecar keeps the pod running."""
+
+
+class PidNamespacesUnavailableError(RuntimeError):
+    """This machine cannot create PID namespaces (no root, no user namespaces)."""
+
+
+def pid_namespaces_available() -> bool:
+    """Whether ``unshare --pid`` works here (root, or unprivileged user namespaces)."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def _main_pid(wrapper: subprocess.Popen[bytes]) -> int | None:
+    """The container's own process behind ``unshare --fork``/``nsenter``: the wrapper's child."""
+    deadline = time.monotonic() + 10
+    while wrapper.poll() is None:
+        try:
+            children = Path(f"/proc/{wrapper.pid}/task/{wrapper.pid}/children").read_text()
+        except OSError:
+            return None
+        if children.split():
+            return int(children.split()[0])
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+    return None
+
+
+class _PodProcesses:
+    """The PID namespaces of one driver pod: shared (a pause process as PID 1) or per container.
+
+    Containers are started through ``nsenter``/``unshare``; signals go to the container's own
+    process, the wrapper relays its exit status.
+    """
+
+    def __init__(self, *, shared: bool, run_dir: Path) -> None:
+        self.available = pid_namespaces_available()
+        if shared and not self.available:
+            raise PidNamespacesUnavailableError(
+                "the driver pod shares its process namespace, and this machine cannot create "
+                "PID namespaces to model it (run as root or enable user namespaces)"
+            )
+        self.run_dir = run_dir
+        self.wrapped: set[int] = set()
+        self.pause: subprocess.Popen[bytes] | None = None
+        self.pause_pid: int | None = None
+        if shared:
+            self.pause = subprocess.Popen(
+                ["unshare", "--pid", "--fork", "--mount-proc", "sleep", "infinity"],
+                start_new_session=True,
+            )
+            self.pause_pid = _main_pid(self.pause)
+            if self.pause_pid is None:
+                raise PidNamespacesUnavailableError("the pod's pause process did not start")
+
+    def wrap(self, argv: list[str], *, sidecar: bool) -> list[str]:
+        """``argv`` as started in the pod: in the shared namespace, or a sidecar's own."""
+        if self.pause_pid is not None:
+            return [
+                "nsenter", f"--target={self.pause_pid}", "--pid", "--mount",
+                f"--wd={self.run_dir}", "--", *argv,
+            ]  # fmt: skip
+        if sidecar and self.available:
+            return ["unshare", "--pid", "--fork", "--mount-proc", "--", *argv]
+        return argv  # the driver: what it sees of the host does not matter here
+
+    def started(self, process: subprocess.Popen[bytes], argv: list[str]) -> None:
+        if argv and argv[0] in ("nsenter", "unshare"):
+            self.wrapped.add(process.pid)
+
+    def terminate(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGTERM to the container's process, as the kubelet sends it."""
+        if process.poll() is not None:
+            return
+        pid = _main_pid(process) if process.pid in self.wrapped else process.pid
+        if pid is None:
+            process.kill()
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+    def close(self) -> None:
+        if self.pause is not None and self.pause.poll() is None:
+            os.killpg(self.pause.pid, signal.SIGKILL)  # PID 1 gone: the namespace ends
+        if self.pause is not None:
+            self.pause.wait(timeout=30)
 
 
 class StandInSparkOperator:
@@ -182,66 +286,82 @@ class StandInSparkOperator:
         self.runs.append(record)
         volumes = self._volumes(spec, run_dir)
         driver = spec["driver"]
+        pod = _PodProcesses(shared=driver.get("shareProcessNamespace") is True, run_dir=run_dir)
+        record["shared_processes"] = pod.pause_pid is not None
         # As the kubelet: a native sidecar (an initContainer with restartPolicy Always) starts
         # in its place among the initContainers, the next one waits until it has started.
         native: list[subprocess.Popen[bytes]] = []
-        with self.log.open("ab") as log:
-            for init in driver.get("initContainers") or []:
-                if init.get("restartPolicy") == "Always":
-                    native.append(self._start_sidecar(init, volumes, run_dir, log))
-                    record["native_sidecars"].append(init["name"])
-                    continue
-                mounts = self._mounts(init, volumes)
-                result = subprocess.run(
-                    self._argv(init, mounts), env=self._env(init, mounts), stdout=log,
-                    stderr=subprocess.STDOUT, cwd=run_dir, timeout=300, check=False,
-                )  # fmt: skip
-                record["init"].append((init["name"], result.returncode))
-                if result.returncode != 0:
-                    self._stop(native)
-                    return self._terminate(failure_state, f"initContainer {init['name']} failed")
-            sidecars = [
-                self._start_sidecar(s, volumes, run_dir, log) for s in driver.get("sidecars") or []
-            ]
-            try:
+        sidecars: list[subprocess.Popen[bytes]] = []
+        try:
+            with self.log.open("ab") as log:
+                for init in driver.get("initContainers") or []:
+                    if init.get("restartPolicy") == "Always":
+                        native.append(self._start_sidecar(init, volumes, run_dir, log, pod))
+                        record["native_sidecars"].append(init["name"])
+                        continue
+                    mounts = self._mounts(init, volumes)
+                    result = subprocess.run(
+                        self._argv(init, mounts), env=self._env(init, mounts), stdout=log,
+                        stderr=subprocess.STDOUT, cwd=run_dir, timeout=300, check=False,
+                    )  # fmt: skip
+                    record["init"].append((init["name"], result.returncode))
+                    if result.returncode != 0:
+                        self._stop(native, pod)
+                        return self._terminate(
+                            failure_state, f"initContainer {init['name']} failed"
+                        )
+                sidecars = [
+                    self._start_sidecar(s, volumes, run_dir, log, pod)
+                    for s in driver.get("sidecars") or []
+                ]
                 self.report("RUNNING", submissionID=submission, executionAttempts=index + 1)
-                code = self._run_driver(spec, volumes, run_dir, log, kill=index in self.kill_runs)
-                # The driver container ended. The kubelet stops native sidecars now; a regular
-                # sidecar container keeps the pod Running for as long as it runs (and
-                # spark-operator, which follows the pod phase, keeps the app RUNNING).
-                self._stop(native)
+                code = self._run_driver(
+                    spec, volumes, run_dir, log, pod, kill=index in self.kill_runs
+                )
+                # The driver container ended. The kubelet stops native sidecars now; regular
+                # sidecar containers keep the pod Running for as long as they run.
+                self._stop(native, pod)
                 record["pod_phase"] = self._pod_phase(code, sidecars)
-            finally:
-                self._stop(native + sidecars)  # the stand-in cleans up either way
+                record["sidecar_exits"] = [p.returncode for p in sidecars]
+        finally:
+            self._stop(native + sidecars, pod)  # the stand-in cleans up either way
+            pod.close()
         record["exit"] = code
+        # spark-operator's GetDriverState: the driver container's exit decides the app's
+        # state, even while a sidecar keeps the pod Running.
+        if code == 0:
+            state = self._terminate("COMPLETED", None)
+        else:
+            state = self._terminate(failure_state, f"driver exited with code {code}")
         if record["pod_phase"] == "Running":
             stuck = [s["name"] for s in driver.get("sidecars") or []]
             raise DriverPodStillRunningError(
                 f"the driver container exited ({code}) but the pod stays Running: sidecar "
-                f"container(s) {stuck} did not exit; spark-operator would keep the app RUNNING"
+                f"container(s) {stuck} did not exit within {self.sidecar_grace_s:g} s"
             )
-        if code == 0:
-            return self._terminate("COMPLETED", None)
-        return self._terminate(failure_state, f"driver exited with code {code}")
+        return state
 
     #: how long regular sidecar containers get to exit by themselves after the driver ended
-    SIDECAR_GRACE_SECONDS = 3.0
+    #: before the stand-in calls the pod stuck (a hang guard: the kubelet would wait for ever)
+    sidecar_grace_s = 60.0
 
-    @staticmethod
-    def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    def _stop(self, processes: list[subprocess.Popen[bytes]], pod: _PodProcesses) -> None:
         for process in reversed(processes):  # native sidecars stop in reverse order
-            if process.poll() is None:
-                process.terminate()
-            process.wait(timeout=15)
+            pod.terminate(process)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=15)
 
     def _pod_phase(self, code: int, sidecars: list[subprocess.Popen[bytes]]) -> str:
         """The driver pod's phase once its driver container ended, as the kubelet reports it."""
-        deadline = time.monotonic() + self.SIDECAR_GRACE_SECONDS
+        deadline = time.monotonic() + self.sidecar_grace_s
         while any(p.poll() is None for p in sidecars) and time.monotonic() < deadline:
             time.sleep(0.1)
         if any(p.poll() is None for p in sidecars):
             return "Running"
-        return "Succeeded" if code == 0 else "Failed"
+        return "Succeeded" if code == 0 and all(p.returncode == 0 for p in sidecars) else "Failed"
 
     def _terminate(self, state: str, message: str | None) -> str:
         status: dict[str, Any] = {"terminationTime": _now()}
@@ -254,15 +374,21 @@ class StandInSparkOperator:
         return state
 
     def _start_sidecar(
-        self, container: Mapping[str, Any], volumes: Mapping[str, Path], run_dir: Path, log: Any
+        self,
+        container: Mapping[str, Any],
+        volumes: Mapping[str, Path],
+        run_dir: Path,
+        log: Any,
+        pod: _PodProcesses,
     ) -> subprocess.Popen[bytes]:
         mounts = self._mounts(container, volumes)
         argv = self._argv(container, mounts)
         # The pod network is the host here: listen on loopback only.
-        argv = ["127.0.0.1" if a == "0.0.0.0" else a for a in argv]
+        argv = pod.wrap(["127.0.0.1" if a == "0.0.0.0" else a for a in argv], sidecar=True)
         process = subprocess.Popen(
             argv, env=self._env(container, mounts), stdout=log, stderr=log, cwd=run_dir
         )
+        pod.started(process, argv)
         probe = (container.get("startupProbe") or container["readinessProbe"])["httpGet"]
         url = f"http://127.0.0.1:{probe['port']}{probe['path']}"
         deadline = time.monotonic() + 30
@@ -283,6 +409,7 @@ class StandInSparkOperator:
         volumes: Mapping[str, Path],
         run_dir: Path,
         log: Any,
+        pod: _PodProcesses,
         *,
         kill: bool,
     ) -> int:
@@ -298,7 +425,7 @@ class StandInSparkOperator:
             ]  # fmt: skip
             env["PYSPARK_SUBMIT_ARGS"] = _submit_args(conf)
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
-            return self._watch(argv, env, run_dir, log, kill=kill, signal_file=signal_file)
+            return self._watch(argv, env, run_dir, log, pod, kill=kill, signal_file=signal_file)
         faults = (
             json.dumps([{"point": "task:after-file", "action": "pause", "partition": 2,
                          "signal": str(signal_file)}])
@@ -322,7 +449,7 @@ class StandInSparkOperator:
             env["PYSPARK_SUBMIT_ARGS"] = (
                 f"--conf {shlex.quote('spark.sparkguard.owner=' + owner)} pyspark-shell"
             )
-        return self._watch(argv, env, run_dir, log, kill=kill, signal_file=signal_file)
+        return self._watch(argv, env, run_dir, log, pod, kill=kill, signal_file=signal_file)
 
     def _watch(
         self,
@@ -330,15 +457,18 @@ class StandInSparkOperator:
         env: Mapping[str, str],
         run_dir: Path,
         log: Any,
+        pod: _PodProcesses,
         *,
         kill: bool,
         signal_file: Path,
     ) -> int:
-        """Run the driver program; SIGKILL it (the whole group: Python and its Spark JVM) when
-        a run to kill reaches its moment."""
+        """Run the driver program in the pod's process namespace; SIGKILL it (the whole group:
+        Python and its Spark JVM) when a run to kill reaches its moment."""
+        argv = pod.wrap(argv, sidecar=False)
         process = subprocess.Popen(
             argv, env=env, stdout=log, stderr=log, cwd=run_dir, start_new_session=True
         )
+        pod.started(process, argv)
         deadline = time.monotonic() + 600
         while process.poll() is None:
             due = signal_file.exists() or (self.kill_when is not None and self.kill_when())

@@ -1,23 +1,28 @@
 """The marker sidecar never keeps the driver pod alive (issue 11, item 8).
 
 The chart's operator admits an opted-in app on the kube-apiserver bench (v1.37, so the marker
-sidecar is injected as a native sidecar); the stand-in for spark-operator runs the mutated
-driver pod as the kubelet would: a native sidecar starts among the initContainers and is
-stopped once the driver container ended, while a regular sidecar container keeps the pod
-Running. The pod must reach a terminal phase and the app COMPLETED.
+sidecar is injected as a native sidecar, or, with ``SPARKGUARD_SIDECAR_NATIVE=false``, as the
+regular container Kubernetes < 1.29 gets); the stand-in for spark-operator runs the mutated
+driver pod as the kubelet would (see tests/e2e/standin.py): a native sidecar is stopped once
+the driver container ended; a regular container is never stopped, the pod ends only when it
+exits by itself. Either way the pod must reach a terminal phase and the app COMPLETED.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from sparkguard.operator import mutation
-from tests.e2e.standin import DriverPodStillRunningError, StandInSparkOperator
+from tests.e2e.standin import (
+    DriverPodStillRunningError,
+    StandInSparkOperator,
+    pid_namespaces_available,
+)
 from tests.e2e.test_recovery_scenario import ChartOperator, chart_operator  # noqa: F401
-from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
+from tests.operator.apps import spark_app
 
 pytestmark = [pytest.mark.kube, pytest.mark.spark]
 
@@ -51,26 +56,31 @@ def test_driver_pod_reaches_a_terminal_phase(
     assert cluster.state("short") == "COMPLETED"
 
 
-def test_a_regular_sidecar_container_would_keep_the_pod_running(
+REGULAR_SIDECARS = pytest.mark.parametrize(
+    "chart_operator", [{"SPARKGUARD_SIDECAR_NATIVE": "false"}], indirect=True
+)
+NEEDS_PID_NAMESPACES = pytest.mark.skipif(
+    not pid_namespaces_available(),
+    reason="modelling shareProcessNamespace needs PID namespaces (root or user namespaces)",
+)
+
+
+@REGULAR_SIDECARS
+@NEEDS_PID_NAMESPACES
+def test_a_regular_sidecar_container_ends_with_the_driver(
     chart_operator: ChartOperator,  # noqa: F811 - the fixture imported above
     tmp_path: Path,
 ) -> None:
-    """What the native sidecar avoids, shown with the same stand-in: the pre-1.29 injection."""
+    """The pre-1.29 injection: the sidecar sees the driver JVM end (shared PID namespace)."""
     cluster = chart_operator
     created = cluster.create(spark_app("legacy"))
     driver = created["spec"]["driver"]
-    (sidecar,) = [c for c in driver["initContainers"] if c["name"] == mutation.SIDECAR_NAME]
-    regular = {k: v for k, v in sidecar.items() if k not in ("restartPolicy", "startupProbe")}
-    inits = [c for c in driver["initContainers"] if c["name"] != mutation.SIDECAR_NAME]
-    client.CustomObjectsApi(cluster.api).patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        cluster.namespace,
-        PLURAL,
-        "legacy",
-        {"spec": {"driver": {"initContainers": inits, "sidecars": [regular]}}},
-    )
-    assert cluster.get("legacy")["spec"]["driver"]["sidecars"] == [regular]  # kept there
+    (sidecar,) = driver["sidecars"]
+    assert sidecar["name"] == mutation.SIDECAR_NAME
+    assert "restartPolicy" not in sidecar
+    assert sidecar["command"][-2:] == ["--exit-with-process", mutation.DRIVER_PROCESS_PATTERN]
+    assert driver["shareProcessNamespace"] is True
+    assert mutation.SIDECAR_NAME not in [c["name"] for c in driver["initContainers"]]
 
     workdir = tmp_path / "pods"
     workdir.mkdir()
@@ -82,7 +92,53 @@ def test_a_regular_sidecar_container_would_keep_the_pod_running(
         table=str(tmp_path / "legacy"),
         rows=2_000,
     )
+    assert standin.run_driver_pod() == "COMPLETED"
+    (run,) = standin.runs
+    assert run["shared_processes"]
+    assert run["native_sidecars"] == []
+    # The stand-in never signals a regular container: the sidecar exited 0 by itself, after
+    # the driver, within the stand-in's grace (its bounded wait for a driver that never
+    # appears is 300 s).
+    assert (run["exit"], run["sidecar_exits"]) == (0, [0])
+    assert run["pod_phase"] == "Succeeded"
+    assert cluster.state("legacy") == "COMPLETED"
+
+
+@REGULAR_SIDECARS
+@NEEDS_PID_NAMESPACES
+def test_without_a_shared_process_namespace_the_regular_sidecar_keeps_the_pod_running(
+    chart_operator: ChartOperator,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    """Why the operator sets shareProcessNamespace: without it the sidecar never sees the driver.
+
+    The app still ends (spark-operator reads the driver container's exit while the pod is
+    Running); the pod, with everything it requested, does not.
+    """
+    cluster = chart_operator
+    mutated = cluster.create(spark_app("shared"))
+    # The same driver pod without the shared namespace. Admission would put it back on any
+    # opted-in app, so this copy does not opt in (the stand-in only reads the spec).
+    spec = copy.deepcopy(mutated["spec"])
+    del spec["driver"]["shareProcessNamespace"]
+    unshared = {"apiVersion": mutated["apiVersion"], "kind": mutated["kind"], "spec": spec}
+    cluster.create({**unshared, "metadata": {"name": "unshared"}})
+    assert "shareProcessNamespace" not in cluster.get("unshared")["spec"]["driver"]
+    assert cluster.get("unshared")["spec"]["driver"]["sidecars"] == spec["driver"]["sidecars"]
+
+    workdir = tmp_path / "pods"
+    workdir.mkdir()
+    standin = StandInSparkOperator(
+        cluster.api,
+        namespace=cluster.namespace,
+        name="unshared",
+        workdir=workdir,
+        table=str(tmp_path / "unshared"),
+        rows=2_000,
+    )
+    standin.sidecar_grace_s = 5.0  # it would wait exit_with_process_wait_s (300 s) in vain
     with pytest.raises(DriverPodStillRunningError, match="stays Running"):
         standin.run_driver_pod()
     assert standin.runs[0]["pod_phase"] == "Running"
-    assert cluster.state("legacy") == "RUNNING"
+    assert not standin.runs[0]["shared_processes"]
+    assert cluster.state("unshared") == "COMPLETED"

@@ -103,8 +103,14 @@ class ChartOperator:
 
 
 @pytest.fixture
-def chart_operator(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartOperator]:
-    """``helm install`` of the chart, then its operator with the Deployment's env and SA."""
+def chart_operator(
+    kube_bench: KubeBench, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ChartOperator]:
+    """``helm install`` of the chart, then its operator with the Deployment's env and SA.
+
+    Parametrized indirectly, the parameter is a dict of environment variables set on top of
+    the Deployment's (e.g. ``SPARKGUARD_SIDECAR_NATIVE``).
+    """
     suffix = uuid.uuid4().hex[:6]
     app_namespace = f"e2e-{suffix}"
     kube_bench.ensure_namespace(app_namespace)
@@ -127,6 +133,7 @@ def chart_operator(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartOpera
     env = harness.operator_env_on_bench(
         release, webhook_port=port, cert_file=str(cert.cert_file), key_file=str(cert.key_file)
     )
+    env.update(getattr(request, "param", None) or {})
     # The marker token Secret the chart's NOTES tell users to create in each app namespace.
     client.CoreV1Api(api).create_namespaced_secret(
         app_namespace,

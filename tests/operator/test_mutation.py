@@ -357,6 +357,36 @@ def test_native_sidecar_is_an_init_container_that_restarts_always(
     assert mutation.build_patch(legacy, config=config, native_sidecar=True) == {}
 
 
+def test_regular_sidecar_ends_with_the_driver_through_a_shared_process_namespace(
+    config: config_.OperatorConfig,
+) -> None:
+    """Kubernetes < 1.29: the sidecar watches for the driver JVM and exits when it is gone."""
+    app = spark_app()
+    driver = mutation.mutate(app, config=config, native_sidecar=False)["spec"]["driver"]
+    assert driver["shareProcessNamespace"] is True
+    sidecar = _named(driver["sidecars"], mutation.SIDECAR_NAME)
+    assert sidecar["command"][-2:] == ["--exit-with-process", "org.apache.spark.deploy.SparkSubmit"]
+    assert "restartPolicy" not in sidecar
+    # A native sidecar needs neither: the kubelet stops it.
+    native = mutation.mutate(app, config=config, native_sidecar=True)["spec"]["driver"]
+    assert "shareProcessNamespace" not in native
+    assert (
+        "--exit-with-process"
+        not in _named(native["initContainers"], mutation.SIDECAR_NAME)["command"]
+    )
+    # Direct markers have no sidecar, so nothing to share.
+    direct = spark_app(annotations={appmeta.MARKER_TYPE: "direct"})
+    assert "shareProcessNamespace" not in mutation.mutate(direct, config=config)["spec"]["driver"]
+    # Idempotent; the user's own true is kept, a false is denied naming the field.
+    once = mutation.mutate(app, config=config)
+    assert mutation.build_patch(once, config=config) == {}
+    kept = spark_app(driver={"shareProcessNamespace": True})
+    assert mutation.mutate(kept, config=config)["spec"]["driver"]["shareProcessNamespace"] is True
+    with pytest.raises(errors.InvalidApplicationError) as caught:
+        mutation.mutate(spark_app(driver={"shareProcessNamespace": False}), config=config)
+    assert "spec.driver.shareProcessNamespace: is False" in str(caught.value)
+
+
 def test_scheduled_runs_opt_in_by_label_each_with_its_own_job_id_and_owner(
     config: config_.OperatorConfig,
 ) -> None:

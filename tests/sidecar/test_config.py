@@ -88,6 +88,11 @@ def test_flags_override_environment(tmp_path: Path) -> None:
             "cannot be read",
         ),
         ({"SPARKGUARD_SIDECAR_TOKEN_FILE": "/t"}, "keep only one"),
+        (
+            {"SPARKGUARD_SIDECAR_EXIT_WITH_PROCESS": "SparkSubmit("},
+            "--exit-with-process='SparkSubmit(' is not a regular expression",
+        ),
+        ({"SPARKGUARD_SIDECAR_EXIT_WITH_PROCESS_WAIT_S": "-1"}, "EXIT_WITH_PROCESS_WAIT_S"),
     ],
 )
 def test_bad_settings_name_the_setting(env: dict[str, str | None], message: str) -> None:
@@ -103,3 +108,23 @@ def test_auth_can_be_disabled_explicitly() -> None:
     settings = config.load_config(env)
     assert settings.auth_disabled
     assert settings.token is None
+
+
+def test_exit_with_process_is_off_unless_set() -> None:
+    assert config.load_config(BASE).exit_with_process is None
+    assert (
+        config.load_config({**BASE, "SPARKGUARD_SIDECAR_EXIT_WITH_PROCESS": " "}).exit_with_process
+        is None
+    )
+    settings = config.load_config(
+        BASE, {"exit_with_process": "deploy\\.SparkSubmit", "exit_with_process_wait_s": "30"}
+    )
+    assert settings.exit_with_process is not None
+    assert settings.exit_with_process.search("java -cp x org.apache.spark.deploy.SparkSubmit")
+    assert (
+        settings.exit_with_process_wait_s,
+        config.load_config(BASE).exit_with_process_wait_s,
+    ) == (
+        30.0,
+        300.0,
+    )

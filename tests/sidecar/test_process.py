@@ -9,6 +9,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
+from pathlib import Path
 
 from sparkguard.sidecar import cli
 from sparkguard.spark_lib import errors, filemanager, markers
@@ -105,3 +108,96 @@ def test_sigterm_drains_and_exits_cleanly(root: str) -> None:
     manager, path = filemanager.resolve(directory)
     assert acked
     assert set(acked) <= markers.read_marked_files(manager, path)
+
+
+def _wait_for_log(log_path: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+    """Block until the sidecar logged ``text`` (the signal that it reached a state)."""
+    deadline = time.monotonic() + 60  # a hang guard, not a measurement
+    while text not in log_path.read_text(errors="replace"):
+        assert process.poll() is None, log_path.read_text(errors="replace")
+        assert time.monotonic() < deadline, f"no {text!r} in the sidecar log"
+        time.sleep(0.05)
+
+
+def test_drains_and_exits_0_once_the_watched_process_is_gone(root: str, tmp_path: Path) -> None:
+    """The regular-sidecar fallback: the driver's process ends, the sidecar follows cleanly."""
+    directory = marker_dir_under(root)
+    port = free_port()
+    tag = f"sparkguard-test-driver-{uuid.uuid4().hex}"
+    log_path = tmp_path / "sidecar.log"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", tag], stdin=subprocess.PIPE
+    )
+    env = {"SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS": "200", "SPARKGUARD_SIDECAR_LOG_LEVEL": "INFO"}
+    acked: list[str] = []
+    try:
+        with run_sidecar(
+            port=port,
+            roots=root,
+            extra_env=env,
+            args=("--exit-with-process", tag),
+            log_path=log_path,
+        ) as process:
+            _wait_for_log(log_path, "driver process seen", process)
+            client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=0.5)
+            for i in range(5):
+                client.create(directory, f"before/f{i}.parquet")
+                acked.append(f"before/f{i}.parquet")
+            client.close()
+            first_batch = threading.Event()
+
+            def writer(w: int) -> None:
+                client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=0.5)
+                for i in range(100_000):
+                    try:
+                        client.create(directory, f"w{w}/f{i}.parquet")
+                    except errors.MarkerError:
+                        break  # refused or unreachable once the sidecar drains: never acked
+                    acked.append(f"w{w}/f{i}.parquet")
+                    first_batch.set()
+                client.close()
+
+            threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+            for thread in threads:
+                thread.start()
+            first_batch.wait(timeout=60)
+            assert driver.stdin is not None
+            driver.stdin.close()  # the driver ends while markers are in flight
+            assert driver.wait(timeout=30) == 0
+            assert process.wait(timeout=60) == 0
+            for thread in threads:
+                thread.join(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    log = log_path.read_text(errors="replace")
+    assert "driver process gone" in log
+    assert "Traceback" not in log
+    manager, path = filemanager.resolve(directory)
+    assert len(acked) > 5
+    assert set(acked) <= markers.read_marked_files(manager, path)
+
+
+def test_exits_0_when_the_watched_process_never_appears(root: str) -> None:
+    """A driver container that never started Spark must not keep the pod alive for ever."""
+    env = {
+        **os.environ,
+        "PYTHONSAFEPATH": "1",
+        "SPARKGUARD_SIDECAR_TOKEN": "t",
+        "SPARKGUARD_SIDECAR_ALLOWED_ROOTS": root,
+        "SPARKGUARD_SIDECAR_PORT": str(free_port()),
+        "SPARKGUARD_SIDECAR_EXIT_WITH_PROCESS": f"never-{uuid.uuid4().hex}",
+        "SPARKGUARD_SIDECAR_EXIT_WITH_PROCESS_WAIT_S": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "sparkguard.sidecar", "--log-level", "INFO"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "appeared within 1 s" in result.stderr
+    assert "Traceback" not in result.stderr
