@@ -3,6 +3,10 @@
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/rollback.py [--quick] [--s3]
         [--committed N] [--failed M] [--rounds R] [--latency-ms L]
 
+Sizes (committed / failed): ``--quick`` 10,000 / 100; full 100,000 / 1,000 on local disk and
+20,000 / 200 with ``--s3`` (moto scans the whole bucket for every LIST and builds the table at
+~100 files/s on this machine: 100,000 files would take ~15 min before the first round).
+
 A table holds N committed files (100 per instant, over 100 partition directories); a failed
 write left M marked files (direct markers). ``rollback_job`` (journal -> timeline -> markers) is
 timed against a listing-based orphan cleanup written as well as we could: one flat listing of
@@ -133,14 +137,23 @@ def main() -> int:
         "--quick", action="store_true", help="10k committed, 100 failed (same rounds)"
     )
     parser.add_argument("--s3", action="store_true", help="moto S3 server behind the proxy")
-    parser.add_argument("--committed", type=int, default=100_000)
-    parser.add_argument("--failed", type=int, default=1_000)
+    parser.add_argument(
+        "--committed", type=int, help="committed files (default 100,000; 20,000 with --s3)"
+    )
+    parser.add_argument("--failed", type=int, help="failed files (default 1,000; 200 with --s3)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: use at least 2 (the order alternates by round)")
-    committed, failed = (10_000, 100) if args.quick else (args.committed, args.failed)
+    # Full size on the S3 server: 20,000 / 200 (the same 1 % failed). moto answers each LIST by
+    # scanning every key of the bucket and builds the table at ~100 files/s here, so 100,000
+    # files take ~15 min to build and minutes per listing cleanup; --quick is the same
+    # procedure on 10,000 / 100.
+    full = (20_000, 200) if args.s3 else (100_000, 1_000)
+    committed, failed = (
+        (10_000, 100) if args.quick else (args.committed or full[0], args.failed or full[1])
+    )
     rounds = args.rounds
     with _storage(args) as (base, options, proxy):
         # Build and fail writes straight on the server; time the cleanups through the proxy.

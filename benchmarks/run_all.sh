@@ -5,8 +5,8 @@
 #   benchmarks/run_all.sh OUT_DIR [NAME...]     (no NAME: every benchmark below, in this order)
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
-# checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
-# operator-quick operator
+# checkpoint rollback-quick rollback-quick-s3 rollback rollback-s3 markers-quick markers
+# sidecar-load-quick operator-quick operator
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -26,14 +26,16 @@ declare -A commands=(
   [rollback-quick]="$py benchmarks/rollback.py --quick"
   [rollback-quick-s3]="$py benchmarks/rollback.py --quick --s3"
   [rollback]="$py benchmarks/rollback.py"
+  [rollback-s3]="$py benchmarks/rollback.py --s3"
   [markers-quick]="$py benchmarks/markers.py --quick"
+  [markers]="$py benchmarks/markers.py"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
   [operator-quick]="$py benchmarks/operator.py --quick"
   [operator]="$py benchmarks/operator.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
        operator-quick writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer
-       checkpoint rollback operator)
+       checkpoint rollback markers rollback-s3 operator)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 

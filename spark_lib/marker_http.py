@@ -24,6 +24,7 @@ import random
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any, Final
 
 from sparkguard.spark_lib import errors, markers
@@ -46,7 +47,8 @@ class HttpMarkerClient:
 
     ``endpoint`` is the sidecar's base URL (``http://host:port``); ``token`` or ``token_file``
     (read at first use and again after a 401) supplies the bearer token. Thread-safe: calls on
-    one client are serialised over its single connection.
+    one client are serialised over its single connection. ``clock`` and ``sleep`` (default
+    ``time.monotonic`` and ``time.sleep``) measure the deadline and wait out the backoff.
     """
 
     def __init__(
@@ -58,6 +60,8 @@ class HttpMarkerClient:
         deadline_s: float = 60.0,
         connect_timeout_s: float = 2.0,
         request_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         parsed = urllib.parse.urlsplit(endpoint.strip() if isinstance(endpoint, str) else "")
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -84,6 +88,9 @@ class HttpMarkerClient:
         self.deadline_s = deadline_s
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
+        #: the deadline's clock and the backoff's sleep (tests inject a fake pair: no wall time)
+        self._clock = clock
+        self._sleep = sleep
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
 
@@ -131,7 +138,7 @@ class HttpMarkerClient:
             return self._call_locked(method, route, params)
 
     def _call_locked(self, method: str, route: str, params: dict[str, str]) -> dict[str, Any]:
-        deadline = time.monotonic() + self.deadline_s
+        deadline = self._clock() + self.deadline_s
         attempts = 0
         last_error = "no attempt was made"
         token_reloaded = False
@@ -144,7 +151,7 @@ class HttpMarkerClient:
             except (OSError, http.client.HTTPException) as exc:
                 self._reset()
                 last_error = f"{type(exc).__name__}: {exc}"
-                if reused and attempts == 1 and time.monotonic() < deadline:
+                if reused and attempts == 1 and self._clock() < deadline:
                     continue  # a kept-alive connection the server closed: retry at once
             else:
                 if status < 300:
@@ -162,7 +169,7 @@ class HttpMarkerClient:
                 last_error = f"HTTP {status}: {message}"
                 retry_after = _retry_after(headers.get("Retry-After"))
             delay = max(retry_after, random.uniform(0, _backoff(attempts)))  # noqa: S311
-            if time.monotonic() + delay >= deadline:
+            if self._clock() + delay >= deadline:
                 raise errors.MarkerServiceUnavailableError(
                     f"marker sidecar {self.endpoint} did not complete {method} {route} "
                     f"{_describe(params)} within {self.deadline_s:g} s ({attempts} attempts); "
@@ -172,12 +179,12 @@ class HttpMarkerClient:
             logger.debug(
                 "marker %s %s failed (%s); retrying in %.3f s", method, route, last_error, delay
             )
-            time.sleep(delay)
+            self._sleep(delay)
 
     def _send(
         self, method: str, route: str, params: dict[str, str], deadline: float
     ) -> tuple[int, http.client.HTTPMessage, bytes]:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - self._clock()
         if remaining <= 0:
             raise TimeoutError("deadline reached before the attempt")
         if self._conn is None:

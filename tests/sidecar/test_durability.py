@@ -35,6 +35,7 @@ def drive_until_killed(
     failed = [0]
     lock = threading.Lock()
     stop = threading.Event()
+    answered = threading.Semaphore(0)  # released once per writer, at its first answer
     # The first request loads the store's client library and the directory (seconds on S3
     # on a busy machine): done once here, so the writers' short deadlines measure the batching.
     with HttpMarkerClient(endpoint, token=TOKEN, deadline_s=60) as warm_up:
@@ -54,6 +55,9 @@ def drive_until_killed(
                     with lock:
                         failed[0] += 1
                     return
+                finally:
+                    if n == 1:
+                        answered.release()  # acknowledged or failed: its first answer
                 with lock:
                     acked.add(name)
         finally:
@@ -62,10 +66,14 @@ def drive_until_killed(
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
     for thread in threads:
         thread.start()
-    time.sleep(rng.uniform(0.05, 0.8))
+    # The kill window opens once every writer has had its first answer (an explicit signal, not
+    # a guess at how long a loaded machine takes to start them), then the kill lands at a
+    # random moment within it.
+    for w in range(WRITERS):
+        assert answered.acquire(timeout=60), f"only {w} of {WRITERS} writers got an answer"
+    time.sleep(rng.uniform(0.0, 0.75))
     process.kill()  # SIGKILL: no drain, no goodbye
     process.wait(timeout=10)
-    time.sleep(0.05)
     stop.set()
     for thread in threads:
         thread.join(timeout=30)

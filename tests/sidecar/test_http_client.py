@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from sparkguard.sidecar import app, config
-from sparkguard.spark_lib import errors, filemanager, markers
+from sparkguard.spark_lib import errors, filemanager, marker_http, markers
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
 from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under
 
@@ -122,31 +122,106 @@ async def test_client_retries_unavailable_answers(aiohttp_server: Callable[..., 
     client.close()
 
 
-def test_unreachable_sidecar_fails_within_the_deadline() -> None:
-    port = free_port()  # nothing listens there
-    client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=1.5)
-    started = time.monotonic()
+class FakeClock:
+    """The client's clock and sleep: time moves only when the client sleeps (or a test says a
+    blocked read took its timeout), so the deadline logic is checked without wall time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def longest_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full jitter draws uniform(0, backoff): take the top of the range, deterministically."""
+    monkeypatch.setattr(marker_http.random, "uniform", lambda low, high: high)
+
+
+def attempts_in(message: str) -> int:
+    found = re.search(r"\((\d+) attempts\)", message)
+    assert found, message
+    return int(found.group(1))
+
+
+@pytest.mark.timeout(60)  # a safety net against a hang, not a measurement
+def test_unreachable_sidecar_fails_within_the_deadline(longest_backoff: None) -> None:
+    port = free_port()  # nothing listens there: every connect is refused at once
+    clock = FakeClock()
+    client = HttpMarkerClient(
+        f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=1.5, clock=clock, sleep=clock.sleep
+    )
+    started = clock.now
     with pytest.raises(errors.MarkerServiceUnavailableError) as caught:
         client.create("/x/_sparkguard/markers/20261122120000000-j", "a.parquet")
-    elapsed = time.monotonic() - started
-    assert elapsed < 2.5, elapsed
     message = str(caught.value)
+    # Backoff 0.05, 0.1, 0.2, 0.4 s (doubling); the next, 0.8 s, would end past the 1.5 s
+    # deadline (0.75 + 0.8), so the client gives up after the fifth attempt, without sleeping.
+    assert clock.sleeps == pytest.approx([0.05, 0.1, 0.2, 0.4])
+    assert attempts_in(message) == 5 == len(clock.sleeps) + 1
+    assert clock.now - started < 1.5
     assert f"127.0.0.1:{port}" in message
-    assert "attempts" in message
+    assert "within 1.5 s" in message
     assert "ConnectionRefusedError" in message
 
 
-def test_silent_sidecar_does_not_hang_the_client() -> None:
-    # A listener that never accepts nor answers: connects succeed, reads time out.
+@pytest.mark.timeout(60)  # a safety net against a hang, not a measurement
+def test_silent_sidecar_does_not_hang_the_client(longest_backoff: None) -> None:
+    # A listener that never accepts nor answers: connects succeed, reads time out. Each read
+    # really blocks for its socket timeout; the fake clock is moved by that timeout, so what is
+    # checked is the client's arithmetic: every attempt's timeout is the request timeout clipped
+    # to the time left, and the attempts stop at the deadline.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         port = listener.getsockname()[1]
-        client = HttpMarkerClient(f"http://127.0.0.1:{port}", deadline_s=1.5, request_timeout_s=0.4)
-        started = time.monotonic()
-        with pytest.raises(errors.MarkerServiceUnavailableError, match="timed out"):
-            client.all_marked("/x/_sparkguard/markers/20261122120000000-j")
-        assert time.monotonic() - started < 2.5
+
+        def run(deadline_s: float, request_timeout_s: float) -> tuple[list[float], str, float]:
+            clock = FakeClock()
+            client = HttpMarkerClient(
+                f"http://127.0.0.1:{port}", deadline_s=deadline_s,
+                request_timeout_s=request_timeout_s, clock=clock, sleep=clock.sleep,
+            )  # fmt: skip
+            send = client._send
+            timeouts: list[float] = []
+
+            def timed_send(*args: Any) -> Any:
+                try:
+                    return send(*args)
+                except TimeoutError:
+                    assert client._conn is not None
+                    assert client._conn.sock is not None
+                    timeout = client._conn.sock.gettimeout()
+                    assert timeout is not None, "a read without a timeout could hang forever"
+                    timeouts.append(timeout)
+                    clock.now += timeout  # the read blocked that long
+                    raise
+
+            client._send = timed_send  # type: ignore[method-assign]
+            started = clock.now
+            with pytest.raises(errors.MarkerServiceUnavailableError, match="timed out") as caught:
+                client.all_marked("/x/_sparkguard/markers/20261122120000000-j")
+            client.close()
+            assert attempts_in(str(caught.value)) == len(timeouts) == len(clock.sleeps) + 1
+            return timeouts, str(caught.value), clock.now - started
+
+        # Reads of 0.2 s, backoff 0.05, 0.1, 0.2: 0.2+0.05+0.2+0.1+0.2+0.2+0.2 = 1.15 s, and the
+        # next backoff (0.4 s) would end past 1.5 s: four attempts.
+        timeouts, _, spent = run(deadline_s=1.5, request_timeout_s=0.2)
+        assert timeouts == pytest.approx([0.2] * 4)
+        assert spent < 1.5
+        # A request timeout longer than the deadline is clipped to the time left: one attempt
+        # whose read gives up at the deadline (0.3 s), not after 10 s.
+        timeouts, _, spent = run(deadline_s=0.3, request_timeout_s=10.0)
+        assert timeouts == pytest.approx([0.3])
+        assert spent == pytest.approx(0.3)
 
 
 def test_bad_endpoint_and_options_are_config_errors() -> None:

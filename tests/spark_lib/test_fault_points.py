@@ -44,19 +44,32 @@ def test_every_point_the_code_fires_is_registered_and_every_registered_point_fir
 
 
 def _collected_cases() -> set[tuple[str, str, str]]:
-    """(test file, store, case) of every parametrized test of the fault suites, as pytest
-    collects them (ids are ``<store>-<case>``, the case starting with the point's name)."""
+    """(test file, store, point) of every parametrized test of the fault suites, as pytest
+    collects them: ids are ``<store>-<case>``, the case being the point's name, or the point's
+    name, ``/`` and a variant (``task:after-file/stream``)."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", *FAULT_SUITES],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    cases = set()
-    for line in done.stdout.splitlines():
-        found = re.match(r"^(\S+?)::\S+\[(\w+)-(.+)\]$", line)
-        if found:
-            cases.add((found.group(1), found.group(2), found.group(3)))
-    return cases
+    return {case for line in done.stdout.splitlines() if (case := _case(line)) is not None}
+
+
+def _case(line: str) -> tuple[str, str, str] | None:
+    """(test file, store, point) of one collected test id, or None if not parametrized."""
+    found = re.match(r"^(\S+?)::\S+\[(\w+)-(.+)\]$", line)
+    if found is None:
+        return None
+    return found.group(1), found.group(2), found.group(3).split("/", 1)[0]
+
+
+def test_a_case_counts_for_its_own_point_only() -> None:
+    # Points are matched by equality: one whose name is a prefix of another's (task:after vs
+    # task:after-file) must not borrow the other's tests.
+    path = "tests/spark_lib/test_streaming.py"
+    assert _case(f"{path}::test_x[s3-task:after-file/stream]") == (path, "s3", "task:after-file")
+    assert _case(f"{path}::test_x[local-task:after-file]") == (path, "local", "task:after-file")
+    assert _case(f"{path}::test_x") is None
 
 
 def test_every_registered_point_has_a_test_on_local_disk_and_on_s3() -> None:
@@ -65,11 +78,15 @@ def test_every_registered_point_has_a_test_on_local_disk_and_on_s3() -> None:
         f"{point.value} on {store}"
         for point in faults.Point
         for store in STORES
-        if not any(s == store and case.startswith(point.value) for _, s, case in cases)
+        if (store, point.value) not in {(s, tested) for _, s, tested in cases}
     ]
     assert missing == [], f"fault points without a test: {missing}"
     # Every point of the batch writer is also a SIGKILL of the whole driver (on local disk).
-    killed = {case for path, s, case in cases if path.endswith("test_writer_faults.py")}
+    killed = {
+        tested
+        for path, s, tested in cases
+        if path.endswith("test_writer_faults.py") and s == "local"
+    }
     not_killed = [
         point.value
         for point in faults.Point
