@@ -14,11 +14,16 @@ import pytest
 
 from sparkguard import cli
 from sparkguard.spark_lib import commands, filemanager, reader, rollback, sparkconf, timeline
-from tests.jvm import s3a
-from tests.jvm.conftest import run_job
+from tests.jvm import conftest, s3a
 from tests.support import s3server
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+
+def run_job(script: str, *args: str, conf: dict[str, str], expect_exit: int = 0) -> Any:
+    """``conftest.run_job`` with room for S3A's start on a loaded machine."""
+    return conftest.run_job(script, *args, conf=conf, timeout=900, expect_exit=expect_exit)
+
 
 JOB = "jvm-s3-job-1"
 NAMES = [f"part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for p in range(4)]
@@ -125,14 +130,16 @@ def test_a_failed_jvm_write_on_s3_is_rolled_back_and_the_rerun_is_exactly_once(
     bucket = s3_server.create_bucket()
     table, journal = f"s3a://{bucket}/f", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
-    # Row 600 is in the last of 4 tasks: the others publish their files, then the job aborts.
+    # Row 600 is in task 2 of 4 (rows 500-749): the others publish their files, the job aborts.
     failed = run_job(
         "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
     )
     assert failed == {"failed": True}
     published = _data(_keys(s3_server, bucket, "f/"), "f")
     assert published, "the tasks before the failure published their objects"
-    assert f"part-00003-{JOB}-w000-c000.snappy.parquet" not in published  # the failed task's
+    # Spark closed the failed task's writer (completing its upload, partial rows); abortTask
+    # deleted it.
+    assert f"part-00002-{JOB}-w000-c000.snappy.parquet" not in published
     options = s3_server.storage_options
     assert reader.committed_paths(table, storage_options=options) == []
     doc = _inspect(table, s3_server, capsys, monkeypatch)
@@ -158,3 +165,32 @@ def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
     assert result["store"] == "io.sparkguard.spark.ObjectStoreAtomicStore"
     assert len(result["winners"]) == 1, result
     assert result["content"] == f"racer-{result['winners'][0]}"
+
+
+@pytest.mark.parametrize("performance", [False, True], ids=["probing-create", "performance-create"])
+def test_a_rerun_without_rollback_writes_over_the_failed_attempts_objects(
+    s3_server: s3server.S3Server, s3a_jars: Path, performance: bool
+) -> None:
+    # Spark's writer opens with create(overwrite=false): with S3A's default (probing) create the
+    # task deletes the uncommitted object of its name first; in performance mode the PUT replaces.
+    bucket = s3_server.create_bucket()
+    table, journal = f"s3a://{bucket}/r", f"s3a://{bucket}/journal"
+    conf = _conf(s3_server, s3a_jars, journal)
+    if performance:
+        conf["spark.hadoop.fs.s3a.create.performance"] = "true"
+    failed = run_job(
+        "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
+    )
+    assert failed == {"failed": True}
+    leftovers = _data(_keys(s3_server, bucket, "r/"), "r")
+    assert leftovers
+
+    result = run_job("plain_write.py", table, "1000", "4", conf=conf)
+    assert result == {"rows": 1000, "ids": 1000}
+    assert _data(_keys(s3_server, bucket, "r/"), "r") == NAMES
+    options = s3_server.storage_options
+    assert reader.committed_paths(table, storage_options=options) == [f"{table}/{n}" for n in NAMES]
+    # The failed attempt's instant was claimed by the rerun; its rollback keeps committed names.
+    summary = rollback.rollback_job(JOB, journal, storage_options=options)
+    assert summary.files_deleted == 0
+    assert reader.read_table(table, storage_options=options).num_rows == 1000
