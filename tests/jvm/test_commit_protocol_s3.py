@@ -194,3 +194,18 @@ def test_a_rerun_without_rollback_writes_over_the_failed_attempts_objects(
     summary = rollback.rollback_job(JOB, journal, storage_options=options)
     assert summary.files_deleted == 0
     assert reader.read_table(table, storage_options=options).num_rows == 1000
+
+
+def test_speculation_is_refused_on_s3_before_anything_is_written(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    # A killed speculative copy would complete a file of partial rows over its twin's: refused
+    # when the protocol is instantiated (FAIL_AT beyond the rows: only the refusal can fail it).
+    bucket = s3_server.create_bucket()
+    conf = {**_conf(s3_server, s3a_jars, f"s3a://{bucket}/journal"), "spark.speculation": "true"}
+    failed = run_job(
+        "plain_write.py", f"s3a://{bucket}/s", "100", "2", "append", "1000", conf=conf,
+        expect_exit=3,
+    )  # fmt: skip
+    assert failed == {"failed": True}
+    assert _keys(s3_server, bucket, "") == []
