@@ -6,6 +6,8 @@
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
 # checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
+# commit-protocol-quick commit-protocol (these two need scripts/build-jvm.sh first; they fetch
+# the S3A jars + spark-hadoop-cloud with scripts/fetch-s3a.sh --magic-committer)
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -27,10 +29,12 @@ declare -A commands=(
   [rollback]="$py benchmarks/rollback.py"
   [markers-quick]="$py benchmarks/markers.py --quick"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
+  [commit-protocol-quick]="$py benchmarks/commit_protocol.py --quick"
+  [commit-protocol]="$py benchmarks/commit_protocol.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
-       writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer checkpoint
-       rollback)
+       commit-protocol-quick writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch
+       writer checkpoint rollback commit-protocol)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 
