@@ -98,12 +98,13 @@ def fetch_jars() -> Path:
     return Path(result.stdout.strip())
 
 
-def mode_conf(kind: str, job_id: str) -> dict[str, str | None]:
-    """Session conf for one write of ``kind`` (``None``: unset the key)."""
+def mode_conf(kind: str, job_id: str, *, jar: str) -> dict[str, str | None]:
+    """Session conf for one write of ``kind`` (``None``: unset the key); ``jar`` is sparkguard's
+    jar, already on the session's classpath (so ``spark.jars`` is not part of the result)."""
     from sparkguard.spark_lib import sparkconf
 
     sparkguard_keys = dict.fromkeys(
-        k for k in sparkconf.build_spark_conf("bench") if k.startswith("spark.sparkguard.")
+        k for k in sparkconf.build_spark_conf(job_id, jar=jar) if k.startswith("spark.sparkguard.")
     )
     if kind == "builtin":
         return {
@@ -123,7 +124,7 @@ def mode_conf(kind: str, job_id: str) -> dict[str, str | None]:
         PARQUET_COMMITTER_KEY: BUILTIN_PARQUET_COMMITTER,
         COMMITTER_NAME_KEY: None,
     }
-    built = sparkconf.build_spark_conf(job_id)
+    built = sparkconf.build_spark_conf(job_id, jar=jar)
     conf.update({k: v for k, v in built.items() if k != sparkconf.JARS_KEY})
     return conf
 
@@ -338,7 +339,7 @@ def run(
 
     def write(store: Storage, kind: str, label: str) -> tuple[float, int, dict[str, int]]:
         table = f"t-{kind}-{label}"
-        for key, value in mode_conf(kind, f"bench-{store.name}-{label}").items():
+        for key, value in mode_conf(kind, f"bench-{store.name}-{label}", jar=jars[0]).items():
             if value is None:
                 spark.conf.unset(key)
             else:
