@@ -58,6 +58,7 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside t
 os.environ.setdefault("PYTHONSAFEPATH", "1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never probe the instance-metadata address
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from _common import REPO, ProxiedS3, log, proxied_s3, rotated
 
