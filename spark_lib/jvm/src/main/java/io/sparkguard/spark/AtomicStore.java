@@ -3,7 +3,9 @@ package io.sparkguard.spark;
 import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
 import java.io.Serializable;
+import java.io.UncheckedIOException;
 import java.util.List;
+import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 
 /**
@@ -40,6 +42,14 @@ public interface AtomicStore extends Serializable {
   void publish(Path work, Path target) throws IOException;
 
   /**
+   * Called by a task after the marker and before Spark's writer opens {@link #workPath}{@code
+   * (target)} with {@code create(path, overwrite=false)}: make that create succeed. Nothing on
+   * rename stores (the temp name is fresh); on object stores that probe before creating, delete
+   * an older object of the name (only ever one no committed instant lists).
+   */
+  void prepareWrite(Path target) throws IOException;
+
+  /**
    * Remove what an unfinished write of {@code target} left: its temp files (rename stores) or
    * incomplete uploads (object stores); never {@code target} itself. Returns how many.
    */
@@ -60,16 +70,33 @@ public interface AtomicStore extends Serializable {
   /** Delete {@code dir} and everything under it; missing is fine. */
   void deleteDirectory(Path dir) throws IOException;
 
-  /** The store for {@code table}, chosen by its scheme. */
+  /** The store for a local {@code table} (the journal, tests); see {@link #forTable(Path, Configuration)}. */
   static AtomicStore forTable(Path table) {
+    return forTable(table, new Configuration());
+  }
+
+  /**
+   * The store for {@code table}, chosen by its scheme: local paths are a rename store; any other
+   * scheme must be an object store with conditional create ({@link ObjectStoreAtomicStore}),
+   * else the write is refused with a message naming the setting.
+   */
+  static AtomicStore forTable(Path table, Configuration conf) {
     String scheme = table.toUri().getScheme();
     if (scheme == null || scheme.equals("file")) {
       return new LocalAtomicStore();
     }
-    throw new UnsupportedWriteException(
-        "sparkguard's JVM commit protocol writes only to local paths (file://) in this version;"
-            + " " + table + " is on '" + scheme + "': write it with Spark's default protocol"
-            + " (unset spark.sql.sources.commitProtocolClass) or through the Python writer"
-            + " (df.write.format(\"sparkguard\"))");
+    if (scheme.equals("hdfs") || scheme.equals("viewfs")) {
+      throw new UnsupportedWriteException(
+          "sparkguard's JVM commit protocol writes to local paths (file://) and to object stores"
+              + " with conditional create (s3a://) in this version; " + table + " is on '" + scheme
+              + "': write it with Spark's default protocol (unset"
+              + " spark.sql.sources.commitProtocolClass) or through the Python writer"
+              + " (df.write.format(\"sparkguard\"))");
+    }
+    try {
+      return ObjectStoreAtomicStore.open(table, conf);
+    } catch (IOException e) {
+      throw new UncheckedIOException("sparkguard: cannot open the filesystem of " + table, e);
+    }
   }
 }

@@ -86,6 +86,11 @@ public final class LocalAtomicStore implements AtomicStore {
   }
 
   @Override
+  public void prepareWrite(Path target) {
+    // The temp name from workPath is fresh: Spark's create(overwrite=false) succeeds.
+  }
+
+  @Override
   public void publish(Path work, Path target) throws IOException {
     java.nio.file.Path from = local(work);
     try (FileChannel channel = FileChannel.open(from, StandardOpenOption.WRITE)) {

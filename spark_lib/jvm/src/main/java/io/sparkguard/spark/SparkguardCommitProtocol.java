@@ -22,6 +22,8 @@ import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
 import org.apache.spark.internal.io.FileCommitProtocol;
 import org.apache.spark.internal.io.FileNameSpec;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.internal.SQLConf;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import scala.Option;
@@ -60,6 +62,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private static final long serialVersionUID = 1L;
   private static final Logger LOG = LoggerFactory.getLogger(SparkguardCommitProtocol.class);
   static final String PROTOCOL = SparkguardCommitProtocol.class.getName();
+  static final String SPECULATION_KEY = "spark.speculation";
 
   private final String sparkJobId;
   private final String path;
@@ -90,11 +93,33 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
               + " (spark.sql.sources.partitionOverwriteMode=dynamic with mode overwrite): use"
               + " append, or set partitionOverwriteMode=static");
     }
-    this.store = AtomicStore.forTable(new Path(path));
+    this.store = AtomicStore.forTable(new Path(path), hadoopConf());
+    if (writesDirectly() && SQLConf.get().getConfString(SPECULATION_KEY, "false").trim().equalsIgnoreCase("true")) {
+      // A speculative copy killed after its twin won closes its writer, which on an object
+      // store completes a whole file of partial rows over the winner's (SPARK-10063).
+      throw new UnsupportedWriteException(
+          "sparkguard: " + path + " is written directly under its final names (object store),"
+              + " where a speculative task copy that is killed publishes a file of partial rows"
+              + " over the winner's: set " + SPECULATION_KEY + "=false for this job");
+    }
     this.sidecar =
         settings.sidecarMarkers()
             ? new SidecarMarkerClient(settings.markerEndpoint(), settings.tokenFile())
             : null;
+  }
+
+  /** The Hadoop configuration of the running session ({@code spark.hadoop.*} included). */
+  private static Configuration hadoopConf() {
+    Option<SparkSession> session = SparkSession.getActiveSession();
+    return session.isDefined()
+        ? new Configuration(session.get().sparkContext().hadoopConfiguration())
+        : new Configuration();
+  }
+
+  /** True when tasks write data files under their final names (object stores: no publish). */
+  private boolean writesDirectly() {
+    Path probe = new Path(path, "probe");
+    return store.workPath(probe).equals(probe);
   }
 
   /** The marker directory as the sidecar and the Python tools name it: a local absolute path
@@ -131,6 +156,16 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
             + " (spark.sparkguard.rerun=skip; set it to rewrite to write again)",
             settings.jobId(), write, path, committed);
         return;
+      }
+      if (committed != null && writesDirectly()) {
+        // A failed attempt's writer completes its file on close (partial rows): over a
+        // committed name that would replace committed data. Object stores only write new names.
+        throw new UnsupportedWriteException(
+            "sparkguard: write " + write + " of job " + settings.jobId() + " already committed on "
+                + path + " as " + committed + ", and " + ProtocolSettings.RERUN_KEY
+                + "=rewrite is not supported on object stores (a failed task would replace"
+                + " committed files with partial ones): keep the default "
+                + ProtocolSettings.RERUN_KEY + "=skip, or write under a new job id");
       }
       operation = committed != null ? "rewrite" : "append";
       instant = timeline().start(settings, operation, extra, write);
@@ -196,7 +231,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     body.put("attempt", settings.attempt());
     body.put("opened", java.time.OffsetDateTime.now(java.time.ZoneOffset.UTC).toString());
     Path entry = new Path(new Path(journal, settings.jobId()), instant + "~" + sha256Prefix(tableUrl) + ".json");
-    AtomicStore.forTable(journal).putIfAbsent(entry, Timeline.encode("sparkguard.journal-entry", body));
+    AtomicStore.forTable(journal, hadoopConf()).putIfAbsent(entry, Timeline.encode("sparkguard.journal-entry", body));
   }
 
   private static String sha256Prefix(String text) {
@@ -241,6 +276,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       } else {
         store.createMarker(new Path(timeline().markerDirectory(instant), relative + ".marker.CREATE"));
       }
+      // After the marker: Spark's writer opens with create(overwrite=false).
+      store.prepareWrite(store.workPath(target));
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
     }
@@ -314,13 +351,18 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     if (pending == null) {
       return;
     }
-    // Only this attempt's own temp files: never a published name (a previous run may own it).
+    // Only this attempt's own files. Rename stores: its temp files, never a published name (a
+    // previous run may own it). Object stores: Spark closed the aborted writer, which completed
+    // the upload under the final name with partial rows; no committed instant lists a name of
+    // this write (rerun=rewrite is refused there), so it goes now, before a plain reader sees it.
+    boolean direct = writesDirectly();
     for (Map.Entry<String, Path> entry : pending.entrySet()) {
-      if (!entry.getValue().equals(new Path(path, entry.getKey()))) {
+      if (direct || !entry.getValue().equals(new Path(path, entry.getKey()))) {
         try {
           store.delete(entry.getValue());
         } catch (IOException e) {
-          LOG.warn("sparkguard: cannot delete temp file {} (a rollback removes it)", entry.getValue(), e);
+          LOG.warn("sparkguard: cannot delete {} of an aborted task (a rollback removes it)",
+              entry.getValue(), e);
         }
       }
     }

@@ -1,0 +1,161 @@
+"""The JVM commit protocol on an object store: an unchanged PySpark job writes ``s3a://`` tables
+on the test S3 server (moto) with the conf ``sparkguard spark-conf`` prints plus the S3A conf,
+and the Python side (reader, inspect, rollback: s3fs, which serves ``s3a://`` URLs too) reads
+and repairs its output unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from sparkguard import cli
+from sparkguard.spark_lib import commands, filemanager, reader, rollback, sparkconf, timeline
+from tests.jvm import s3a
+from tests.jvm.conftest import run_job
+from tests.support import s3server
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+JOB = "jvm-s3-job-1"
+NAMES = [f"part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for p in range(4)]
+
+
+def _conf(server: s3server.S3Server, jars: Path, journal: str) -> dict[str, str]:
+    """sparkguard's conf + the S3A conf, with both jar lists in ``spark.jars``."""
+    guard = sparkconf.build_spark_conf(JOB, journal=journal)
+    storage = s3a.spark_conf(server, jars)
+    return {**guard, **storage, "spark.jars": f"{guard['spark.jars']},{storage['spark.jars']}"}
+
+
+def _keys(server: s3server.S3Server, bucket: str, prefix: str) -> list[str]:
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def _data(keys: list[str], table: str) -> list[str]:
+    """Data object keys relative to the table (no ``_sparkguard/``)."""
+    return [k[len(table) + 1 :] for k in keys if k.endswith(".parquet") and "/_sparkguard/" not in k]
+
+
+def _inspect(
+    url: str, server: s3server.S3Server, capsys: pytest.CaptureFixture[str], mp: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    mp.setenv(commands.STORAGE_ENV, json.dumps(server.storage_options))
+    capsys.readouterr()
+    assert cli.main(["inspect", url, "--json"]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def test_python_tools_read_what_the_jvm_protocol_committed_on_s3(
+    s3_server: s3server.S3Server,
+    s3a_jars: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3_server.create_bucket()
+    table, journal = f"s3a://{bucket}/t", f"s3a://{bucket}/journal"
+    conf = _conf(s3_server, s3a_jars, journal)
+    # Committed, then the job ran again (spark-operator#1854): the rerun's write 0 is skipped.
+    for _ in range(2):
+        result = run_job("plain_write.py", table, "1000", "4", conf=conf)
+        assert result == {"rows": 1000, "ids": 1000}
+
+    keys = _keys(s3_server, bucket, "t/")
+    assert _data(keys, "t") == NAMES  # written directly under their final names, once
+    assert not [k for k in keys if "_temporary" in k or "sg-tmp" in k or k.endswith("_SUCCESS")]
+    # The commit deleted its markers (S3A leaves an empty directory marker "markers/" behind).
+    assert [k for k in keys if "/_sparkguard/markers/" in k] in ([], ["t/_sparkguard/markers/"])
+    options = s3_server.storage_options
+    assert reader.committed_paths(table, storage_options=options) == [
+        f"{bucket}/t/{n}" for n in NAMES
+    ]
+    assert reader.read_table(table, storage_options=options).num_rows == 1000
+    doc = _inspect(table, s3_server, capsys, monkeypatch)
+    assert [i["state"] for i in doc["instants"]] == ["committed"]
+    assert {i["rows"] for i in doc["instants"]} == {1000}
+    assert doc["visible"]["files"] == 4
+    assert doc["visible"]["rows"] == 1000
+    # The journal (on S3 too) names the table as s3a://, which the Python side opens.
+    summary = rollback.rollback_job(JOB, journal, storage_options=options)
+    assert list(summary.tables) == [table]
+    assert not summary.instants_rolled_back
+    assert summary.files_deleted == 0
+
+
+def test_a_partitioned_write_to_s3_is_committed_exactly_once(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    table, journal = f"s3a://{bucket}/p", f"s3a://{bucket}/journal"
+    conf = _conf(s3_server, s3a_jars, journal)
+    for _ in range(2):
+        result = run_job("plain_write.py", table, "900", "2", "append", "-", "3", conf=conf)
+        assert result == {"rows": 900, "ids": 900}
+
+    data = _data(_keys(s3_server, bucket, "p/"), "p")
+    expected = [
+        f"b={b}/part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for b in range(3) for p in range(2)
+    ]
+    assert data == expected
+    options = s3_server.storage_options
+    committed = reader.committed_paths(table, storage_options=options)
+    assert committed == [f"{bucket}/p/{name}" for name in expected]
+    manager, path = filemanager.resolve(table, storage_options=options)
+    statuses = timeline.Timeline(manager, path).statuses(job_id=JOB)
+    assert [s.state for s in statuses] == [timeline.State.COMMITTED]
+
+
+def test_a_failed_jvm_write_on_s3_is_rolled_back_and_the_rerun_is_exactly_once(
+    s3_server: s3server.S3Server,
+    s3a_jars: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3_server.create_bucket()
+    table, journal = f"s3a://{bucket}/f", f"s3a://{bucket}/journal"
+    conf = _conf(s3_server, s3a_jars, journal)
+    # Row 600 is in the last of 4 tasks: the others publish their files, then the job aborts.
+    failed = run_job(
+        "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
+    )
+    assert failed == {"failed": True}
+    published = _data(_keys(s3_server, bucket, "f/"), "f")
+    assert published, "the tasks before the failure published their objects"
+    assert f"part-00003-{JOB}-w000-c000.snappy.parquet" not in published  # the failed task's
+    options = s3_server.storage_options
+    assert reader.committed_paths(table, storage_options=options) == []
+    doc = _inspect(table, s3_server, capsys, monkeypatch)
+    assert [i["state"] for i in doc["instants"]] == [timeline.State.ROLLING_BACK.value]
+
+    summary = rollback.rollback_job(JOB, journal, storage_options=options)
+    assert summary.files_deleted == len(published)
+    assert _data(_keys(s3_server, bucket, "f/"), "f") == []
+
+    result = run_job("plain_write.py", table, "1000", "4", conf=conf)
+    assert result == {"rows": 1000, "ids": 1000}
+    assert _data(_keys(s3_server, bucket, "f/"), "f") == NAMES
+    assert reader.read_table(table, storage_options=options).num_rows == 1000
+
+
+def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    url = f"s3a://{bucket}/t/_sparkguard/timeline/20260101000000000-{JOB}.outcome"
+    conf = _conf(s3_server, s3a_jars, f"s3a://{bucket}/journal")
+    result = run_job("race_put_if_absent.py", url, "8", conf=conf)
+    assert result["store"] == "io.sparkguard.spark.ObjectStoreAtomicStore"
+    assert len(result["winners"]) == 1, result
+    assert result["content"] == f"racer-{result['winners'][0]}"
