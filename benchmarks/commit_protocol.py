@@ -272,12 +272,14 @@ def main() -> int:
         jar_dir = fetch_jars()
         jars += [str(p) for p in sorted(jar_dir.glob("*.jar"))]
     with tempfile.TemporaryDirectory(prefix="sg-bench-commit-") as base:
-        if "s3" in storages:
-            with proxied_s3(latency_ms=args.latency_ms, write_rate=3500) as proxied:
-                bucket = proxied.s3.create_bucket()
-                s3 = S3Storage(proxied, bucket)
-                return run(args, rows, partitions, jars, {"local": LocalStorage(base), "s3": s3})
-        return run(args, rows, partitions, jars, {"local": LocalStorage(base)})
+        stores: dict[str, Storage] = {}
+        if "local" in storages:
+            stores["local"] = LocalStorage(base)
+        if "s3" not in storages:
+            return run(args, rows, partitions, jars, stores)
+        with proxied_s3(latency_ms=args.latency_ms, write_rate=3500) as proxied:
+            stores["s3"] = S3Storage(proxied, proxied.s3.create_bucket())
+            return run(args, rows, partitions, jars, stores)
 
 
 def build_session(jars: list[str], stores: dict[str, Storage]) -> Any:
