@@ -72,6 +72,9 @@ BUILTIN_PARQUET_COMMITTER = "org.apache.parquet.hadoop.ParquetOutputCommitter"
 CLOUD_PROTOCOL = "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol"
 CLOUD_PARQUET_COMMITTER = "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
 OPERATIONS = ("HEAD", "LIST", "GET", "PUT", "COPY", "DELETE", "MPU")
+#: The proxy's key categories: data (the table's keys, Spark's _temporary and __magic too),
+#: markers and the rest of _sparkguard/ (timeline), other (bucket-level requests).
+CATEGORIES = ("data", "markers", "sparkguard", "other")
 
 
 @dataclasses.dataclass
@@ -432,7 +435,9 @@ def report(results: dict[tuple[str, str], Result], stores: dict[str, Storage]) -
             line += (
                 f"\n        {counts.get('total', 0) / files:.1f} storage requests per file "
                 f"({counts.get('total', 0)} in the best round; all rounds "
-                f"{totals[0]}-{totals[-1]}; throttled {counts.get('throttled', 0)}) " + ops(counts)
+                f"{totals[0]}-{totals[-1]}; throttled {counts.get('throttled', 0)})"
+                f"\n        by operation {ops(counts)}, by key: "
+                + ", ".join(f"{c} {counts.get(c, 0)}" for c in CATEGORIES)
             )
         print(line)
 
