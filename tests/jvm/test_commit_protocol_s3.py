@@ -45,7 +45,8 @@ def _keys(server: s3server.S3Server, bucket: str, prefix: str) -> list[str]:
 
 def _data(keys: list[str], table: str) -> list[str]:
     """Data object keys relative to the table (no ``_sparkguard/``)."""
-    return [k[len(table) + 1 :] for k in keys if k.endswith(".parquet") and "/_sparkguard/" not in k]
+    data = [k for k in keys if k.endswith(".parquet") and "/_sparkguard/" not in k]
+    return [k[len(table) + 1 :] for k in data]
 
 
 def _inspect(
@@ -78,9 +79,7 @@ def test_python_tools_read_what_the_jvm_protocol_committed_on_s3(
     # The commit deleted its markers (S3A leaves an empty directory marker "markers/" behind).
     assert [k for k in keys if "/_sparkguard/markers/" in k] in ([], ["t/_sparkguard/markers/"])
     options = s3_server.storage_options
-    assert reader.committed_paths(table, storage_options=options) == [
-        f"{bucket}/t/{n}" for n in NAMES
-    ]
+    assert reader.committed_paths(table, storage_options=options) == [f"{table}/{n}" for n in NAMES]
     assert reader.read_table(table, storage_options=options).num_rows == 1000
     doc = _inspect(table, s3_server, capsys, monkeypatch)
     assert [i["state"] for i in doc["instants"]] == ["committed"]
@@ -111,7 +110,7 @@ def test_a_partitioned_write_to_s3_is_committed_exactly_once(
     assert data == expected
     options = s3_server.storage_options
     committed = reader.committed_paths(table, storage_options=options)
-    assert committed == [f"{bucket}/p/{name}" for name in expected]
+    assert committed == [f"{table}/{name}" for name in expected]
     manager, path = filemanager.resolve(table, storage_options=options)
     statuses = timeline.Timeline(manager, path).statuses(job_id=JOB)
     assert [s.state for s in statuses] == [timeline.State.COMMITTED]
