@@ -6,7 +6,7 @@
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
 # checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
-# commit-protocol-quick commit-protocol (these two need scripts/build-jvm.sh first; they fetch
+# commit-protocol-quick commit-protocol-tmpfs-quick commit-protocol (these need scripts/build-jvm.sh first; they fetch
 # the S3A jars + spark-hadoop-cloud with scripts/fetch-s3a.sh --magic-committer)
 set -euo pipefail
 export PYTHONSAFEPATH=1
@@ -30,10 +30,11 @@ declare -A commands=(
   [markers-quick]="$py benchmarks/markers.py --quick"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
   [commit-protocol-quick]="$py benchmarks/commit_protocol.py --quick"
+  [commit-protocol-tmpfs-quick]="$py benchmarks/commit_protocol.py --quick --storage local --local-dir /dev/shm"
   [commit-protocol]="$py benchmarks/commit_protocol.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
-       commit-protocol-quick writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch
+       commit-protocol-quick commit-protocol-tmpfs-quick writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch
        writer checkpoint rollback commit-protocol)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
