@@ -456,6 +456,18 @@ def report(results: dict[tuple[str, str], Result], stores: dict[str, Storage]) -
             return f"n/a ({missing[0]} {missing[1]}: {why})"
         return f"{best[num] / best[den]:.2f}{suffix}"
 
+    for num, den in (
+        (("local", "builtin"), ("local", "sparkguard")),
+        (("s3", "builtin"), ("s3", "sparkguard")),
+        (("s3", "magic"), ("s3", "sparkguard")),
+        (("s3", "builtin"), ("s3", "magic")),
+    ):
+        if num in best and den in best:
+            per_round = zip(results[num].times, results[den].times, strict=True)
+            print(
+                f"per round {num[0]} {num[1]}/{den[1]} time: "
+                + ", ".join(f"{a / b:.2f}" for a, b in per_round)
+            )
     local = ratio(("local", "builtin"), ("local", "sparkguard"), "")
     s3_builtin = ratio(("s3", "builtin"), ("s3", "sparkguard"), "x")
     s3_magic = ratio(("s3", "magic"), ("s3", "sparkguard"), "x")
