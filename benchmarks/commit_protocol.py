@@ -36,7 +36,9 @@ operations they were. Last line (one line; wrapped here):
 s3 magic/sparkguard = <y>x``
 (r: throughput ratio on local disk, i.e. builtin time / sparkguard time; x, y: time ratios on S3).
 A mode that cannot run (sparkguard's protocol refuses ``s3a://`` until its S3 store lands) prints
-``n/a (<why>)`` in place of its figures. ``--local-dir /dev/shm`` puts the local tables on
+``n/a (<why>)`` in place of its figures. ``--phases`` splits each best time into the write's
+Spark job (tasks with their task commits) and the rest (the driver's planning, job setup and
+job commit), from Spark's event log. ``--local-dir /dev/shm`` puts the local tables on
 tmpfs, where fsync is free: sparkguard publishes each file durably (fsync of the file and its
 directory, markers and timeline likewise), Spark's default protocol fsyncs nothing.
 """
@@ -265,6 +267,12 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=20.0, help="per S3 request")
     parser.add_argument("--storage", choices=("local", "s3", "both"), default="both")
     parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="split each write's time into its Spark job (tasks, task commits) and the rest "
+        "(driver: planning, job setup, job commit), from Spark's event log",
+    )
+    parser.add_argument(
         "--local-dir",
         help="where the local tables go (default: the system temp dir); e.g. /dev/shm, where "
         "fsync costs nothing, to see what durable publication costs on disk",
@@ -292,7 +300,7 @@ def main() -> int:
             return run(args, rows, partitions, jars, stores)
 
 
-def build_session(jars: list[str], stores: dict[str, Storage]) -> Any:
+def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | None) -> Any:
     from pyspark.sql import SparkSession
 
     builder = (
@@ -306,6 +314,13 @@ def build_session(jars: list[str], stores: dict[str, Storage]) -> Any:
         # Spark's default is v1 already; pinned so "builtin" means the same on any Spark.
         .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "1")
     )
+    if event_dir:
+        os.makedirs(event_dir, exist_ok=True)
+        builder = (
+            builder.config("spark.eventLog.enabled", "true")
+            .config("spark.eventLog.dir", f"file://{event_dir}")
+            .config("spark.eventLog.compress", "false")  # plain JSON lines, read below
+        )
     s3 = stores.get("s3")
     if isinstance(s3, S3Storage):
         prefix = "spark.hadoop.fs.s3a."
@@ -334,7 +349,8 @@ def run(
     jars: list[str],
     stores: dict[str, Storage],
 ) -> int:
-    spark = build_session(jars, stores)
+    event_dir = f"{tempfile.mkdtemp(prefix='sg-bench-events-')}/events" if args.phases else None
+    spark = build_session(jars, stores, event_dir)
     df = spark.range(0, rows, numPartitions=partitions).selectExpr(
         "id",
         "cast(id % 1000 as int) as a",
@@ -359,9 +375,11 @@ def run(
             else:
                 spark.conf.set(key, value)
         store.reset()
+        spark.sparkContext.setJobDescription(f"{store.name} {kind} {label}")
         started = time.perf_counter()
         df.write.mode("append").parquet(store.url(table))
         elapsed = time.perf_counter() - started
+        spark.sparkContext.setJobDescription(None)
         counts = store.counts()
         files = check_output(store, table, kind)
         store.delete(table)
@@ -404,7 +422,10 @@ def run(
                     f"{describe(store, elapsed, files, counts)}"
                 )
     spark.stop()
-    return report(results, stores)
+    phases = job_seconds(event_dir) if event_dir else {}
+    if event_dir:
+        shutil.rmtree(os.path.dirname(event_dir), ignore_errors=True)
+    return report(results, phases)
 
 
 def first_line(exc: BaseException) -> str:
@@ -422,7 +443,30 @@ def ops(counts: dict[str, int]) -> str:
     return "(" + " ".join(named) + ")"
 
 
-def report(results: dict[tuple[str, str], Result], stores: dict[str, Storage]) -> int:
+def job_seconds(event_dir: str) -> dict[str, float]:
+    """Seconds spent inside Spark jobs, per job description (``<store> <kind> <round>``), from
+    the event log: job submission to job end, i.e. the tasks with their task commits."""
+    events: list[dict[str, Any]] = []
+    for path in Path(event_dir).rglob("*"):  # Spark 4 writes a directory of rolled files
+        if path.is_file() and path.name.startswith("events"):  # not .crc, not appstatus
+            with path.open() as lines:
+                events += (json.loads(line) for line in lines if line.strip())
+    submitted: dict[int, tuple[str, int]] = {}
+    for event in events:
+        if event.get("Event") == "SparkListenerJobStart":
+            description = (event.get("Properties") or {}).get("spark.job.description")
+            if description:
+                submitted[event["Job ID"]] = (description, event["Submission Time"])
+    spent: dict[str, float] = {}
+    for event in events:
+        if event.get("Event") == "SparkListenerJobEnd" and event["Job ID"] in submitted:
+            description, started = submitted[event["Job ID"]]
+            seconds = (event["Completion Time"] - started) / 1000
+            spent[description] = spent.get(description, 0.0) + seconds
+    return spent
+
+
+def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> int:
     best: dict[tuple[str, str], float] = {}
     print("best of each (storage, mode):")
     for (store, kind), result in results.items():
@@ -437,6 +481,12 @@ def report(results: dict[tuple[str, str], Result], stores: dict[str, Storage]) -
             f"{files / result.times[i]:7.1f} files/s  rounds: "
             + ", ".join(f"{t:.2f}" for t in result.times)
         )
+        if phases:
+            inside = phases.get(f"{store} {kind} {i}", float("nan"))
+            line += (
+                f"\n        in the Spark job (tasks + task commits) {inside:.2f}s, outside it "
+                f"(driver: planning, job setup, job commit) {result.times[i] - inside:.2f}s"
+            )
         counts = result.requests[i]
         if counts:
             totals = sorted({c.get("total", 0) for c in result.requests})

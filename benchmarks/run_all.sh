@@ -6,9 +6,9 @@
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
 # checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
-# commit-protocol-quick commit-protocol-tmpfs-quick commit-protocol (these need
-# scripts/build-jvm.sh first; they fetch the S3A jars + spark-hadoop-cloud themselves with
-# scripts/fetch-s3a.sh --magic-committer)
+# commit-protocol-quick commit-protocol-phases-quick commit-protocol-tmpfs-quick commit-protocol
+# (these need scripts/build-jvm.sh first; they fetch the S3A jars + spark-hadoop-cloud themselves
+# with scripts/fetch-s3a.sh --magic-committer)
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -31,12 +31,14 @@ declare -A commands=(
   [markers-quick]="$py benchmarks/markers.py --quick"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
   [commit-protocol-quick]="$py benchmarks/commit_protocol.py --quick"
+  [commit-protocol-phases-quick]="$py benchmarks/commit_protocol.py --quick --phases"
   [commit-protocol-tmpfs-quick]="$py benchmarks/commit_protocol.py --quick --storage local --local-dir /dev/shm"
   [commit-protocol]="$py benchmarks/commit_protocol.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
-       commit-protocol-quick commit-protocol-tmpfs-quick writer-row-groups rollback-quick-s3
-       writer-fsync writer-arrow-batch writer checkpoint rollback commit-protocol)
+       commit-protocol-quick commit-protocol-phases-quick commit-protocol-tmpfs-quick
+       writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer checkpoint
+       rollback commit-protocol)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 
