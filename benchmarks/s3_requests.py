@@ -20,6 +20,9 @@ import subprocess
 import sys
 import urllib.request
 
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
+os.environ.setdefault("PYTHONSAFEPATH", "1")
+
 from _common import REPO, log, proxied_s3
 
 sys.path.append(str(REPO))  # appended: never shadow the stdlib

@@ -14,11 +14,16 @@ import pytest
 
 from sparkguard import cli
 from sparkguard.spark_lib import commands, filemanager, reader, rollback, sparkconf, timeline
-from tests.jvm import s3a
-from tests.jvm.conftest import run_job
+from tests.jvm import conftest, s3a
 from tests.support import s3server
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+
+def run_job(script: str, *args: str, conf: dict[str, str], expect_exit: int = 0) -> Any:
+    """``conftest.run_job`` with room for S3A's start on a loaded machine."""
+    return conftest.run_job(script, *args, conf=conf, timeout=900, expect_exit=expect_exit)
+
 
 JOB = "jvm-s3-job-1"
 NAMES = [f"part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for p in range(4)]
@@ -47,6 +52,19 @@ def _data(keys: list[str], table: str) -> list[str]:
     """Data object keys relative to the table (no ``_sparkguard/``)."""
     data = [k for k in keys if k.endswith(".parquet") and "/_sparkguard/" not in k]
     return [k[len(table) + 1 :] for k in data]
+
+
+def _committed_ids(table: str, options: dict[str, Any]) -> list[int]:
+    """Every ``n`` in the files the committed-only reader lists (s3fs + pyarrow, no Spark)."""
+    import pyarrow.parquet as pq
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    ids: list[int] = []
+    for path in reader.committed_paths(table, storage_options=options):
+        with fs.open(path, "rb") as f:
+            ids.extend(pq.read_table(f).column("n").to_pylist())
+    return sorted(ids)
 
 
 def _inspect(
@@ -80,7 +98,7 @@ def test_python_tools_read_what_the_jvm_protocol_committed_on_s3(
     assert [k for k in keys if "/_sparkguard/markers/" in k] in ([], ["t/_sparkguard/markers/"])
     options = s3_server.storage_options
     assert reader.committed_paths(table, storage_options=options) == [f"{table}/{n}" for n in NAMES]
-    assert reader.read_table(table, storage_options=options).num_rows == 1000
+    assert _committed_ids(table, options) == list(range(1000))
     doc = _inspect(table, s3_server, capsys, monkeypatch)
     assert [i["state"] for i in doc["instants"]] == ["committed"]
     assert {i["rows"] for i in doc["instants"]} == {1000}
@@ -125,14 +143,16 @@ def test_a_failed_jvm_write_on_s3_is_rolled_back_and_the_rerun_is_exactly_once(
     bucket = s3_server.create_bucket()
     table, journal = f"s3a://{bucket}/f", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
-    # Row 600 is in the last of 4 tasks: the others publish their files, then the job aborts.
+    # Row 600 is in task 2 of 4 (rows 500-749): the others publish their files, the job aborts.
     failed = run_job(
         "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
     )
     assert failed == {"failed": True}
     published = _data(_keys(s3_server, bucket, "f/"), "f")
     assert published, "the tasks before the failure published their objects"
-    assert f"part-00003-{JOB}-w000-c000.snappy.parquet" not in published  # the failed task's
+    # Spark closed the failed task's writer (completing its upload, partial rows); abortTask
+    # deleted it.
+    assert f"part-00002-{JOB}-w000-c000.snappy.parquet" not in published
     options = s3_server.storage_options
     assert reader.committed_paths(table, storage_options=options) == []
     doc = _inspect(table, s3_server, capsys, monkeypatch)
@@ -145,7 +165,7 @@ def test_a_failed_jvm_write_on_s3_is_rolled_back_and_the_rerun_is_exactly_once(
     result = run_job("plain_write.py", table, "1000", "4", conf=conf)
     assert result == {"rows": 1000, "ids": 1000}
     assert _data(_keys(s3_server, bucket, "f/"), "f") == NAMES
-    assert reader.read_table(table, storage_options=options).num_rows == 1000
+    assert _committed_ids(table, options) == list(range(1000))
 
 
 def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
@@ -158,3 +178,47 @@ def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
     assert result["store"] == "io.sparkguard.spark.ObjectStoreAtomicStore"
     assert len(result["winners"]) == 1, result
     assert result["content"] == f"racer-{result['winners'][0]}"
+
+
+@pytest.mark.parametrize("performance", [False, True], ids=["probing-create", "performance-create"])
+def test_a_rerun_without_rollback_writes_over_the_failed_attempts_objects(
+    s3_server: s3server.S3Server, s3a_jars: Path, performance: bool
+) -> None:
+    # Spark's writer opens with create(overwrite=false): with S3A's default (probing) create the
+    # task deletes the uncommitted object of its name first; in performance mode the PUT replaces.
+    bucket = s3_server.create_bucket()
+    table, journal = f"s3a://{bucket}/r", f"s3a://{bucket}/journal"
+    conf = _conf(s3_server, s3a_jars, journal)
+    if performance:
+        conf["spark.hadoop.fs.s3a.create.performance"] = "true"
+    failed = run_job(
+        "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
+    )
+    assert failed == {"failed": True}
+    leftovers = _data(_keys(s3_server, bucket, "r/"), "r")
+    assert leftovers
+
+    result = run_job("plain_write.py", table, "1000", "4", conf=conf)
+    assert result == {"rows": 1000, "ids": 1000}
+    assert _data(_keys(s3_server, bucket, "r/"), "r") == NAMES
+    options = s3_server.storage_options
+    assert reader.committed_paths(table, storage_options=options) == [f"{table}/{n}" for n in NAMES]
+    # The failed attempt's instant was claimed by the rerun; its rollback keeps committed names.
+    summary = rollback.rollback_job(JOB, journal, storage_options=options)
+    assert summary.files_deleted == 0
+    assert _committed_ids(table, options) == list(range(1000))
+
+
+def test_speculation_is_refused_on_s3_before_anything_is_written(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    # A killed speculative copy would complete a file of partial rows over its twin's: refused
+    # when the protocol is instantiated (FAIL_AT beyond the rows: only the refusal can fail it).
+    bucket = s3_server.create_bucket()
+    conf = {**_conf(s3_server, s3a_jars, f"s3a://{bucket}/journal"), "spark.speculation": "true"}
+    failed = run_job(
+        "plain_write.py", f"s3a://{bucket}/s", "100", "2", "append", "1000", conf=conf,
+        expect_exit=3,
+    )  # fmt: skip
+    assert failed == {"failed": True}
+    assert _keys(s3_server, bucket, "") == []
