@@ -2,6 +2,7 @@
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/commit_protocol.py [--quick] [--rows N]
         [--partitions P] [--rounds R] [--latency-ms MS] [--storage local|s3|both]
+        [--phases] [--local-dir DIR]
 
 The same cached DataFrame (long, int, double and string columns) is written, unchanged, by:
 
@@ -35,12 +36,14 @@ operations they were. Last line (one line; wrapped here):
 ``commit protocol: local sparkguard/builtin = <r>, s3 builtin/sparkguard = <x>x,
 s3 magic/sparkguard = <y>x``
 (r: throughput ratio on local disk, i.e. builtin time / sparkguard time; x, y: time ratios on S3).
-A mode that cannot run (sparkguard's protocol refuses ``s3a://`` until its S3 store lands) prints
-``n/a (<why>)`` in place of its figures. ``--phases`` splits each best time into the write's
-Spark job (tasks with their task commits) and the rest (the driver's planning, job setup and
-job commit), from Spark's event log. ``--local-dir /dev/shm`` puts the local tables on
-tmpfs, where fsync is free: sparkguard publishes each file durably (fsync of the file and its
-directory, markers and timeline likewise), Spark's default protocol fsyncs nothing.
+A mode that cannot run (sparkguard on ``s3a://`` with a jar built before the protocol's S3
+store) prints ``n/a (<why>)`` in place of its figures.
+
+``--phases`` splits each best time into the write's Spark job (tasks with their task commits)
+and the rest (the driver's planning, job setup and job commit), from Spark's event log.
+``--local-dir /dev/shm`` puts the local tables on tmpfs, where fsync is free: sparkguard
+publishes each file durably (fsync of the file and its directory, markers and timeline
+likewise), Spark's default protocol fsyncs nothing.
 """
 
 from __future__ import annotations
