@@ -4,7 +4,9 @@ Every request is forwarded to an upstream S3 endpoint (the moto server) after ``
 (default 20 ms). Each prefix (bucket + first key segment: the table, as in a fresh S3 partition)
 gets 3,500 write and 5,500 read requests per second; past that the proxy answers 503 SlowDown
 like S3, and S3 clients back off and retry. Requests are counted by category (markers, data,
-other) at ``GET /_proxy/stats``; ``POST /_proxy/reset`` zeroes the counters.
+other) and by S3 operation (``op:HEAD``, ``op:LIST``, ``op:GET``, ``op:PUT``, ``op:COPY``,
+``op:DELETE``, ``op:MPU``: multipart initiate/complete/abort) at ``GET /_proxy/stats``;
+``POST /_proxy/reset`` zeroes the counters.
 
 Run: ``python benchmarks/_s3proxy.py --port 9100 --upstream http://127.0.0.1:9000``
 (127.0.0.1 only).
@@ -72,6 +74,24 @@ def classify(path: str, query: str, body: bytes) -> str:
     return "data" if len(parts) == 2 and parts[1] else "other"
 
 
+def operation(method: str, path: str, query: str, headers: dict[str, str]) -> str:
+    """The S3 operation of a request, coarsely: what a commit protocol's cost is made of."""
+    params = urllib.parse.parse_qs(query, keep_blank_values=True)
+    has_key = len(path.lstrip("/").split("/", 1)) == 2 and bool(path.lstrip("/").split("/", 1)[1])
+    if method == "HEAD":
+        return "HEAD"
+    if method == "GET":
+        return "GET" if has_key and "uploadId" not in params else "LIST"
+    if method == "POST":
+        return "DELETE" if "delete" in params else "MPU"
+    if method == "DELETE":
+        return "MPU" if "uploadId" in params else "DELETE"
+    if method == "PUT":
+        lowered = {k.lower() for k in headers}
+        return "COPY" if "x-amz-copy-source" in lowered else "PUT"
+    return method
+
+
 def build_app(
     upstream: str, latency_s: float, write_rate: float, read_rate: float
 ) -> web.Application:
@@ -111,6 +131,8 @@ def build_app(
             stats["throttled"] += 1
             return web.Response(status=503, body=_SLOW_DOWN, content_type="application/xml")
         stats[category] += 1
+        stats["op:" + operation(request.method, request.path, request.query_string,
+                                dict(request.headers))] += 1  # fmt: skip
         stats["total"] += 1
         await asyncio.sleep(latency_s)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}

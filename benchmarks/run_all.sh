@@ -7,6 +7,9 @@
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
 # checkpoint rollback-quick rollback-quick-s3 rollback rollback-s3 markers-quick markers
 # sidecar-load-quick operator-quick operator
+# commit-protocol-quick commit-protocol-phases-quick commit-protocol-tmpfs-quick commit-protocol
+# (the commit-protocol ones need scripts/build-jvm.sh first; they fetch the S3A jars +
+# spark-hadoop-cloud themselves with scripts/fetch-s3a.sh --magic-committer)
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -32,10 +35,15 @@ declare -A commands=(
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
   [operator-quick]="$py benchmarks/operator.py --quick"
   [operator]="$py benchmarks/operator.py"
+  [commit-protocol-quick]="$py benchmarks/commit_protocol.py --quick"
+  [commit-protocol-phases-quick]="$py benchmarks/commit_protocol.py --quick --phases"
+  [commit-protocol-tmpfs-quick]="$py benchmarks/commit_protocol.py --quick --storage local --local-dir /dev/shm"
+  [commit-protocol]="$py benchmarks/commit_protocol.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
-       operator-quick writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer
-       checkpoint rollback markers rollback-s3 operator)
+       operator-quick commit-protocol-quick commit-protocol-phases-quick
+       commit-protocol-tmpfs-quick writer-row-groups rollback-quick-s3 writer-fsync
+       writer-arrow-batch writer checkpoint rollback markers rollback-s3 operator commit-protocol)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 

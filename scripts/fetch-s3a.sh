@@ -10,6 +10,11 @@
 # directory; when it exists nothing is fetched (and Maven is not even started). The directory
 # is filled under a temporary name and renamed, so it is complete or absent.
 #
+# --magic-committer: the same jars plus spark-hadoop-cloud (Spark's binding of the S3A
+# committers: PathOutputCommitProtocol, BindingParquetOutputCommitter; the pom's profile
+# magic-committer), in a directory of its own. benchmarks/commit_protocol.py needs it; the tests
+# don't, so their classpath stays as it was.
+#
 # stdout: only the directory. Progress and errors go to stderr.
 # Exit status: 0 ready; 2 a missing tool (Maven, Java, the venv); 1 Maven failed.
 # Environment: SPARKGUARD_CACHE, SPARKGUARD_VENV (default .venv), SPARKGUARD_PYSPARK_JARS.
@@ -19,10 +24,12 @@ export PYTHONSAFEPATH=1
 log() { printf 'fetch-s3a.sh: %s\n' "$*" >&2; }
 missing() { printf 'fetch-s3a.sh: ERROR: %s\n' "$*" >&2; exit 2; }
 
+profile=""
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
-  *) printf 'fetch-s3a.sh: ERROR: unknown argument %s; it takes none (see --help)\n' "$1" >&2; exit 2 ;;
+  --magic-committer) profile="magic-committer" ;;
+  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+  *) printf 'fetch-s3a.sh: ERROR: unknown argument %s; use --magic-committer or --help\n' "$1" >&2; exit 2 ;;
 esac
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,6 +51,7 @@ hadoop_version="${api#hadoop-client-api-}"; hadoop_version="${hadoop_version%.ja
 # Spark ships these (same or newer versions); two copies on one classpath is asking for trouble.
 exclude_groups="io.netty,org.apache.httpcomponents,commons-codec,commons-logging,org.slf4j"
 stamp="$( { echo "hadoop=$hadoop_version exclude=$exclude_groups"; cat "$pom"; } | sha256sum | cut -c1-16)"
+[[ -n "$profile" ]] && stamp="$stamp-$profile"
 cache_root="${SPARKGUARD_CACHE:-$HOME/.cache/sparkguard}"
 dir="$cache_root/s3a/$stamp"
 if [[ -f "$dir/.complete" ]]; then
@@ -57,8 +65,8 @@ command -v mvn >/dev/null 2>&1 || missing "'mvn' not found on PATH; install Mave
 mkdir -p "$cache_root/s3a"
 tmp="$(mktemp -d "$cache_root/s3a/.fetch.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-log "fetching hadoop-aws $hadoop_version + AWS SDK v2 s3 modules into $dir"
-if ! mvn -B -ntp -q -Dstyle.color=never -f "$pom" "-Dmaven.repo.local=$cache_root/m2" \
+log "fetching hadoop-aws $hadoop_version + AWS SDK v2 s3 modules${profile:+ + spark-hadoop-cloud} into $dir"
+if ! mvn -B -ntp -q -Dstyle.color=never -f "$pom" "-Dmaven.repo.local=$cache_root/m2" ${profile:+"-P$profile"} \
     "-Dhadoop.version=$hadoop_version" dependency:copy-dependencies -DincludeScope=runtime \
     "-DexcludeGroupIds=$exclude_groups" "-DoutputDirectory=$tmp/jars" >"$tmp/mvn.log" 2>&1; then
   {
@@ -68,6 +76,9 @@ if ! mvn -B -ntp -q -Dstyle.color=never -f "$pom" "-Dmaven.repo.local=$cache_roo
   exit 1
 fi
 [[ -f "$tmp/jars/hadoop-aws-$hadoop_version.jar" ]] || { log "ERROR: hadoop-aws-$hadoop_version.jar was not fetched"; exit 1; }
+if [[ -n "$profile" ]] && ! ls "$tmp/jars"/spark-hadoop-cloud_*.jar >/dev/null 2>&1; then
+  log "ERROR: spark-hadoop-cloud was not fetched"; exit 1
+fi
 touch "$tmp/jars/.complete"
 # A concurrent run may have published it meanwhile: keep the first (identical) copy.
 [[ -f "$dir/.complete" ]] || { rm -rf "$dir" && mv -T "$tmp/jars" "$dir"; }

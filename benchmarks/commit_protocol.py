@@ -1,0 +1,537 @@
+"""``df.write.parquet`` through three commit protocols, on local disk and on S3, in one run.
+
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/commit_protocol.py [--quick] [--rows N]
+        [--partitions P] [--rounds R] [--latency-ms MS] [--storage local|s3|both]
+        [--phases] [--local-dir DIR]
+
+The same cached DataFrame (long, int, double and string columns) is written, unchanged, by:
+
+- ``builtin``: Spark's default, ``SQLHadoopMapReduceCommitProtocol`` + Parquet's
+  ``FileOutputCommitter`` with algorithm v1 (task attempt dir -> task commit rename -> job commit
+  rename, ``_SUCCESS``); on S3A a rename is a COPY + DELETE per file, twice;
+- ``magic`` (S3 only): the S3A magic committer through ``spark-hadoop-cloud``
+  (``PathOutputCommitProtocol`` + ``BindingParquetOutputCommitter``, ``fs.s3a.committer.name=
+  magic``): tasks upload to their final keys as uncompleted multipart uploads, the job commit
+  completes them; what S3 users pick today;
+- ``sparkguard``: ``io.sparkguard.spark.SparkguardCommitProtocol`` with the conf of
+  ``build_spark_conf`` (direct markers), each write with its own job id.
+
+One Spark driver (``local[2]``) does every write: the jars of all three (sparkguard's jar, the S3A
+jars and spark-hadoop-cloud, from ``scripts/fetch-s3a.sh --magic-committer``) are on its classpath
+and the protocol is switched per write with ``spark.conf.set`` (Spark reads
+``spark.sql.sources.commitProtocolClass`` from the session conf at every write), so every mode
+shares the same JVM, the same cached DataFrame and the same warm S3A connections. The S3 store is
+moto's server behind ``benchmarks/_s3proxy.py`` (``--latency-ms`` per request, default 20 ms),
+which counts the requests of each write by operation.
+
+Procedure: each mode writes once untimed (JIT, class loading, S3A clients warm for all), then R
+>= 3 timed rounds with the order of the modes rotated each round (and the two stores' order
+swapped every other round); each write goes to a fresh table and is checked afterwards, untimed
+(``_SUCCESS`` of the FileOutputCommitter, the magic committer's JSON ``_SUCCESS``, sparkguard's
+committed outcome), then deleted. The best round of each mode is compared. ``--quick`` is the
+same procedure on less data (1M rows, 8 partitions instead of 3M rows, 16 partitions).
+
+Printed per mode: best time, data files, files/s, and (S3) storage requests per file with the
+operations they were. Last line (one line; wrapped here):
+``commit protocol: local sparkguard/builtin = <r>, s3 builtin/sparkguard = <x>x,
+s3 magic/sparkguard = <y>x``
+(r: throughput ratio on local disk, i.e. builtin time / sparkguard time; x, y: time ratios on S3).
+A mode that cannot run (sparkguard on ``s3a://`` with a jar built before the protocol's S3
+store) prints ``n/a (<why>)`` in place of its figures.
+
+``--phases`` splits each best time into the write's Spark job (tasks with their task commits)
+and the rest (the driver's planning, job setup and job commit), from Spark's event log.
+``--local-dir /dev/shm`` puts the local tables on tmpfs, where fsync is free: sparkguard
+publishes each file durably (fsync of the file and its directory, markers and timeline
+likewise), Spark's default protocol fsyncs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
+os.environ.setdefault("PYTHONSAFEPATH", "1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never probe the instance-metadata address
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from _common import REPO, ProxiedS3, log, proxied_s3, rotated
+
+LOCAL_KINDS = ("builtin", "sparkguard")
+S3_KINDS = ("builtin", "magic", "sparkguard")
+PROTOCOL_KEY = "spark.sql.sources.commitProtocolClass"
+PARQUET_COMMITTER_KEY = "spark.sql.parquet.output.committer.class"
+COMMITTER_NAME_KEY = "fs.s3a.committer.name"  # copied from the session conf into the job's conf
+BUILTIN_PROTOCOL = "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
+BUILTIN_PARQUET_COMMITTER = "org.apache.parquet.hadoop.ParquetOutputCommitter"
+CLOUD_PROTOCOL = "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol"
+CLOUD_PARQUET_COMMITTER = "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+OPERATIONS = ("HEAD", "LIST", "GET", "PUT", "COPY", "DELETE", "MPU")
+#: The proxy's key categories: data (the table's keys, Spark's _temporary and __magic too),
+#: markers and the rest of _sparkguard/ (timeline), other (bucket-level requests).
+CATEGORIES = ("data", "markers", "sparkguard", "other")
+
+
+@dataclasses.dataclass
+class Result:
+    """The timed writes of one (storage, mode)."""
+
+    times: list[float] = dataclasses.field(default_factory=list)
+    files: list[int] = dataclasses.field(default_factory=list)
+    requests: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    unavailable: str | None = None
+
+    def best(self) -> int:
+        """Index of the best (fastest) round."""
+        return min(range(len(self.times)), key=self.times.__getitem__)
+
+
+def fetch_jars() -> Path:
+    """The S3A jars + spark-hadoop-cloud (cached under ~/.cache/sparkguard by the script)."""
+    script = REPO / "scripts" / "fetch-s3a.sh"
+    result = subprocess.run(
+        [str(script), "--magic-committer"], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"scripts/fetch-s3a.sh --magic-committer failed:\n{result.stderr}")
+    return Path(result.stdout.strip())
+
+
+def mode_conf(kind: str, job_id: str, *, jar: str) -> dict[str, str | None]:
+    """Session conf for one write of ``kind`` (``None``: unset the key); ``jar`` is sparkguard's
+    jar, already on the session's classpath (so ``spark.jars`` is not part of the result)."""
+    from sparkguard.spark_lib import sparkconf
+
+    sparkguard_keys = dict.fromkeys(
+        k for k in sparkconf.build_spark_conf(job_id, jar=jar) if k.startswith("spark.sparkguard.")
+    )
+    if kind == "builtin":
+        return {
+            PROTOCOL_KEY: BUILTIN_PROTOCOL,
+            PARQUET_COMMITTER_KEY: BUILTIN_PARQUET_COMMITTER,
+            COMMITTER_NAME_KEY: None,
+            **sparkguard_keys,
+        }
+    if kind == "magic":
+        return {
+            PROTOCOL_KEY: CLOUD_PROTOCOL,
+            PARQUET_COMMITTER_KEY: CLOUD_PARQUET_COMMITTER,
+            COMMITTER_NAME_KEY: "magic",
+            **sparkguard_keys,
+        }
+    conf: dict[str, str | None] = {
+        PARQUET_COMMITTER_KEY: BUILTIN_PARQUET_COMMITTER,
+        COMMITTER_NAME_KEY: None,
+    }
+    built = sparkconf.build_spark_conf(job_id, jar=jar)
+    conf.update({k: v for k, v in built.items() if k != sparkconf.JARS_KEY})
+    return conf
+
+
+class Storage:
+    """Where the tables go, how to list and check them (uncounted) and how to delete them."""
+
+    name: str
+
+    def url(self, table: str) -> str:
+        raise NotImplementedError
+
+    def keys(self, table: str) -> dict[str, int]:
+        """Every object/file of the table, relative name -> size."""
+        raise NotImplementedError
+
+    def read(self, table: str, name: str) -> bytes:
+        raise NotImplementedError
+
+    def delete(self, table: str) -> None:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Zero the request counters (S3)."""
+
+    def counts(self) -> dict[str, int]:
+        return {}
+
+
+class LocalStorage(Storage):
+    name = "local"
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def url(self, table: str) -> str:
+        return f"file://{self.base}/{table}"
+
+    def keys(self, table: str) -> dict[str, int]:
+        root = Path(self.base, table)
+        return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+    def read(self, table: str, name: str) -> bytes:
+        return Path(self.base, table, name).read_bytes()
+
+    def delete(self, table: str) -> None:
+        shutil.rmtree(Path(self.base, table), ignore_errors=True)
+
+
+class S3Storage(Storage):
+    name = "s3"
+
+    def __init__(self, proxied: ProxiedS3, bucket: str) -> None:
+        import boto3
+
+        self.proxied = proxied
+        self.bucket = bucket
+        # Checks and cleanup go straight to moto: neither delayed nor counted by the proxy.
+        options = proxied.s3.storage_options
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=proxied.s3.endpoint,
+            aws_access_key_id=options["key"],
+            aws_secret_access_key=options["secret"],
+            region_name="us-east-1",
+        )
+
+    def url(self, table: str) -> str:
+        return f"s3a://{self.bucket}/{table}"
+
+    def _objects(self, table: str) -> Iterator[dict[str, Any]]:
+        pages = self.client.get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=self.bucket, Prefix=table + "/"):
+            yield from page.get("Contents", [])
+
+    def keys(self, table: str) -> dict[str, int]:
+        return {o["Key"][len(table) + 1 :]: int(o["Size"]) for o in self._objects(table)}
+
+    def read(self, table: str, name: str) -> bytes:
+        data: bytes = self.client.get_object(Bucket=self.bucket, Key=f"{table}/{name}")[
+            "Body"
+        ].read()
+        return data
+
+    def delete(self, table: str) -> None:
+        keys = [{"Key": o["Key"]} for o in self._objects(table)]
+        for start in range(0, len(keys), 1000):
+            self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": keys[start : start + 1000]}
+            )
+        # Uploads a failed write left open would keep their parts in moto's memory.
+        uploads = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=table + "/")
+        for upload in uploads.get("Uploads", []):
+            self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
+
+    def reset(self) -> None:
+        self.proxied.reset()
+
+    def counts(self) -> dict[str, int]:
+        return self.proxied.stats()
+
+
+def check_output(storage: Storage, table: str, kind: str) -> int:
+    """Check (untimed) that ``kind``'s protocol really wrote the table; return its data files."""
+    keys = storage.keys(table)
+    data = [k for k in keys if os.path.basename(k).startswith("part-") and k.endswith(".parquet")]
+    if not data:
+        raise RuntimeError(f"{kind} on {storage.name}: no data file in {sorted(keys)[:10]}")
+    if kind == "sparkguard":
+        outcomes = [k for k in keys if k.startswith("_sparkguard/timeline/") and ".outcome" in k]
+        if len(outcomes) != 1 or b"committed" not in storage.read(table, outcomes[0]):
+            raise RuntimeError(f"sparkguard on {storage.name}: no committed outcome: {outcomes}")
+    elif "_SUCCESS" not in keys:
+        raise RuntimeError(f"{kind} on {storage.name}: no _SUCCESS")
+    elif kind == "magic":
+        success = json.loads(storage.read(table, "_SUCCESS"))
+        if success.get("committer") != "magic":
+            raise RuntimeError(f"magic on s3: _SUCCESS names {success.get('committer')!r}")
+    elif keys["_SUCCESS"] != 0:
+        raise RuntimeError(f"builtin on {storage.name}: _SUCCESS is not FileOutputCommitter's")
+    return len(data)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1M rows, 8 partitions")
+    parser.add_argument("--rows", type=int, default=3_000_000)
+    parser.add_argument("--partitions", type=int, default=16, help="= data files per write")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds, at least 3")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="per S3 request")
+    parser.add_argument("--storage", choices=("local", "s3", "both"), default="both")
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="split each write's time into its Spark job (tasks, task commits) and the rest "
+        "(driver: planning, job setup, job commit), from Spark's event log",
+    )
+    parser.add_argument(
+        "--local-dir",
+        help="where the local tables go (default: the system temp dir); e.g. /dev/shm, where "
+        "fsync costs nothing, to see what durable publication costs on disk",
+    )
+    args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
+    rows, partitions = (1_000_000, 8) if args.quick else (args.rows, args.partitions)
+    storages = ("local", "s3") if args.storage == "both" else (args.storage,)
+
+    from sparkguard.spark_lib import sparkconf
+
+    jars = [str(sparkconf.jar_path())]
+    if "s3" in storages:
+        jar_dir = fetch_jars()
+        jars += [str(p) for p in sorted(jar_dir.glob("*.jar"))]
+    with tempfile.TemporaryDirectory(prefix="sg-bench-commit-", dir=args.local_dir) as base:
+        stores: dict[str, Storage] = {}
+        if "local" in storages:
+            stores["local"] = LocalStorage(base)
+        if "s3" not in storages:
+            return run(args, rows, partitions, jars, stores)
+        with proxied_s3(latency_ms=args.latency_ms, write_rate=3500) as proxied:
+            stores["s3"] = S3Storage(proxied, proxied.s3.create_bucket())
+            return run(args, rows, partitions, jars, stores)
+
+
+def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | None) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-commit-protocol")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.jars", ",".join(jars))
+        # Spark's default is v1 already; pinned so "builtin" means the same on any Spark.
+        .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "1")
+    )
+    if event_dir:
+        os.makedirs(event_dir, exist_ok=True)
+        builder = (
+            builder.config("spark.eventLog.enabled", "true")
+            .config("spark.eventLog.dir", f"file://{event_dir}")
+            .config("spark.eventLog.compress", "false")  # plain JSON lines, read below
+        )
+    s3 = stores.get("s3")
+    if isinstance(s3, S3Storage):
+        prefix = "spark.hadoop.fs.s3a."
+        for key, value in {
+            "endpoint": s3.proxied.proxy,  # through the latency proxy: every request counted
+            "endpoint.region": "us-east-1",
+            "path.style.access": "true",
+            "connection.ssl.enabled": "false",
+            "access.key": s3.proxied.s3.storage_options["key"],
+            "secret.key": s3.proxied.s3.storage_options["secret"],
+            # Explicit keys only: the default chain would probe the instance-metadata address.
+            "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            # Hadoop 3.5.0's default is true already; pinned because the magic mode needs it.
+            "committer.magic.enabled": "true",
+        }.items():
+            builder = builder.config(prefix + key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run(
+    args: argparse.Namespace,
+    rows: int,
+    partitions: int,
+    jars: list[str],
+    stores: dict[str, Storage],
+) -> int:
+    event_dir = f"{tempfile.mkdtemp(prefix='sg-bench-events-')}/events" if args.phases else None
+    spark = build_session(jars, stores, event_dir)
+    df = spark.range(0, rows, numPartitions=partitions).selectExpr(
+        "id",
+        "cast(id % 1000 as int) as a",
+        "cast(id as double) * 1.5 as d",
+        "concat('name-', cast(id % 50000 as string)) as s",
+    )
+    df.cache().count()
+    kinds = {"local": LOCAL_KINDS, "s3": S3_KINDS}
+    results = {(s, k): Result() for s in stores for k in kinds[s]}
+    print(
+        f"rows={rows} partitions={partitions} rounds={args.rounds} (+1 untimed warm-up) "
+        f"storages={','.join(stores)} s3 latency={args.latency_ms:g} ms/request "
+        f"local dir={getattr(stores.get('local'), 'base', '-')}",
+        flush=True,
+    )
+
+    def write(store: Storage, kind: str, label: str) -> tuple[float, int, dict[str, int]]:
+        table = f"t-{kind}-{label}"
+        for key, value in mode_conf(kind, f"bench-{store.name}-{label}", jar=jars[0]).items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+        store.reset()
+        spark.sparkContext.setJobDescription(f"{store.name} {kind} {label}")
+        started = time.perf_counter()
+        df.write.mode("append").parquet(store.url(table))
+        elapsed = time.perf_counter() - started
+        spark.sparkContext.setJobDescription(None)
+        counts = store.counts()
+        files = check_output(store, table, kind)
+        store.delete(table)
+        return elapsed, files, counts
+
+    def describe(store: Storage, elapsed: float, files: int, counts: dict[str, int]) -> str:
+        text = f"{elapsed:7.2f}s {files:3d} files {files / elapsed:7.1f} files/s"
+        if counts:
+            text += f"  {counts.get('total', 0) / files:6.1f} requests/file " + ops(counts)
+        return text
+
+    for store in stores.values():
+        for kind in kinds[store.name]:
+            try:
+                elapsed, files, counts = write(store, kind, "warm")
+            except Exception as exc:  # only sparkguard on S3 may be missing; others must work
+                if not (store.name == "s3" and kind == "sparkguard"):
+                    raise
+                why = first_line(exc)
+                results[store.name, kind].unavailable = why
+                store.delete(f"t-{kind}-warm")
+                log(f"warm-up {store.name:5s} {kind:10s} n/a ({why})")
+                continue
+            log(f"warm-up {store.name:5s} {kind:10s} {describe(store, elapsed, files, counts)}")
+    for n in range(args.rounds):
+        order = list(stores.values())
+        if n % 2:
+            order.reverse()
+        for store in order:
+            for kind in rotated(kinds[store.name], n):
+                result = results[store.name, kind]
+                if result.unavailable:
+                    continue
+                elapsed, files, counts = write(store, kind, str(n))
+                result.times.append(elapsed)
+                result.files.append(files)
+                result.requests.append(counts)
+                log(
+                    f"round {n} {store.name:5s} {kind:10s} "
+                    f"{describe(store, elapsed, files, counts)}"
+                )
+    spark.stop()
+    phases = job_seconds(event_dir) if event_dir else {}
+    if event_dir:
+        shutil.rmtree(os.path.dirname(event_dir), ignore_errors=True)
+    return report(results, phases)
+
+
+def first_line(exc: BaseException) -> str:
+    """Why a write was refused, in one short line (py4j wraps the JVM exception in layers)."""
+    text = str(exc)
+    marker = "UnsupportedWriteException: "
+    if marker in text:
+        return text.split(marker, 1)[1].split(";", 1)[0].strip()[:200]
+    return (text.strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def ops(counts: dict[str, int]) -> str:
+    """The requests by S3 operation, e.g. ``(HEAD 40 LIST 30 PUT 8)``."""
+    named = (f"{o} {counts[f'op:{o}']}" for o in OPERATIONS if counts.get(f"op:{o}"))
+    return "(" + " ".join(named) + ")"
+
+
+def job_seconds(event_dir: str) -> dict[str, float]:
+    """Seconds spent inside Spark jobs, per job description (``<store> <kind> <round>``), from
+    the event log: job submission to job end, i.e. the tasks with their task commits."""
+    events: list[dict[str, Any]] = []
+    for path in Path(event_dir).rglob("*"):  # Spark 4 writes a directory of rolled files
+        if path.is_file() and path.name.startswith("events"):  # not .crc, not appstatus
+            with path.open() as lines:
+                events += (json.loads(line) for line in lines if line.strip())
+    submitted: dict[int, tuple[str, int]] = {}
+    for event in events:
+        if event.get("Event") == "SparkListenerJobStart":
+            description = (event.get("Properties") or {}).get("spark.job.description")
+            if description:
+                submitted[event["Job ID"]] = (description, event["Submission Time"])
+    spent: dict[str, float] = {}
+    for event in events:
+        if event.get("Event") == "SparkListenerJobEnd" and event["Job ID"] in submitted:
+            description, started = submitted[event["Job ID"]]
+            seconds = (event["Completion Time"] - started) / 1000
+            spent[description] = spent.get(description, 0.0) + seconds
+    return spent
+
+
+def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> int:
+    best: dict[tuple[str, str], float] = {}
+    print("best of each (storage, mode):")
+    for (store, kind), result in results.items():
+        if result.unavailable:
+            print(f"  {store:5s} {kind:10s} n/a ({result.unavailable})")
+            continue
+        i = result.best()
+        best[store, kind] = result.times[i]
+        files = result.files[i]
+        line = (
+            f"  {store:5s} {kind:10s} {result.times[i]:7.2f}s  {files} files  "
+            f"{files / result.times[i]:7.1f} files/s  rounds: "
+            + ", ".join(f"{t:.2f}" for t in result.times)
+        )
+        if phases:
+            inside = phases.get(f"{store} {kind} {i}", float("nan"))
+            line += (
+                f"\n        in the Spark job (tasks + task commits) {inside:.2f}s, outside it "
+                f"(driver: planning, job setup, job commit) {result.times[i] - inside:.2f}s"
+            )
+        counts = result.requests[i]
+        if counts:
+            totals = sorted({c.get("total", 0) for c in result.requests})
+            line += (
+                f"\n        {counts.get('total', 0) / files:.1f} storage requests per file "
+                f"({counts.get('total', 0)} in the best round; all rounds "
+                f"{totals[0]}-{totals[-1]}; throttled {counts.get('throttled', 0)})"
+                f"\n        by operation {ops(counts)}, by key: "
+                + ", ".join(f"{c} {counts.get(c, 0)}" for c in CATEGORIES)
+            )
+        print(line)
+
+    def ratio(num: tuple[str, str], den: tuple[str, str], suffix: str) -> str:
+        if num not in best or den not in best:
+            missing = next(k for k in (num, den) if k not in best)
+            why = results[missing].unavailable if missing in results else "not run"
+            return f"n/a ({missing[0]} {missing[1]}: {why})"
+        return f"{best[num] / best[den]:.2f}{suffix}"
+
+    for num, den in (
+        (("local", "builtin"), ("local", "sparkguard")),
+        (("s3", "builtin"), ("s3", "sparkguard")),
+        (("s3", "magic"), ("s3", "sparkguard")),
+        (("s3", "builtin"), ("s3", "magic")),
+    ):
+        if num in best and den in best:
+            per_round = zip(results[num].times, results[den].times, strict=True)
+            print(
+                f"per round {num[0]} {num[1]}/{den[1]} time: "
+                + ", ".join(f"{a / b:.2f}" for a, b in per_round)
+            )
+    local = ratio(("local", "builtin"), ("local", "sparkguard"), "")
+    s3_builtin = ratio(("s3", "builtin"), ("s3", "sparkguard"), "x")
+    s3_magic = ratio(("s3", "magic"), ("s3", "sparkguard"), "x")
+    if ("s3", "magic") in best and ("s3", "builtin") in best:
+        print(f"s3 builtin/magic = {best['s3', 'builtin'] / best['s3', 'magic']:.2f}x (time)")
+    print(
+        f"commit protocol: local sparkguard/builtin = {local}, s3 builtin/sparkguard = "
+        f"{s3_builtin}, s3 magic/sparkguard = {s3_magic}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
