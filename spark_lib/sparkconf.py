@@ -1,10 +1,12 @@
 """The Spark conf that puts sparkguard's JVM layer under an unchanged job (`sparkguard spark-conf`).
 
 Spark's own file writes (``df.write.parquet``, ``insertInto``, ...) go through the class named by
-``spark.sql.sources.commitProtocolClass``; sparkguard's is in the jar this package ships
-(``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build-jvm.sh``). One function,
-:func:`build_spark_conf`, produces every key that enables it: the protocol class, the jar in
-``spark.jars`` and the ``spark.sparkguard.*`` settings the protocol reads (the same keys the
+``spark.sql.sources.commitProtocolClass``, and a streaming query's checkpoint files through the
+class named by ``spark.sql.streaming.checkpointFileManagerClass``; sparkguard's are in the jar
+this package ships (``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build-jvm.sh``).
+One function, :func:`build_spark_conf`, produces every key that enables them: the protocol
+class, the checkpoint file manager class, the jar in ``spark.jars`` and the
+``spark.sparkguard.*`` settings the protocol reads (the same keys the
 Python writer reads, see :mod:`sparkguard.spark_lib.config`). The operator injects its result;
 the CLI prints it for users without the operator. It is a purely computational function with no
 side-effects besides locating the packaged jar when none is given.
@@ -27,6 +29,9 @@ from sparkguard.spark_lib import markers as marker_files
 #: The FileCommitProtocol implementation in the jar.
 PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardCommitProtocol"
 COMMIT_PROTOCOL_KEY: Final = "spark.sql.sources.commitProtocolClass"
+#: The CheckpointFileManager implementation in the jar: atomic streaming checkpoint files.
+CHECKPOINT_MANAGER_CLASS: Final = "io.sparkguard.spark.SparkguardCheckpointFileManager"
+CHECKPOINT_MANAGER_KEY: Final = "spark.sql.streaming.checkpointFileManagerClass"
 JARS_KEY: Final = "spark.jars"
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
@@ -94,7 +99,9 @@ def build_spark_conf(
     jar: str | Path | None = None,
     names: Mapping[str, str] = PARAMETER_NAMES,
 ) -> dict[str, str]:
-    """The Spark conf that makes every file write of a job go through sparkguard's protocol.
+    """The Spark conf that makes every file write of a job go through sparkguard's protocol,
+    and every streaming checkpoint file through sparkguard's checkpoint file manager (one
+    conditional PUT per file on S3A, fsynced rename on local disk and HDFS).
 
     ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
@@ -114,6 +121,7 @@ def build_spark_conf(
         ) from None
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
+        CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
         JARS_KEY: _jar_location(jar, what=names["jar"]),
         config.KEYS["job_id"][0]: job_id,
     }
