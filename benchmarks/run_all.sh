@@ -5,7 +5,8 @@
 #   benchmarks/run_all.sh OUT_DIR [NAME...]     (no NAME: every benchmark below, in this order)
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
-# checkpoint rollback-quick rollback-quick-s3 rollback markers-quick sidecar-load-quick
+# checkpoint checkpoint-jvm-quick checkpoint-jvm rollback-quick rollback-quick-s3 rollback
+# markers-quick sidecar-load-quick
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ declare -A commands=(
   [writer-row-groups]="$py benchmarks/writer.py --row-groups"
   [checkpoint-quick]="$py benchmarks/checkpoint.py --quick"
   [checkpoint]="$py benchmarks/checkpoint.py"
+  [checkpoint-jvm-quick]="$py benchmarks/checkpoint.py --jvm --quick"
+  [checkpoint-jvm]="$py benchmarks/checkpoint.py --jvm"
   [rollback-quick]="$py benchmarks/rollback.py --quick"
   [rollback-quick-s3]="$py benchmarks/rollback.py --quick --s3"
   [rollback]="$py benchmarks/rollback.py"
@@ -30,7 +33,7 @@ declare -A commands=(
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
        writer-row-groups rollback-quick-s3 writer-fsync writer-arrow-batch writer checkpoint
-       rollback)
+       rollback checkpoint-jvm-quick checkpoint-jvm)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import time
@@ -210,8 +212,10 @@ def test_streaming_checkpoint_on_s3a_one_put_per_file_and_every_file_parses(
 
 
 def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_error(
-    s3_server: s3server.S3Server, s3a_jars: Path
+    s3_server: s3server.S3Server, s3a_jars: Path, tmp_path: Path
 ) -> None:
+    """Two processes run the same query on one checkpoint without end: one of them must fail
+    with Spark's concurrent-update error (the survivor is then killed)."""
     bucket = s3_server.create_bucket()
     checkpoint = f"s3a://{bucket}/cp"
     conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
@@ -219,39 +223,99 @@ def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_er
     env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
-    last_batch = "60"
-    first = subprocess.Popen(
-        [*args, "noop", last_batch], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
+    queries: list[subprocess.Popen[bytes]] = []
+    outputs = [(tmp_path / f"q{i}.out", tmp_path / f"q{i}.err") for i in range(2)]
+
+    def start(i: int) -> None:
+        out, err = outputs[i]
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            queries.append(
+                subprocess.Popen(
+                    [*args, "noop", "1000000"],
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=env,
+                    start_new_session=True,  # its own process group: the JVM dies with it
+                )
+            )
+
     try:
+        start(0)
         client = s3_client(s3_server)
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/1"):
-            assert first.poll() is None, first.communicate()[1].decode()[-3000:]
-            assert time.monotonic() < deadline, "the first query made no progress in 240 s"
+            assert queries[0].poll() is None, outputs[0][1].read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first query made no progress in 300 s"
             time.sleep(0.5)
-        second = subprocess.run(
-            [*args, "noop", last_batch],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=400,
-            check=False,
-        )
-        out, err = first.communicate(timeout=400)
+        start(1)
+        deadline = time.monotonic() + 600
+        while all(q.poll() is None for q in queries):
+            assert time.monotonic() < deadline, "both queries ran side by side for 600 s"
+            time.sleep(0.5)
+        # The loser has exited; a survivor gets a moment in case it lost a later race too.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            for q in queries:
+                q.wait(timeout=5)
     finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
-    outcomes = [
-        (first.returncode, out.decode().strip().splitlines()[-1:], err.decode()[-3000:]),
-        (second.returncode, second.stdout.strip().splitlines()[-1:], second.stderr[-3000:]),
+        for q in queries:
+            if q.poll() is None:
+                os.killpg(q.pid, signal.SIGKILL)
+                q.wait()
+    failed = [i for i, q in enumerate(queries) if q.returncode == 4]
+    assert failed, [
+        (q.returncode, outputs[i][1].read_text()[-2000:]) for i, q in enumerate(queries)
     ]
-    failed = [o for o in outcomes if o[0] == 4]
-    assert failed, f"both queries ran to the end on one checkpoint: {outcomes}"
-    for code, last_line, stderr in outcomes:
-        assert code in (0, 4), stderr
-        if code == 4:
-            error = json.loads(last_line[0])["error"]
-            assert any(marker in error for marker in CONCURRENT_ERRORS), error
+    for i in failed:
+        error = json.loads(outputs[i][0].read_text().strip().splitlines()[-1])["error"]
+        assert any(marker in error for marker in CONCURRENT_ERRORS), error
     assert_every_file_parses(checkpoint_files(s3_server, bucket, "cp/"), "cp/")
+
+
+@pytest.mark.slow
+def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
+    s3_server: s3server.S3Server, s3a_jars: Path, tmp_path: Path
+) -> None:
+    """rate-micro-batch -> parquet on s3a://, SIGKILLed (the whole process group: driver and
+    JVM) at random moments, restarted from the checkpoint each time: every checkpoint file
+    parses and the sink, read through _spark_metadata, holds each input row exactly once."""
+    rng = random.Random(13)  # a fixed schedule of kill points
+    bucket = s3_server.create_bucket()
+    checkpoint, output = f"s3a://{bucket}/cp", f"s3a://{bucket}/out"
+    conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
+    client = s3_client(s3_server)
+
+    def committed() -> int:
+        listing = client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/")
+        names = [o["Key"].rsplit("/", 1)[-1] for o in listing.get("Contents", [])]
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+    for kill in range(2):
+        target = committed() + rng.randint(1, 3)
+        with (tmp_path / f"run{kill}.err").open("wb") as err:
+            query = subprocess.Popen(
+                [*args, output, "1000000"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                start_new_session=True,  # its own process group: the JVM dies with it
+            )
+        try:
+            deadline = time.monotonic() + 300
+            while committed() < target:
+                assert query.poll() is None, (tmp_path / f"run{kill}.err").read_text()[-3000:]
+                assert time.monotonic() < deadline, f"no commit {target} within 300 s"
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0, 1.5))  # somewhere inside the next micro-batch
+        finally:
+            os.killpg(query.pid, signal.SIGKILL)
+            query.wait()
+    last = committed() + 2
+    result = run_job("stream_checkpoint.py", checkpoint, output, str(last), conf=conf)
+    assert_every_file_parses(checkpoint_files(s3_server, bucket, "cp/"), "cp/")
+    assert_every_file_parses(checkpoint_files(s3_server, bucket, "out/_spark_metadata/"), "out/")
+    rows = (result["lastBatch"] + 1) * 10  # rate-micro-batch: 10 rows per batch, 0, 1, 2, ...
+    assert result["sink"] == {"rows": rows, "distinct": rows, "max": rows - 1}

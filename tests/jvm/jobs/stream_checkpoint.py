@@ -6,8 +6,9 @@ Reads ``rate-micro-batch`` (ROWS_PER_BATCH rows per micro-batch, default 10, val
 in order) and writes SINK: ``noop`` or a parquet directory URL (Spark's file sink, with its
 ``_spark_metadata`` log), checkpointing to CHECKPOINT, until micro-batch LAST_BATCH has run
 (restarting from an existing checkpoint resumes where it stopped). Prints one JSON line:
-``{"lastBatch": n, "batchMs": [...]}`` (each batch's ``triggerExecution`` duration), or, when
-the query fails, ``{"error": "<message>"}`` and exits 4.
+``{"lastBatch": n, "batchMs": [...]}`` (each batch's ``triggerExecution`` duration; with a
+parquet sink also ``"sink": {"rows", "distinct", "max"}``, read back through its
+``_spark_metadata``), or, when the query fails, ``{"error": "<message>"}`` and exits 4.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> None:
     builder = SparkSession.builder.master("local[2]").appName("stream-checkpoint")
     builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     builder = builder.config("spark.sql.shuffle.partitions", "2")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
