@@ -128,6 +128,41 @@ def assert_every_file_parses(files: dict[str, bytes], prefix: str) -> Counter[st
     return logs
 
 
+#: The shared vectors of the atomic file manager: (Python test, JUnit test, S3A probe key).
+SHARED_VECTORS = (
+    ("test_publishes_only_on_close", "publishesOnlyOnClose", "publishes_only_on_close"),
+    ("test_cancel_leaves_nothing", "cancelLeavesNothing", "cancel_leaves_nothing"),
+    (
+        "test_create_if_absent_refuses_existing",
+        "createIfAbsentRefusesExisting",
+        "create_if_absent_refuses_existing",
+    ),
+    (
+        "test_racing_creators_exactly_one_wins",
+        "racingCreatorsExactlyOneWins",
+        "racing_creators_exactly_one_wins",
+    ),
+    ("test_overwrite_replaces", "overwriteReplaces", "overwrite_replaces"),
+)
+
+
+@pytest.mark.parametrize(("python", "junit", "probe"), SHARED_VECTORS)
+def test_shared_vector_exists_in_python_junit_and_the_s3a_probe(
+    python: str, junit: str, probe: str
+) -> None:
+    """Each vector is asserted by the Python file manager's tests, by the JUnit test of the
+    checkpoint manager and by the S3A probe job; renaming one without the others fails here."""
+    python_tests = (ROOT / "tests" / "spark_lib" / "test_filemanager.py").read_text()
+    junit_tests = (
+        ROOT / "spark_lib" / "jvm" / "src" / "test" / "java" / "io" / "sparkguard" / "spark"
+        / "SparkguardCheckpointFileManagerTest.java"
+    ).read_text()  # fmt: skip
+    assert f"def {python}(" in python_tests
+    assert f"void {junit}()" in junit_tests
+    assert f"# {python}" in (JOBS / "checkpoint_files.py").read_text()
+    assert f'result["{probe}"]' in (JOBS / "checkpoint_files.py").read_text()
+
+
 def test_shared_vectors_on_s3a_one_conditional_put_per_file(
     s3_server: s3server.S3Server, s3a_jars: Path
 ) -> None:
