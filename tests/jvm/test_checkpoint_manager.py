@@ -216,6 +216,8 @@ def test_streaming_checkpoint_on_s3a_one_put_per_file_and_every_file_parses(
         result = run_job("stream_checkpoint.py", checkpoint, output, "3", conf=conf)
         log = requests_of(proxy)
     assert result["lastBatch"] >= 3
+    rows = (result["lastBatch"] + 1) * 10  # read back through the sink's _spark_metadata
+    assert result["sink"] == {"rows": rows, "distinct": rows, "max": rows - 1}
     files = checkpoint_files(s3_server, bucket, "cp/")
     logs = assert_every_file_parses(files, "cp/")
     assert logs["metadata"] == 1

@@ -58,11 +58,18 @@ def main() -> None:
         except StreamingQueryException as exc:
             print(json.dumps({"error": str(exc)}))
             sys.exit(4)
+        result: dict[str, object] = {
+            "lastBatch": max(batch_ms),
+            "batchMs": [batch_ms[b] for b in sorted(batch_ms)],
+        }
+        if sink != "noop":
+            back = spark.read.parquet(sink)  # the file sink's _spark_metadata decides the files
+            row = back.selectExpr("count(*) AS n", "count(DISTINCT value) AS d", "max(value) AS m")
+            n, d, m = row.first()  # type: ignore[misc]
+            result["sink"] = {"rows": n, "distinct": d, "max": m}
     finally:
         spark.stop()
-    print(
-        json.dumps({"lastBatch": max(batch_ms), "batchMs": [batch_ms[b] for b in sorted(batch_ms)]})
-    )
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
