@@ -6,7 +6,9 @@ gets 3,500 write and 5,500 read requests per second; past that the proxy answers
 like S3, and S3 clients back off and retry. Requests are counted by category (markers, data,
 other) and by S3 operation (``op:HEAD``, ``op:LIST``, ``op:GET``, ``op:PUT``, ``op:COPY``,
 ``op:DELETE``, ``op:MPU``: multipart initiate/complete/abort) at ``GET /_proxy/stats``;
-``POST /_proxy/reset`` zeroes the counters.
+``GET /_proxy/requests`` lists the last 100,000 forwarded requests (method, key path, query,
+whether a copy, whether conditional, status), for tests and benchmarks that count requests per
+file; ``POST /_proxy/reset`` zeroes both.
 
 Run: ``python benchmarks/_s3proxy.py --port 9100 --upstream http://127.0.0.1:9000``
 (127.0.0.1 only).
@@ -96,6 +98,7 @@ def build_app(
     upstream: str, latency_s: float, write_rate: float, read_rate: float
 ) -> web.Application:
     stats: collections.Counter[str] = collections.Counter()
+    requests: collections.deque[dict[str, object]] = collections.deque(maxlen=100_000)
     buckets: dict[tuple[str, str], TokenBucket] = {}
     session_box: list[ClientSession] = []
 
@@ -112,8 +115,12 @@ def build_app(
     async def get_stats(request: web.Request) -> web.Response:
         return web.json_response(dict(stats))
 
+    async def get_requests(request: web.Request) -> web.Response:
+        return web.json_response(list(requests))
+
     async def reset(request: web.Request) -> web.Response:
         stats.clear()
+        requests.clear()
         return web.json_response({})
 
     async def forward(request: web.Request) -> web.StreamResponse:
@@ -141,6 +148,16 @@ def build_app(
             request.method, url, headers=headers, data=body if body else None
         ) as answer:
             data = await answer.read()
+            requests.append(
+                {
+                    "method": request.method,
+                    "path": urllib.parse.unquote(request.path),
+                    "query": request.query_string,
+                    "copy": "x-amz-copy-source" in request.headers,
+                    "conditional": "If-None-Match" in request.headers,
+                    "status": answer.status,
+                }
+            )
             out = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
             if request.method == "HEAD":
                 # No body, but the object's size is in Content-Length: pass it on as is.
@@ -154,6 +171,7 @@ def build_app(
     app = web.Application(client_max_size=1024**3)
     app.cleanup_ctx.append(session_ctx)
     app.router.add_get("/_proxy/stats", get_stats)
+    app.router.add_get("/_proxy/requests", get_requests)
     app.router.add_post("/_proxy/reset", reset)
     app.router.add_route("*", "/{tail:.*}", forward)
     return app

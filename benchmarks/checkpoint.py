@@ -12,6 +12,18 @@ the best round of each kind is reported. ``--quick`` is the same procedure on 30
 
 Usage: python benchmarks/checkpoint.py [--files N] [--size BYTES] [--rounds R] [--quick]
 Last line: ``requests per file: direct=<n> minimal-rename=<m> fsspec-rename=<k>``.
+
+``--jvm`` measures Spark's own checkpoint instead: a Structured Streaming query of small
+micro-batches (``rate-micro-batch`` -> ``noop``, so the checkpoint is the only storage work)
+with its checkpoint on ``s3a://`` on the S3 server behind the 20 ms latency proxy, once with
+Spark's default CheckpointFileManager and once with sparkguard's, in one run (rounds rotate
+the order; each query is its own Spark process, tests/jvm/jobs/stream_checkpoint.py). It prints
+the storage requests per checkpoint file (every request on the checkpoint's keys and listings,
+including Spark's own existence checks and the query's start, divided by the files written)
+and the micro-batch latency (``triggerExecution``, median over the batches after the first
+two) of each, and ends with ``checkpoint jvm: requests per file default/sparkguard = <x>x,
+batch latency default/sparkguard = <y>x`` (one line).
+``--jvm --quick``: 12 micro-batches, one round; otherwise 30 micro-batches, two rounds.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from typing import Any
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
 
-from _common import rotated
+from _common import log, percentile, proxied_s3, rotated
 
 from sparkguard.spark_lib import filemanager, paths
 from tests.support import s3server
@@ -91,13 +103,136 @@ def run_kinds(
     return best
 
 
+JOBS = Path(__file__).resolve().parents[1] / "tests" / "jvm" / "jobs"
+JVM_KINDS = ("default", "sparkguard")
+
+
+def run_stream(conf: dict[str, str], checkpoint: str, batches: int) -> dict[str, Any]:
+    """tests/jvm/jobs/stream_checkpoint.py in its own process (its own Spark JVM)."""
+    import json
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    # Only ever 127.0.0.1; never the instance-metadata address.
+    env.update(
+        {"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true", "SPARK_LOCAL_IP": "127.0.0.1"}
+    )
+    args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
+    result = subprocess.run(
+        [*args, "noop", str(batches - 1), "10"],
+        capture_output=True, text=True, env=env, timeout=1800, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(f"the streaming query failed:\n{result.stderr[-4000:]}")
+    answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def checkpoint_requests(
+    log_: list[dict[str, Any]], bucket: str, prefix: str
+) -> list[dict[str, Any]]:
+    """The proxy's requests on the checkpoint: its keys, or listings of a prefix under it."""
+    import urllib.parse
+
+    keys = f"/{bucket}/{prefix}"
+    found = []
+    for r in log_:
+        listed = urllib.parse.parse_qs(r["query"]).get("prefix", [None])[0]
+        if r["path"].startswith(keys) or (listed is not None and listed.startswith(prefix)):
+            found.append(r)
+    return found
+
+
+def operation(r: dict[str, Any]) -> str:
+    if r["method"] == "GET" and "list-type" in r["query"]:
+        return "LIST"
+    if r["method"] == "PUT" and r["copy"]:
+        return "COPY"
+    if r["method"] == "PUT" and r["conditional"]:
+        return "PUT-if-none-match"
+    return str(r["method"])
+
+
+def main_jvm(*, quick: bool) -> None:
+    import boto3
+
+    from sparkguard.spark_lib import sparkconf
+    from tests.jvm import s3a
+
+    batches, rounds = (12, 1) if quick else (30, 2)
+    jars = s3a.fetch_jars()
+    ours = sparkconf.build_spark_conf("checkpoint-bench")
+    print(
+        f"checkpoint jvm benchmark: rate-micro-batch -> noop, {batches} micro-batches of 10 rows,"
+        f" checkpoint on s3a:// behind the 20 ms proxy, {rounds} round(s)"
+    )
+    per_file: dict[str, list[float]] = {k: [] for k in JVM_KINDS}
+    latency: dict[str, list[float]] = {k: [] for k in JVM_KINDS}
+    with proxied_s3(latency_ms=20, write_rate=3500) as s3:
+        bucket = s3.s3.create_bucket()
+        keys = s3.s3.storage_options
+        client = boto3.client(
+            "s3", endpoint_url=s3.s3.endpoint, aws_access_key_id=keys["key"],
+            aws_secret_access_key=keys["secret"], region_name="us-east-1",
+        )  # fmt: skip
+        for n in range(rounds):
+            for kind in rotated(JVM_KINDS, n):
+                conf = s3a.spark_conf(s3.s3, jars)
+                conf["spark.hadoop.fs.s3a.endpoint"] = s3.proxy
+                if kind == "sparkguard":
+                    conf["spark.jars"] += "," + ours["spark.jars"]
+                    conf[sparkconf.CHECKPOINT_MANAGER_KEY] = ours[sparkconf.CHECKPOINT_MANAGER_KEY]
+                prefix = f"r{n}-{kind}/cp/"
+                s3.reset()
+                log(f"round {n + 1}: {kind} manager, {batches} micro-batches")
+                result = run_stream(conf, f"s3a://{bucket}/{prefix}".rstrip("/"), batches)
+                requests = checkpoint_requests(proxy_requests(s3.proxy), bucket, prefix)
+                listing = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+                files = [o["Key"] for o in listing if not o["Key"].endswith("/")]
+                ops = collections.Counter(operation(r) for r in requests)
+                steady = sorted(result["batchMs"][2:])
+                per_file[kind].append(len(requests) / len(files))
+                latency[kind].append(percentile(steady, 0.5))
+                breakdown = ", ".join(f"{op}={c / len(files):.1f}" for op, c in sorted(ops.items()))
+                print(
+                    f"  {kind:10s} round {n + 1}: {len(files)} checkpoint files, {len(requests)}"
+                    f" requests = {len(requests) / len(files):.2f}/file ({breakdown});"
+                    f" batch latency median {percentile(steady, 0.5):.0f} ms,"
+                    f" p90 {percentile(steady, 0.9):.0f} ms"
+                )
+    req = {k: sum(v) / len(v) for k, v in per_file.items()}
+    lat = {k: sum(v) / len(v) for k, v in latency.items()}
+    for kind in JVM_KINDS:
+        print(f"  {kind:10s}: {req[kind]:.2f} requests/file, batch latency {lat[kind]:.0f} ms")
+    print(
+        f"checkpoint jvm: requests per file default/sparkguard = "
+        f"{req['default'] / req['sparkguard']:.1f}x, batch latency default/sparkguard = "
+        f"{lat['default'] / lat['sparkguard']:.2f}x"
+    )
+
+
+def proxy_requests(proxy: str) -> list[dict[str, Any]]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{proxy}/_proxy/requests", timeout=30) as answer:  # noqa: S310
+        result: list[dict[str, Any]] = json.loads(answer.read())
+        return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=300)
     parser.add_argument("--size", type=int, default=64 * 1024)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, at least 3")
     parser.add_argument("--quick", action="store_true", help="30 files (same procedure)")
+    parser.add_argument(
+        "--jvm", action="store_true", help="Spark's checkpoint: default vs sparkguard manager"
+    )
     args = parser.parse_args()
+    if args.jvm:
+        main_jvm(quick=args.quick)
+        return
     if args.rounds < 3:
         parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
     files = 30 if args.quick else args.files

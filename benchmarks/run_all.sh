@@ -5,11 +5,11 @@
 #   benchmarks/run_all.sh OUT_DIR [NAME...]     (no NAME: every benchmark below, in this order)
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
-# checkpoint rollback-quick rollback-quick-s3 rollback rollback-s3 markers-quick markers
-# sidecar-load-quick operator-quick operator
+# checkpoint checkpoint-jvm-quick checkpoint-jvm rollback-quick rollback-quick-s3 rollback
+# rollback-s3 markers-quick markers sidecar-load-quick operator-quick operator
 # commit-protocol-quick commit-protocol-phases-quick commit-protocol-tmpfs-quick commit-protocol
-# (the commit-protocol ones need scripts/build-jvm.sh first; they fetch the S3A jars +
-# spark-hadoop-cloud themselves with scripts/fetch-s3a.sh --magic-committer)
+# (the commit-protocol and checkpoint-jvm ones need scripts/build-jvm.sh first; they fetch the
+# S3A jars (+ spark-hadoop-cloud) themselves with scripts/fetch-s3a.sh)
 set -euo pipefail
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
@@ -26,6 +26,8 @@ declare -A commands=(
   [writer-row-groups]="$py benchmarks/writer.py --row-groups"
   [checkpoint-quick]="$py benchmarks/checkpoint.py --quick"
   [checkpoint]="$py benchmarks/checkpoint.py"
+  [checkpoint-jvm-quick]="$py benchmarks/checkpoint.py --jvm --quick"
+  [checkpoint-jvm]="$py benchmarks/checkpoint.py --jvm"
   [rollback-quick]="$py benchmarks/rollback.py --quick"
   [rollback-quick-s3]="$py benchmarks/rollback.py --quick --s3"
   [rollback]="$py benchmarks/rollback.py"
@@ -42,8 +44,9 @@ declare -A commands=(
 )
 order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
        operator-quick commit-protocol-quick commit-protocol-phases-quick
-       commit-protocol-tmpfs-quick writer-row-groups rollback-quick-s3 writer-fsync
-       writer-arrow-batch writer checkpoint rollback markers rollback-s3 operator commit-protocol)
+       commit-protocol-tmpfs-quick checkpoint-jvm-quick writer-row-groups rollback-quick-s3
+       writer-fsync writer-arrow-batch writer checkpoint rollback markers rollback-s3 operator
+       commit-protocol checkpoint-jvm)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")
 

@@ -2,10 +2,12 @@
 
 Spark's own file writes (``df.write.parquet``, ``insertInto``, ...) go through the class named by
 ``spark.sql.sources.commitProtocolClass``, the streaming file sink's through
-``spark.sql.streaming.commitProtocolClass``; sparkguard's are in the jar this package ships
-(``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build-jvm.sh``). One function,
-:func:`build_spark_conf`, produces every key that enables it: the protocol classes, the jar in
-``spark.jars`` and the ``spark.sparkguard.*`` settings the protocol reads (the same keys the
+``spark.sql.streaming.commitProtocolClass``, and a streaming query's checkpoint files through
+``spark.sql.streaming.checkpointFileManagerClass``; sparkguard's classes are in the jar this
+package ships (``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build-jvm.sh``). One
+function, :func:`build_spark_conf`, produces every key that enables them: the protocol classes,
+the checkpoint file manager class, the jar in ``spark.jars`` and the ``spark.sparkguard.*``
+settings the protocols read (the same keys the
 Python writer reads, see :mod:`sparkguard.spark_lib.config`). The operator injects its result;
 the CLI prints it for users without the operator. It is a purely computational function with no
 side-effects besides locating the packaged jar when none is given.
@@ -31,6 +33,9 @@ COMMIT_PROTOCOL_KEY: Final = "spark.sql.sources.commitProtocolClass"
 #: The streaming file sink's protocol (a ManifestFileCommitProtocol) in the jar.
 STREAMING_PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardStreamingCommitProtocol"
 STREAMING_COMMIT_PROTOCOL_KEY: Final = "spark.sql.streaming.commitProtocolClass"
+#: The CheckpointFileManager implementation in the jar: atomic streaming checkpoint files.
+CHECKPOINT_MANAGER_CLASS: Final = "io.sparkguard.spark.SparkguardCheckpointFileManager"
+CHECKPOINT_MANAGER_KEY: Final = "spark.sql.streaming.checkpointFileManagerClass"
 JARS_KEY: Final = "spark.jars"
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
@@ -98,7 +103,9 @@ def build_spark_conf(
     jar: str | Path | None = None,
     names: Mapping[str, str] = PARAMETER_NAMES,
 ) -> dict[str, str]:
-    """The Spark conf that makes every file write of a job go through sparkguard's protocol.
+    """The Spark conf that makes every file write of a job go through sparkguard's protocol,
+    and every streaming checkpoint file through sparkguard's checkpoint file manager (one
+    conditional PUT per file on S3A, fsynced rename on local disk and HDFS).
 
     Batch writes get ``SparkguardCommitProtocol``; the streaming file sink (``writeStream``
     to a file format) gets ``SparkguardStreamingCommitProtocol``.
@@ -122,6 +129,7 @@ def build_spark_conf(
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
         STREAMING_COMMIT_PROTOCOL_KEY: STREAMING_PROTOCOL_CLASS,
+        CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
         JARS_KEY: _jar_location(jar, what=names["jar"]),
         config.KEYS["job_id"][0]: job_id,
     }

@@ -1,16 +1,18 @@
 """An unchanged PySpark job writing through the JVM commit protocol is SIGKILLed (the whole
 driver: its Python process and its Spark JVM) at each stage of a write, rolled back with
 ``sparkguard rollback`` as a user would, and rerun: every row exactly once, no uncommitted or
-temp file left.
+temp file left; on local disk and on the S3 server through ``s3a://``.
 
 The stages are chosen explicitly (coverage is never left to chance): the inflight written, the
 first marker, the first published file, half the files published, and the committed outcome
 (killed after it: the rerun must skip the write, spark-operator#1854). A seeded draw adds kills
-at random delays inside the write; the seed chooses only the delay.
+at random delays inside the write; the seed chooses only the delay. On S3 (a slower tier: S3A's
+start costs) a subset runs: the middle of the write and one random moment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -19,11 +21,14 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pytest
 
 from sparkguard import cli
-from sparkguard.spark_lib import reader, sparkconf
+from sparkguard.spark_lib import commands, reader, sparkconf
+from tests.jvm import s3a
 from tests.jvm.conftest import job_command, job_env, run_job
 
 pytestmark = pytest.mark.spark
@@ -33,52 +38,68 @@ ROWS = 3_000_000
 PARTITIONS = 8
 
 
-def _inflights(table: Path) -> list[Path]:
-    return list((table / "_sparkguard" / "timeline").glob("*.inflight"))
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """A table and its journal on one store, the job's conf for it, and a way to list it."""
+
+    table: str
+    journal: str
+    conf: dict[str, str]
+    options: dict[str, Any]
+    poll_s: float
+
+    def glob(self, pattern: str) -> list[str]:
+        """Names (last path segment) matching ``<table>/<pattern>``, listed afresh."""
+        fs, _, _ = fsspec.get_fs_token_paths(self.table, storage_options=self.options)
+        fs.invalidate_cache()
+        return [p.rsplit("/", 1)[-1] for p in fs.glob(f"{self.table}/{pattern}")]
 
 
-def _markers(table: Path) -> list[Path]:
-    return list((table / "_sparkguard" / "markers").glob("*/*.marker.*"))
-
-
-def _published(table: Path) -> list[Path]:
-    return list(table.glob("part-*"))
-
-
-def _outcomes(table: Path) -> list[Path]:
-    return list((table / "_sparkguard" / "timeline").glob("*.outcome"))
+@pytest.fixture(params=["local", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    journal = str(tmp_path / "journal")
+    conf = sparkconf.build_spark_conf(JOB, journal=journal)
+    if request.param == "local":
+        return Where(str(tmp_path / "table"), journal, conf, {}, 0.002)
+    server = request.getfixturevalue("s3_server")
+    storage = s3a.spark_conf(server, request.getfixturevalue("s3a_jars"))
+    both = {**conf, **storage, "spark.jars": f"{conf['spark.jars']},{storage['spark.jars']}"}
+    table = f"s3a://{server.create_bucket()}/table"
+    # Listing S3 every 2 ms would load the server more than the job: poll every 50 ms.
+    return Where(table, journal, both, dict(server.storage_options), 0.05)
 
 
 #: Each stage: is the write (at least) there yet?
-STAGES: dict[str, Callable[[Path], bool]] = {
-    "inflight": lambda t: bool(_inflights(t)),
-    "first-marker": lambda t: bool(_markers(t)),
-    "first-file": lambda t: bool(_published(t)),
-    "half-files": lambda t: len(_published(t)) >= PARTITIONS // 2,
-    "outcome": lambda t: bool(_outcomes(t)),
+STAGES: dict[str, Callable[[Where], bool]] = {
+    "inflight": lambda w: bool(w.glob("_sparkguard/timeline/*.inflight")),
+    "first-marker": lambda w: bool(w.glob("_sparkguard/markers/*/*.marker.*")),
+    "first-file": lambda w: bool(w.glob("part-*")),
+    "half-files": lambda w: len(w.glob("part-*")) >= PARTITIONS // 2,
+    "outcome": lambda w: bool(w.glob("_sparkguard/timeline/*.outcome")),
 }
+#: What the S3 tier runs (each case costs two S3A Spark starts).
+S3_STAGES = ("half-files",)
+S3_SEEDS = (11,)
 
 
-def _kill_when(
-    table: Path, conf: dict[str, str], ready: Callable[[Path], bool], delay: float
-) -> None:
-    """Start the job, wait until ``ready(table)``, then ``delay`` seconds, then SIGKILL the whole
+def _kill_when(where: Where, ready: Callable[[Where], bool], delay: float) -> None:
+    """Start the job, wait until ``ready(where)``, then ``delay`` seconds, then SIGKILL the whole
     driver (process group). Fails when the job ended before the stage was reached."""
     proc = subprocess.Popen(
-        job_command("plain_write.py", str(table), str(ROWS), str(PARTITIONS), conf=conf),
+        job_command("plain_write.py", where.table, str(ROWS), str(PARTITIONS), conf=where.conf),
         env=job_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 300
-        while not ready(table):
+        deadline = time.monotonic() + 600
+        while not ready(where):
             if proc.poll() is not None:
                 stderr = proc.stderr.read().decode() if proc.stderr else ""
                 pytest.fail(f"the job exited {proc.returncode} before the stage:\n{stderr[-3000:]}")
             assert time.monotonic() < deadline, "the stage was never reached"
-            time.sleep(0.002)
+            time.sleep(where.poll_s)
         time.sleep(delay)
     finally:
         if proc.poll() is None:
@@ -88,51 +109,70 @@ def _kill_when(
             proc.stderr.close()
 
 
-def _rollback(journal: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+def _rollback(
+    where: Where, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, object]:
+    """``sparkguard rollback --job-id J --journal URL`` as a user runs it after the crash."""
+    monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(where.options))
     capsys.readouterr()
-    code = cli.main(["rollback", "--job-id", JOB, "--journal", str(journal), "--json", "--quiet"])
+    argv = ["rollback", "--job-id", JOB, "--journal", where.journal, "--json", "--quiet"]
+    code = cli.main(argv)
     out = capsys.readouterr().out
     assert code == 0, out
     summary: dict[str, object] = json.loads(out)
     return summary
 
 
-def _assert_exactly_once(table: Path) -> None:
+def _assert_exactly_once(where: Where) -> None:
+    """Rerun the unchanged job; then every row once, every data file committed, nothing else."""
     result = run_job(
-        "plain_write.py", str(table), str(ROWS), str(PARTITIONS),
-        conf=sparkconf.build_spark_conf(JOB, journal=str(table.parent / "journal")),
-    )  # fmt: skip
+        "plain_write.py", where.table, str(ROWS), str(PARTITIONS), conf=where.conf, timeout=900
+    )
     assert result == {"rows": ROWS, "ids": ROWS}, "plain Spark's read of the directory"
-    committed = sorted(reader.committed_paths(str(table)))
-    on_disk = sorted(str(p) for p in _published(table))
-    assert committed == on_disk, "every data file in the directory is committed"
-    leftovers = [p.name for p in table.rglob("*") if ".sg-tmp-" in p.name or "_temporary" in p.name]
-    assert leftovers == []
-    markers_root = table / "_sparkguard" / "markers"
-    assert not markers_root.exists() or list(markers_root.iterdir()) == []
+    committed = sorted(
+        p.rsplit("/", 1)[-1]
+        for p in reader.committed_paths(where.table, storage_options=where.options)
+    )
+    assert committed == sorted(where.glob("part-*")), "every data file in the table is committed"
+    assert where.glob("**/.*.sg-tmp-*") == []
+    assert where.glob("_temporary") == []
+    assert where.glob("_sparkguard/markers/*/*") == []
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
+def _cases(kind: str, names: tuple[Any, ...] | list[Any]) -> list[Any]:
+    marks = [pytest.mark.s3] if kind == "s3" else []
+    return [pytest.param(kind, n, marks=marks, id=f"{kind}-{n}") for n in names]
+
+
+@pytest.mark.parametrize(
+    ("where", "stage"),
+    _cases("local", list(STAGES)) + _cases("s3", S3_STAGES),
+    indirect=["where"],
+)
 def test_killed_at_each_stage_then_rolled_back_and_rerun_is_exactly_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], stage: str
+    where: Where,
+    stage: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    table, journal = tmp_path / "table", tmp_path / "journal"
-    conf = sparkconf.build_spark_conf(JOB, journal=str(journal))
-    _kill_when(table, conf, STAGES[stage], delay=0.0)
-    assert _inflights(table), "the kill came after the write started"
-    # What a user does after the crash: roll the job back, then resubmit it unchanged.
-    summary = _rollback(journal, capsys)
-    assert list(table.glob("part-*")) == [] or stage == "outcome", summary
-    _assert_exactly_once(table)
+    _kill_when(where, STAGES[stage], delay=0.0)
+    assert where.glob("_sparkguard/timeline/*.inflight"), "the kill came after the write started"
+    summary = _rollback(where, capsys, monkeypatch)
+    if stage != "outcome":  # before the commit: the rollback removes every published file
+        assert where.glob("part-*") == [], summary
+    _assert_exactly_once(where)
 
 
-@pytest.mark.parametrize("seed", [11, 23])
+@pytest.mark.parametrize(
+    ("where", "seed"), _cases("local", [11, 23]) + _cases("s3", S3_SEEDS), indirect=["where"]
+)
 def test_killed_at_a_random_moment_of_the_write_then_rerun_is_exactly_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+    where: Where,
+    seed: int,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    table, journal = tmp_path / "table", tmp_path / "journal"
-    conf = sparkconf.build_spark_conf(JOB, journal=str(journal))
     delay = random.Random(seed).uniform(0.0, 2.0)  # the seed picks the moment, not the coverage
-    _kill_when(table, conf, STAGES["inflight"], delay=delay)
-    _rollback(journal, capsys)
-    _assert_exactly_once(table)
+    _kill_when(where, STAGES["inflight"], delay=delay)
+    _rollback(where, capsys, monkeypatch)
+    _assert_exactly_once(where)

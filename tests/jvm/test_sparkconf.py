@@ -22,6 +22,9 @@ def test_direct_markers_by_default() -> None:
     assert conf == {
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
         "spark.sql.streaming.commitProtocolClass": STREAMING,
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "io.sparkguard.spark.SparkguardCheckpointFileManager"
+        ),
         "spark.jars": JAR,
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.markers.type": "DIRECT",
@@ -41,6 +44,9 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
     assert conf == {
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
         "spark.sql.streaming.commitProtocolClass": STREAMING,
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "io.sparkguard.spark.SparkguardCheckpointFileManager"
+        ),
         "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.owner": "k8s:jobs/nightly/4f2a9c",
@@ -49,6 +55,18 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
         "spark.sparkguard.markers.tokenFile": "/var/run/sparkguard/token",
         "spark.sparkguard.journal": "s3://b/journal",
     }
+
+
+def test_streaming_checkpoints_use_the_jar_s_checkpoint_file_manager() -> None:
+    conf = sparkconf.build_spark_conf("stream-1")
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert conf[key] == "io.sparkguard.spark.SparkguardCheckpointFileManager"
+    assert conf[key] == sparkconf.CHECKPOINT_MANAGER_CLASS
+    # The class is in the jar the same conf puts on spark.jars.
+    import zipfile
+
+    with zipfile.ZipFile(conf["spark.jars"]) as jar:
+        assert "io/sparkguard/spark/SparkguardCheckpointFileManager.class" in jar.namelist()
 
 
 def test_the_python_writer_accepts_the_same_settings() -> None:

@@ -194,7 +194,7 @@ public final class LocalAtomicStore implements AtomicStore {
     }
   }
 
-  private static void syncDirectory(java.nio.file.Path dir) {
+  static void syncDirectory(java.nio.file.Path dir) {
     try (FileChannel channel = FileChannel.open(dir, StandardOpenOption.READ)) {
       channel.force(true);
     } catch (IOException e) {

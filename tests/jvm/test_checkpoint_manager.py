@@ -1,0 +1,358 @@
+"""sparkguard's CheckpointFileManager on S3 through S3A (the test S3 server behind the request-
+counting proxy, no latency): the shared vectors of the atomic file manager, a streaming query's
+checkpoint written with one conditional PUT per file, and a second query on the same checkpoint
+refused with Spark's concurrent-update error.
+
+Requests are counted, never timed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from sparkguard.spark_lib import sparkconf
+from tests.jvm import s3a
+from tests.jvm.conftest import JOBS, run_job
+from tests.support import s3server
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Spark's errors for a second query on a checkpoint in use: the losing conditional PUT
+#: (FileAlreadyExistsException in HDFSMetadataLog) or the batch found already written.
+CONCURRENT_ERRORS = (
+    "Multiple streaming queries are concurrently using",
+    "CONCURRENT_STREAM_LOG_UPDATE",
+)
+
+
+@contextlib.contextmanager
+def counting_proxy(server: s3server.S3Server) -> Iterator[str]:
+    """benchmarks/_s3proxy.py in front of ``server`` without latency or throttling: it only
+    logs each request (``GET /_proxy/requests``). Yields its URL."""
+    port = s3server.free_port()
+    proxy = f"http://127.0.0.1:{port}"
+    args = [
+        sys.executable, str(ROOT / "benchmarks" / "_s3proxy.py"), "--port", str(port),
+        "--upstream", server.endpoint, "--latency-ms", "0",
+        "--write-rate", "1000000", "--read-rate", "1000000",
+    ]  # fmt: skip
+    process = subprocess.Popen(args, env={**os.environ, "PYTHONSAFEPATH": "1"})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests_of(proxy)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield proxy
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def requests_of(proxy: str) -> list[dict[str, Any]]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{proxy}/_proxy/requests", timeout=10) as answer:  # noqa: S310
+        result: list[dict[str, Any]] = json.loads(answer.read())
+        return result
+
+
+def manager_conf(server: s3server.S3Server, jars: Path, *, endpoint: str) -> dict[str, str]:
+    """S3A on ``endpoint`` (the proxy) plus the checkpoint manager from build_spark_conf."""
+    conf = s3a.spark_conf(server, jars)
+    conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+    ours = sparkconf.build_spark_conf("checkpoint-test")
+    conf["spark.jars"] += "," + ours["spark.jars"]
+    conf[sparkconf.CHECKPOINT_MANAGER_KEY] = ours[sparkconf.CHECKPOINT_MANAGER_KEY]
+    return conf
+
+
+def s3_client(server: s3server.S3Server) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
+
+
+def checkpoint_files(server: s3server.S3Server, bucket: str, prefix: str) -> dict[str, bytes]:
+    client = s3_client(server)
+    keys: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    return {k: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+
+def assert_every_file_parses(files: dict[str, bytes], prefix: str) -> Counter[str]:
+    """Every metadata-log file is ``v<n>`` then JSON lines; ``metadata`` is one JSON object.
+    Returns how many files of each log there are."""
+    logs: Counter[str] = Counter()
+    for key, body in files.items():
+        rel = key[len(prefix) :].lstrip("/")
+        if rel.endswith("/") or not body:
+            continue  # S3A's directory markers
+        text = body.decode()
+        if rel == "metadata":
+            json.loads(text)
+            logs["metadata"] += 1
+            continue
+        log, _, name = rel.rpartition("/")
+        assert name.isdigit() or name.endswith(".compact"), f"unexpected checkpoint file {key}"
+        first, *rest = text.split("\n")
+        assert first.startswith("v"), f"{key}: header {first!r}"
+        assert first[1:].isdigit(), f"{key}: header {first!r}"
+        for line in rest:
+            if line:
+                json.loads(line)  # a partial file fails here
+        logs[log] += 1
+    return logs
+
+
+#: The shared vectors of the atomic file manager: (Python test, JUnit test, S3A probe key).
+SHARED_VECTORS = (
+    ("test_publishes_only_on_close", "publishesOnlyOnClose", "publishes_only_on_close"),
+    ("test_cancel_leaves_nothing", "cancelLeavesNothing", "cancel_leaves_nothing"),
+    (
+        "test_create_if_absent_refuses_existing",
+        "createIfAbsentRefusesExisting",
+        "create_if_absent_refuses_existing",
+    ),
+    (
+        "test_racing_creators_exactly_one_wins",
+        "racingCreatorsExactlyOneWins",
+        "racing_creators_exactly_one_wins",
+    ),
+    ("test_overwrite_replaces", "overwriteReplaces", "overwrite_replaces"),
+)
+
+
+@pytest.mark.parametrize(("python", "junit", "probe"), SHARED_VECTORS)
+def test_shared_vector_exists_in_python_junit_and_the_s3a_probe(
+    python: str, junit: str, probe: str
+) -> None:
+    """Each vector is asserted by the Python file manager's tests, by the JUnit test of the
+    checkpoint manager and by the S3A probe job; renaming one without the others fails here."""
+    python_tests = (ROOT / "tests" / "spark_lib" / "test_filemanager.py").read_text()
+    junit_tests = (
+        ROOT / "spark_lib" / "jvm" / "src" / "test" / "java" / "io" / "sparkguard" / "spark"
+        / "SparkguardCheckpointFileManagerTest.java"
+    ).read_text()  # fmt: skip
+    assert f"def {python}(" in python_tests
+    assert f"void {junit}()" in junit_tests
+    assert f"# {python}" in (JOBS / "checkpoint_files.py").read_text()
+    assert f'result["{probe}"]' in (JOBS / "checkpoint_files.py").read_text()
+
+
+def test_shared_vectors_on_s3a_one_conditional_put_per_file(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    with counting_proxy(s3_server) as proxy:
+        conf = manager_conf(s3_server, s3a_jars, endpoint=proxy)
+        result = run_job("checkpoint_files.py", f"s3a://{bucket}/cp", conf=conf)
+        log = requests_of(proxy)
+    assert result["mechanism"].startswith("direct PUT, conditional")
+    # The same vectors as tests/spark_lib/test_filemanager.py and the JUnit test.
+    assert result["publishes_only_on_close"] == {
+        "visible_before_close": False,
+        "content": "hello world",
+    }
+    assert result["cancel_leaves_nothing"] == {"exists": False, "names": []}
+    assert result["create_if_absent_refuses_existing"] == {
+        "error": "org.apache.hadoop.fs.FileAlreadyExistsException",
+        "content": "first",
+        "names": ["0"],
+    }
+    race = result["racing_creators_exactly_one_wins"]
+    assert race["errors"].count(None) == 1
+    assert race["errors"].count("org.apache.hadoop.fs.FileAlreadyExistsException") == 3
+    assert race["content"] == "writer-0" * 100  # whole: the winner's bytes, nothing mixed
+    assert race["names"] == ["0"]
+    assert result["overwrite_replaces"] == {"content": "new"}
+
+    writes = [r for r in log if r["method"] in ("PUT", "POST", "DELETE")]
+    by_key: dict[str, list[tuple[str, bool, int]]] = {}
+    for r in writes:
+        by_key.setdefault(r["path"], []).append((r["method"], r["conditional"], r["status"]))
+    base = f"/{bucket}/cp"
+    # One request per published file: a conditional PUT (put-if-absent) or a plain one.
+    assert by_key[f"{base}/publish/0"] == [("PUT", True, 200)]
+    assert by_key[f"{base}/once/0"] == [("PUT", True, 200), ("PUT", True, 412)]
+    assert by_key[f"{base}/race/0"] == [("PUT", True, 200)] + [("PUT", True, 412)] * 3
+    assert by_key[f"{base}/replace/0"] == [("PUT", False, 200)] * 2
+    # The cancelled stream sent nothing at all; no copies, deletes or temp objects anywhere.
+    assert not any("/cancel" in r["path"] for r in writes)
+    assert set(by_key) == {f"{base}/{d}/0" for d in ("publish", "once", "race", "replace")}
+    assert not any(r["copy"] for r in log)
+
+
+def test_streaming_checkpoint_on_s3a_one_put_per_file_and_every_file_parses(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    checkpoint, output = f"s3a://{bucket}/cp", f"s3a://{bucket}/out"
+    with counting_proxy(s3_server) as proxy:
+        conf = manager_conf(s3_server, s3a_jars, endpoint=proxy)
+        result = run_job("stream_checkpoint.py", checkpoint, output, "3", conf=conf)
+        log = requests_of(proxy)
+    assert result["lastBatch"] >= 3
+    rows = (result["lastBatch"] + 1) * 10  # read back through the sink's _spark_metadata
+    assert result["sink"] == {"rows": rows, "distinct": rows, "max": rows - 1}
+    files = checkpoint_files(s3_server, bucket, "cp/")
+    logs = assert_every_file_parses(files, "cp/")
+    assert logs["metadata"] == 1
+    assert logs["offsets"] >= 4
+    assert logs["commits"] >= 4
+    sink_logs = assert_every_file_parses(
+        checkpoint_files(s3_server, bucket, "out/_spark_metadata/"), "out/"
+    )
+    assert sink_logs["_spark_metadata"] >= 4
+
+    # Each checkpoint file (offsets, commits, the sink's log, metadata) was created by exactly
+    # one conditional PUT of its final key: no temp object, no copy, no delete.
+    published = [k for k in files if not k.endswith("/")]
+    published += list(checkpoint_files(s3_server, bucket, "out/_spark_metadata/"))
+    for key in published:
+        if key.endswith("/"):
+            continue
+        writes = [
+            (r["method"], r["conditional"], r["status"])
+            for r in log
+            if r["path"] == f"/{bucket}/{key}" and r["method"] != "GET" and r["method"] != "HEAD"
+        ]
+        assert writes == [("PUT", True, 200)], (key, writes)
+    checkpoint_writes = [
+        r for r in log if r["method"] not in ("GET", "HEAD") and "/cp/" in r["path"] + "/"
+    ]
+    assert not any(r["copy"] or r["method"] == "DELETE" for r in checkpoint_writes)
+    assert not any(".tmp" in r["path"] or ".sg-tmp-" in r["path"] for r in log)
+
+
+def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_error(
+    s3_server: s3server.S3Server, s3a_jars: Path, tmp_path: Path
+) -> None:
+    """Two processes run the same query on one checkpoint without end: one of them must fail
+    with Spark's concurrent-update error (the survivor is then killed)."""
+    bucket = s3_server.create_bucket()
+    checkpoint = f"s3a://{bucket}/cp"
+    conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
+    queries: list[subprocess.Popen[bytes]] = []
+    outputs = [(tmp_path / f"q{i}.out", tmp_path / f"q{i}.err") for i in range(2)]
+
+    def start(i: int) -> None:
+        out, err = outputs[i]
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            queries.append(
+                subprocess.Popen(
+                    [*args, "noop", "1000000"],
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=env,
+                    start_new_session=True,  # its own process group: the JVM dies with it
+                )
+            )
+
+    try:
+        start(0)
+        client = s3_client(s3_server)
+        deadline = time.monotonic() + 300
+        while "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/1"):
+            assert queries[0].poll() is None, outputs[0][1].read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first query made no progress in 300 s"
+            time.sleep(0.5)
+        start(1)
+        deadline = time.monotonic() + 600
+        while all(q.poll() is None for q in queries):
+            assert time.monotonic() < deadline, "both queries ran side by side for 600 s"
+            time.sleep(0.5)
+        # The loser has exited; a survivor gets a moment in case it lost a later race too.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            for q in queries:
+                q.wait(timeout=5)
+    finally:
+        for q in queries:
+            if q.poll() is None:
+                os.killpg(q.pid, signal.SIGKILL)
+                q.wait()
+    failed = [i for i, q in enumerate(queries) if q.returncode == 4]
+    assert failed, [
+        (q.returncode, outputs[i][1].read_text()[-2000:]) for i, q in enumerate(queries)
+    ]
+    for i in failed:
+        error = json.loads(outputs[i][0].read_text().strip().splitlines()[-1])["error"]
+        assert any(marker in error for marker in CONCURRENT_ERRORS), error
+    assert_every_file_parses(checkpoint_files(s3_server, bucket, "cp/"), "cp/")
+
+
+@pytest.mark.slow
+def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
+    s3_server: s3server.S3Server, s3a_jars: Path, tmp_path: Path
+) -> None:
+    """rate-micro-batch -> parquet on s3a://, SIGKILLed (the whole process group: driver and
+    JVM) at random moments, restarted from the checkpoint each time: every checkpoint file
+    parses and the sink, read through _spark_metadata, holds each input row exactly once."""
+    rng = random.Random(13)  # a fixed schedule of kill points
+    bucket = s3_server.create_bucket()
+    checkpoint, output = f"s3a://{bucket}/cp", f"s3a://{bucket}/out"
+    conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
+    client = s3_client(s3_server)
+
+    def committed() -> int:
+        listing = client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/")
+        names = [o["Key"].rsplit("/", 1)[-1] for o in listing.get("Contents", [])]
+        return max((int(n) for n in names if n.isdigit()), default=-1)
+
+    for kill in range(2):
+        target = committed() + rng.randint(1, 3)
+        with (tmp_path / f"run{kill}.err").open("wb") as err:
+            query = subprocess.Popen(
+                [*args, output, "1000000"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                start_new_session=True,  # its own process group: the JVM dies with it
+            )
+        try:
+            deadline = time.monotonic() + 300
+            while committed() < target:
+                assert query.poll() is None, (tmp_path / f"run{kill}.err").read_text()[-3000:]
+                assert time.monotonic() < deadline, f"no commit {target} within 300 s"
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0, 1.5))  # somewhere inside the next micro-batch
+        finally:
+            os.killpg(query.pid, signal.SIGKILL)
+            query.wait()
+    last = committed() + 2
+    result = run_job("stream_checkpoint.py", checkpoint, output, str(last), conf=conf)
+    assert_every_file_parses(checkpoint_files(s3_server, bucket, "cp/"), "cp/")
+    assert_every_file_parses(checkpoint_files(s3_server, bucket, "out/_spark_metadata/"), "out/")
+    rows = (result["lastBatch"] + 1) * 10  # rate-micro-batch: 10 rows per batch, 0, 1, 2, ...
+    assert result["sink"] == {"rows": rows, "distinct": rows, "max": rows - 1}
