@@ -101,14 +101,17 @@ def build_spark_conf(
     token_file: str | None = None,
     journal: str | None = None,
     jar: str | Path | None = None,
+    streaming_sink: bool = False,
     names: Mapping[str, str] = PARAMETER_NAMES,
 ) -> dict[str, str]:
     """The Spark conf that makes every file write of a job go through sparkguard's protocol,
     and every streaming checkpoint file through sparkguard's checkpoint file manager (one
     conditional PUT per file on S3A, fsynced rename on local disk and HDFS).
 
-    Batch writes get ``SparkguardCommitProtocol``; the streaming file sink (``writeStream``
-    to a file format) gets ``SparkguardStreamingCommitProtocol``.
+    Batch writes get ``SparkguardCommitProtocol``. With ``streaming_sink``, the streaming file
+    sink (``writeStream`` to a file format) gets ``SparkguardStreamingCommitProtocol``: opt-in in
+    this version, because that protocol writes local and HDFS-like tables only and refuses an
+    object-store sink, which by default would fail a streaming job that works today.
 
     ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
@@ -128,11 +131,12 @@ def build_spark_conf(
         ) from None
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
-        STREAMING_COMMIT_PROTOCOL_KEY: STREAMING_PROTOCOL_CLASS,
         CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
         JARS_KEY: _jar_location(jar, what=names["jar"]),
         config.KEYS["job_id"][0]: job_id,
     }
+    if streaming_sink:
+        conf[STREAMING_COMMIT_PROTOCOL_KEY] = STREAMING_PROTOCOL_CLASS
     if owner is not None:
         conf[config.KEYS["owner"][0]] = timeline.validate_owner(owner, what=names["owner"])
     conf[config.KEYS["marker_type"][0]] = mode.marker_type.value
@@ -214,6 +218,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--jar", help="where Spark finds sparkguard's jar (default: the one installed here)"
     )
     parser.add_argument(
+        "--streaming-sink",
+        action="store_true",
+        help="also route the streaming file sink through sparkguard (local/HDFS sinks only)",
+    )
+    parser.add_argument(
         "--format",
         default=OutputFormat.ARGS.value,
         choices=[f.value for f in OutputFormat],
@@ -232,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
             token_file=args.token_file,
             journal=args.journal,
             jar=args.jar,
+            streaming_sink=args.streaming_sink,
             names=FLAG_NAMES,
         )
     except errors.ConfigError as exc:

@@ -21,7 +21,6 @@ def test_direct_markers_by_default() -> None:
     conf = sparkconf.build_spark_conf("nightly-1")
     assert conf == {
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
-        "spark.sql.streaming.commitProtocolClass": STREAMING,
         "spark.sql.streaming.checkpointFileManagerClass": (
             "io.sparkguard.spark.SparkguardCheckpointFileManager"
         ),
@@ -43,7 +42,6 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
     )
     assert conf == {
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
-        "spark.sql.streaming.commitProtocolClass": STREAMING,
         "spark.sql.streaming.checkpointFileManagerClass": (
             "io.sparkguard.spark.SparkguardCheckpointFileManager"
         ),
@@ -55,6 +53,20 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
         "spark.sparkguard.markers.tokenFile": "/var/run/sparkguard/token",
         "spark.sparkguard.journal": "s3://b/journal",
     }
+
+
+def test_the_streaming_file_sink_protocol_is_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
+    """Opt-in in this version: the sink protocol refuses object-store sinks, so by default it
+    would fail a streaming job to S3 that works today."""
+    key = "spark.sql.streaming.commitProtocolClass"
+    assert key not in sparkconf.build_spark_conf("stream-1")
+    assert sparkconf.build_spark_conf("stream-1", streaming_sink=True)[key] == STREAMING
+    capsys.readouterr()
+    assert cli.main(["spark-conf", "--job-id", "stream-1", "--format", "json"]) == 0
+    assert key not in json.loads(capsys.readouterr().out)
+    argv = ["spark-conf", "--job-id", "stream-1", "--streaming-sink", "--format", "json"]
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)[key] == STREAMING
 
 
 def test_streaming_checkpoints_use_the_jar_s_checkpoint_file_manager() -> None:
