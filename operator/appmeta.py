@@ -318,7 +318,9 @@ def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
     journal = _parse_journal(
         values.get(JOURNAL), namespace=meta.get("namespace"), config=config, problems=problems
     )
-    jvm_layer = _parse_switch(values.get(JVM_LAYER), key=JVM_LAYER, problems=problems)
+    jvm_layer = _parse_switch(
+        values.get(JVM_LAYER), key=JVM_LAYER, problems=problems, default=config.jvm_layer_default
+    )
 
     if (
         problems

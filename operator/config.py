@@ -82,6 +82,9 @@ class OperatorConfig:
     sidecar_native: bool | None = None
     #: default journal location; an app's journal is ``<journal_root>/<namespace>``
     journal_root: str | None = None
+    #: the JVM layer for apps without a ``sparkguard.io/jvm-layer`` annotation (a cluster-wide
+    #: switch for rolling it out; an app's annotation always wins)
+    jvm_layer_default: bool = True
     metrics_addr: str = "0.0.0.0"  # noqa: S104 - scraped from other pods
     #: 0 disables the Prometheus endpoint
     metrics_port: int = 9090
@@ -255,6 +258,7 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "sidecar_token_key": ("SIDECAR_TOKEN_KEY", _text),
     "sidecar_native": ("SIDECAR_NATIVE", _auto_bool),
     "journal_root": ("JOURNAL_ROOT", _journal_root),
+    "jvm_layer_default": ("JVM_LAYER", _bool),
     "metrics_addr": ("METRICS_ADDR", _text),
     "metrics_port": ("METRICS_PORT", _port(allow_zero=True)),
     "liveness_port": ("LIVENESS_PORT", _port(allow_zero=True)),

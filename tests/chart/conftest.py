@@ -24,6 +24,7 @@ FLIPPED: dict[str, Any] = {
         "watchNamespaces": ["spark-a", "spark-b"],
         "journalRoot": "s3://bucket/sparkguard/journal",
         "maxConcurrentRollbacks": 8,
+        "jvmLayer": False,
         "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}],
         "podAnnotations": {"a": "b"},
         "podLabels": {"team": "data"},

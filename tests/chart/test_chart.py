@@ -90,8 +90,10 @@ def test_operator_accepts_the_environment_the_chart_gives_it(values: dict[str, A
         assert loaded.journal_root == "s3://bucket/sparkguard/journal"
         assert loaded.metrics_port == 9191
         assert loaded.sidecar_allowed_roots == ("s3://warehouse/", "s3://staging/")
+        assert loaded.jvm_layer_default is False
     else:
         assert loaded.namespaces == ()
+        assert loaded.jvm_layer_default is True
         assert loaded.image == "ghcr.io/sparkguard/sparkguard:0.1.0"
         assert loaded.webhook_port == 9443
 

@@ -10,6 +10,7 @@ naming the field and the fix, and mutating twice changes nothing.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -100,6 +101,20 @@ def test_opt_out_injects_no_jvm_layer(config: config_.OperatorConfig) -> None:
     assert PROTOCOL not in conf
     assert "spark.jars" not in conf
     assert conf["spark.sparkguard.jobId"] == "jobs.nightly"  # the Python writer keeps its conf
+
+
+def test_the_cluster_default_off_leaves_unannotated_apps_out_and_annotated_ones_in(
+    config: config_.OperatorConfig,
+) -> None:
+    """The chart's operator.jvmLayer=false (SPARKGUARD_JVM_LAYER): a rollout switch; an app's
+    own annotation always wins."""
+    off = dataclasses.replace(config, jvm_layer_default=False)
+    assert PROTOCOL not in _conf(spark_app(), off)
+    assert _conf(spark_app(annotations={appmeta.JVM_LAYER: "true"}), off)[PROTOCOL] == (
+        sparkconf.PROTOCOL_CLASS
+    )
+    env = {"SPARKGUARD_JVM_LAYER": "false", "SPARKGUARD_WEBHOOK_MODE": "disabled"}
+    assert config_.load_config(env).jvm_layer_default is False
 
 
 def test_opt_out_keeps_the_users_own_protocol_and_jars(config: config_.OperatorConfig) -> None:
