@@ -13,8 +13,10 @@ table); an ``overwrite-partitions`` (Spark's dynamic partition overwrite, or a s
 of some partitions, through the JVM commit protocol) drops the files committed before it under
 the partition directories it lists (``extra.partitions``); a ``rewrite`` (a re-run of the same
 job with ``rerun=rewrite``) drops the files of the same job's earlier commits of the same
-write (write identity: the n-th write of the job to the table in its driver run). :func:`visible_files` and :func:`superseded_files` are purely
-computational functions with no side-effects over :class:`Commit` values.
+write (write identity: the n-th write of the job to the table in its driver run).
+:func:`visible_files` and :func:`superseded_files` are purely computational functions with no
+side-effects over :class:`Commit` values. Superseded files stay on storage for the Python
+writer; the JVM commit protocol deletes them right after the superseding commit (W9b).
 """
 
 from __future__ import annotations

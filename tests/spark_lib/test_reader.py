@@ -100,7 +100,7 @@ def test_an_unknown_operation_or_bad_partitions_fail_clearly() -> None:
     # What a reader that predates an operation does: refuse, naming the fix, never guess.
     with pytest.raises(errors.CorruptFileError, match="unknown operation 'merge'; upgrade"):
         reader.commit_of_status(_committed_status({"operation": "merge"}))
-    with pytest.raises(errors.CorruptFileError, match="without a valid extra.partitions"):
+    with pytest.raises(errors.CorruptFileError, match=r"without a valid extra\.partitions"):
         reader.commit_of_status(
             _committed_status({"operation": "overwrite-partitions", "partitions": ["../x"]})
         )
