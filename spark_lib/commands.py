@@ -262,6 +262,10 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
                 "owner": status.owner,
                 "state": status.state.value,
                 "operation": operation,
+                # overwrite-partitions: the partition directories it replaced
+                "partitions": extra.get("partitions")
+                if operation == reader.Operation.OVERWRITE_PARTITIONS
+                else None,
                 "write": info.write if info else None,  # write identity (None: a stream's)
                 "attempt": info.attempt if info else None,
                 "files": len(status.files),
@@ -309,6 +313,7 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
         "owner": None,
         "state": "damaged",
         "operation": None,
+        "partitions": None,
         "write": None,
         "attempt": None,
         "files": 0,
@@ -354,7 +359,7 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
                 i["instant"],
                 i["jobId"],
                 i["state"],
-                i["operation"] or "",
+                " ".join([i["operation"] or "", *(i["partitions"] or [])]).strip(),
                 "" if i["write"] is None else i["write"],
                 i["files"],
                 i["bytes"],

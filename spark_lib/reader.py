@@ -9,10 +9,14 @@ writes); they ask the table's commits instead:
 
 Commits apply in commit order. An ``append`` adds its files; an ``overwrite`` first drops every
 file committed before it (they become *superseded*: still on storage, no longer part of the
-table); a ``rewrite`` (a re-run of the same job with ``rerun=rewrite``) drops the files of the
-same job's earlier commits of the same write (write identity: the n-th write of the job to the
-table in its driver run). :func:`visible_files` and :func:`superseded_files` are purely
-computational functions with no side-effects over :class:`Commit` values.
+table); an ``overwrite-partitions`` (Spark's dynamic partition overwrite, or a static overwrite
+of some partitions, through the JVM commit protocol) drops the files committed before it under
+the partition directories it lists (``extra.partitions``); a ``rewrite`` (a re-run of the same
+job with ``rerun=rewrite``) drops the files of the same job's earlier commits of the same
+write (write identity: the n-th write of the job to the table in its driver run).
+:func:`visible_files` and :func:`superseded_files` are purely computational functions with no
+side-effects over :class:`Commit` values. Superseded files stay on storage for the Python
+writer; the JVM commit protocol deletes them right after the superseding commit (W9b).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Operation(enum.StrEnum):
 
     APPEND = "append"
     OVERWRITE = "overwrite"
+    OVERWRITE_PARTITIONS = "overwrite-partitions"  # replaces the files under extra.partitions
     REWRITE = "rewrite"  # same job re-run with rerun=rewrite: replaces that write's files
     STREAM_BATCH = "stream-batch"
     STREAM_REGISTER = "stream-register"  # empty commit that records a stream in the journal
@@ -66,6 +71,18 @@ class Commit:
     format: str | None = None
     schema: str | None = None  # Spark schema JSON of the written DataFrame
     write: int = 0  # the write identity of a batch commit (0 for old instants and streams)
+    partitions: tuple[str, ...] = ()  # overwrite-partitions: the replaced partition directories
+
+
+def in_partitions(path: str, partitions: Iterable[str]) -> bool:
+    """Whether the relative ``path`` lies under one of the partition directories (pure)."""
+    return any(path.startswith(f"{partition}/") for partition in partitions)
+
+
+def is_data_path(relative: str) -> bool:
+    """Whether Spark's file listing reads ``relative``: no segment starts with ``_`` or ``.``
+    (pure)."""
+    return all(s and not s.startswith(("_", ".")) for s in relative.split("/"))
 
 
 def visible_files(commits: Iterable[Commit]) -> dict[str, timeline.DataFile]:
@@ -79,6 +96,10 @@ def visible_files(commits: Iterable[Commit]) -> dict[str, timeline.DataFile]:
         if commit.operation is Operation.OVERWRITE:
             visible.clear()
             owner.clear()
+        elif commit.operation is Operation.OVERWRITE_PARTITIONS:
+            for path in [p for p in visible if in_partitions(p, commit.partitions)]:
+                del visible[path]
+                del owner[path]
         elif commit.operation is Operation.REWRITE:
             rewritten = (commit.job_id, commit.write)
             for path in [p for p, by in owner.items() if by == rewritten]:
@@ -305,6 +326,15 @@ def commit_of_status(status: timeline.InstantStatus) -> Commit | None:
         raise errors.CorruptFileError(
             f"instant {status.instant} has unknown operation {raw_op!r}; upgrade sparkguard"
         ) from None
+    partitions = extra.get("partitions", [])
+    if operation is Operation.OVERWRITE_PARTITIONS and (
+        not isinstance(partitions, list)
+        or not all(isinstance(p, str) and p and is_data_path(p) for p in partitions)
+    ):
+        raise errors.CorruptFileError(
+            f"instant {status.instant} is an overwrite-partitions without a valid "
+            f"extra.partitions list ({partitions!r}); repair or remove its outcome"
+        )
     return Commit(
         order=str(extra.get("committedAt") or status.instant[:17]),
         source=status.instant,
@@ -314,6 +344,7 @@ def commit_of_status(status: timeline.InstantStatus) -> Commit | None:
         format=extra.get("format"),
         schema=extra.get("schema"),
         write=status.info.write if status.info is not None and status.info.write else 0,
+        partitions=tuple(partitions) if operation is Operation.OVERWRITE_PARTITIONS else (),
     )
 
 

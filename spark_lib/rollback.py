@@ -568,10 +568,17 @@ def _clean_committed(
     marked = snapshot.marked_files
     kept = committed_names(tl, job_id=timeline.job_of_instant(instant), marked=marked)
     doomed = sorted(marked - kept - protected)
+    # An overwrite's driver may have died before it deleted what the commit superseded (W9b
+    # runs before W10, so surviving markers say it may be unfinished): finish it first.
+    superseded = sorted(superseded_on_storage(tl, instant) - protected)
     if dry_run:
         would = _delete(manager, tl.table, doomed, None, dry_run=True)
-        return InstantRollback(label, instant, Action.COMMITTED, would.files, len(kept), 0)
+        would_superseded = len(manager.existing_files(paths.join(tl.table, s) for s in superseded))
+        return InstantRollback(
+            label, instant, Action.COMMITTED, would.files + would_superseded, len(kept), 0
+        )
     deleted = _delete(manager, tl.table, doomed, None)
+    deleted.files += delete_superseded(tl, superseded)
     count = markers.delete_snapshot(manager, snapshot)
     return InstantRollback(
         label,
@@ -583,6 +590,63 @@ def _clean_committed(
         temp_files_removed=deleted.temp_files,
         warnings=snapshot.warnings,
     )
+
+
+#: The writer that deletes what its overwrites supersede (W9b): Spark's own file writes.
+JVM_PROTOCOL: Final = "io.sparkguard.spark.SparkguardCommitProtocol"
+
+
+def superseded_on_storage(tl: timeline.Timeline, instant: str) -> set[str]:
+    """Data files (relative) that the committed ``overwrite``/``overwrite-partitions`` instant
+    of the JVM commit protocol superseded and that are still on storage (docs/storage-contract.md,
+    W9b); empty for any other instant.
+
+    In the instant's scope (the whole table, or its partition directories) every file Spark's
+    listing reads, except those the instant lists, those a committed instant decided after it
+    lists, and those another instant's marker directory names (a concurrent or failed write,
+    decided by its own commit or rollback). The scope is listed before the markers and the
+    timeline are read, so a concurrent writer's published file is always protected.
+    """
+    status = tl.status(instant)
+    commit = reader.commit_of_status(status)
+    if status.extra.get("protocol") != JVM_PROTOCOL:
+        return set()  # the Python writer keeps superseded files (read through the timeline)
+    if commit is None or commit.operation not in (
+        reader.Operation.OVERWRITE,
+        reader.Operation.OVERWRITE_PARTITIONS,
+    ):
+        return set()
+    scopes = [""] if commit.operation is reader.Operation.OVERWRITE else list(commit.partitions)
+    listed = {f.path for f in commit.files}
+    prefix = tl.table.rstrip("/") + "/"
+    candidates: set[str] = set()
+    for scope in scopes:
+        for info in tl.manager.list_files(paths.join(tl.table, scope) if scope else tl.table):
+            relative = info.path[len(prefix) :] if info.path.startswith(prefix) else ""
+            if relative and reader.is_data_path(relative) and relative not in listed:
+                candidates.add(relative)
+    if not candidates:
+        return set()
+    keep: set[str] = set()
+    root = paths.join(tl.table, timeline.SPARKGUARD_DIR, "markers")
+    for info in tl.manager.list(root):
+        if info.is_dir and info.name != instant:
+            keep |= markers.snapshot_marker_dir(tl.manager, info.path).marked_files
+    for status in tl.statuses():
+        later = reader.commit_of_status(status) if status.instant != instant else None
+        if later is not None and (later.order, later.source) > (commit.order, commit.source):
+            keep.update(f.path for f in later.files)
+    return candidates - keep
+
+
+def delete_superseded(tl: timeline.Timeline, relative: Iterable[str]) -> int:
+    """Delete the superseded data files ``relative`` and Hadoop's ``.<name>.crc`` beside each;
+    returns how many data files existed."""
+    full = [paths.join(tl.table, rel) for rel in relative]
+    existing = tl.manager.delete_existing(full)
+    checksums = [paths.join(paths.parent(f), f".{paths.basename(f)}.crc") for f in full]
+    tl.manager.delete_many(checksums)
+    return len(existing)
 
 
 # --------------------------------------------------------------------------------------------

@@ -118,12 +118,14 @@ def test_a_partitioned_write_to_s3_is_committed_exactly_once(
     table, journal = f"s3a://{bucket}/p", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
     for _ in range(2):
-        result = run_job("plain_write.py", table, "900", "2", "append", "-", "3", conf=conf)
+        result = run_job(
+            "plain_write.py", table, "900", "2", "append", "-", "0", "n % 3", conf=conf
+        )
         assert result == {"rows": 900, "ids": 900}
 
     data = _data(_keys(s3_server, bucket, "p/"), "p")
     expected = [
-        f"b={b}/part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for b in range(3) for p in range(2)
+        f"k={k}/part-{p:05d}-{JOB}-w000-c000.snappy.parquet" for k in range(3) for p in range(2)
     ]
     assert data == expected
     options = s3_server.storage_options

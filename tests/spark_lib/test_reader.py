@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkguard.spark_lib import reader, timeline
+from sparkguard.spark_lib import errors, reader, timeline
 
 
 def _commit(order: int, job: str, op: reader.Operation, names: list[str]) -> reader.Commit:
@@ -64,3 +67,45 @@ def test_visible_files_follow_the_last_overwrite(
             )
             assert (f.path in visible) == (i >= last_overwrite and not replaced)
     assert visible.isdisjoint(reader.superseded_files(commits))
+
+
+def test_overwrite_partitions_supersedes_only_its_partitions() -> None:
+    commits = [
+        _commit(1, "a", reader.Operation.APPEND, ["k=0/a0", "k=1/a1", "k=10/a10", "top"]),
+        dataclasses.replace(
+            _commit(2, "b", reader.Operation.OVERWRITE_PARTITIONS, ["k=1/b1"]),
+            partitions=("k=1",),
+        ),
+    ]
+    # k=10 is another partition, not under k=1; a file at the top is in no partition.
+    assert set(reader.visible_files(commits)) == {"k=0/a0", "k=1/b1", "k=10/a10", "top"}
+    assert reader.superseded_files(commits) == {"k=1/a1"}
+    # A later append to the replaced partition is visible again.
+    commits.append(_commit(3, "c", reader.Operation.APPEND, ["k=1/c1"]))
+    assert set(reader.visible_files(commits)) >= {"k=1/b1", "k=1/c1"}
+
+
+def _committed_status(extra: dict[str, object]) -> timeline.InstantStatus:
+    return timeline.InstantStatus(
+        instant="20260101000000000-j",
+        info=None,
+        outcome=timeline.Outcome.COMMITTED,
+        files=(),
+        rolledback=None,
+        extra=extra,
+    )
+
+
+def test_an_unknown_operation_or_bad_partitions_fail_clearly() -> None:
+    # What a reader that predates an operation does: refuse, naming the fix, never guess.
+    with pytest.raises(errors.CorruptFileError, match="unknown operation 'merge'; upgrade"):
+        reader.commit_of_status(_committed_status({"operation": "merge"}))
+    with pytest.raises(errors.CorruptFileError, match=r"without a valid extra\.partitions"):
+        reader.commit_of_status(
+            _committed_status({"operation": "overwrite-partitions", "partitions": ["../x"]})
+        )
+    commit = reader.commit_of_status(
+        _committed_status({"operation": "overwrite-partitions", "partitions": ["k=1"]})
+    )
+    assert commit is not None
+    assert commit.partitions == ("k=1",)

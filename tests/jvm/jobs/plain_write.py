@@ -1,15 +1,17 @@
 """A plain PySpark job, as users have them: it never imports sparkguard.
 
-    python plain_write.py CONF_JSON OUTPUT_URL ROWS PARTITIONS [MODE [FAIL_AT [BUCKETS]]]
+    python plain_write.py CONF_JSON OUTPUT_URL ROWS PARTITIONS
+        [MODE [FAIL_AT [FIRST [PARTITION_EXPR]]]]
 
 CONF_JSON is a JSON object of Spark conf (what ``sparkguard spark-conf --format json`` prints,
-plus storage settings). Writes ``spark.range(ROWS)`` as parquet in PARTITIONS tasks with
-``mode(MODE)`` (default append), reads the directory back and prints one JSON line:
-``{"rows": <rows read>, "ids": <distinct ids read>}``. With FAIL_AT, the task writing row
-FAIL_AT fails every attempt (``raise_error``), so the write aborts after the other tasks
-published their files; the job then exits 3 after printing ``{"failed": true}`` (FAIL_AT ``-``:
-none). With BUCKETS, a column ``b = n % BUCKETS`` is added and the write is
-``partitionBy("b")`` (Hive-style ``b=<value>/`` directories).
+plus storage settings). Writes ``spark.range(FIRST, FIRST + ROWS)`` (FIRST default 0) as column
+``n`` to parquet in PARTITIONS tasks with ``mode(MODE)`` (default append), reads the directory
+back and prints one JSON line: ``{"rows": <rows read>, "ids": <distinct ids read>}``. With
+FAIL_AT (``-`` for none), the task writing row FAIL_AT fails every attempt (``raise_error``), so
+the write aborts after the other tasks published their files; the job then exits 3 after
+printing ``{"failed": true}``. With PARTITION_EXPR (a SQL expression of ``n``), the write adds
+the column ``k`` = that expression and is ``partitionBy("k")`` (a dynamic partition overwrite
+when CONF_JSON sets ``spark.sql.sources.partitionOverwriteMode=dynamic``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ def main() -> None:
     url, rows, partitions = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else "append"
     fail_at = int(sys.argv[6]) if len(sys.argv) > 6 and sys.argv[6] != "-" else None
-    buckets = int(sys.argv[7]) if len(sys.argv) > 7 else None
+    first = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    partition_expr = sys.argv[8] if len(sys.argv) > 8 else None
     started = time.monotonic()
     builder = SparkSession.builder.master("local[2]").appName("plain-write")
     builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
@@ -35,14 +38,12 @@ def main() -> None:
     spark = builder.getOrCreate()
     try:
         ready = time.monotonic()
-        df = spark.range(0, rows, numPartitions=partitions).withColumnRenamed("id", "n")
+        df = spark.range(first, first + rows, numPartitions=partitions).withColumnRenamed("id", "n")
         if fail_at is not None:
             df = df.selectExpr(f"IF(n = {fail_at}, raise_error('injected failure'), n) AS n")
-        if buckets is not None:
-            df = df.selectExpr("n", f"n % {buckets} AS b")
         writer = df.write.mode(mode)
-        if buckets is not None:
-            writer = writer.partitionBy("b")
+        if partition_expr is not None:
+            writer = df.selectExpr("n", f"{partition_expr} AS k").write.mode(mode).partitionBy("k")
         if fail_at is not None:
             try:
                 writer.parquet(url)

@@ -48,6 +48,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <tr><td>W6</td><td>task, {@link #commitTask}</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>}</td></tr>
  *   <tr><td>W7/W8</td><td>driver, {@link #commitJob}</td><td>verify every reported file; delete marked files no task reported and leftovers of marked names</td></tr>
  *   <tr><td>W9</td><td>driver, {@link #commitJob}</td><td>put-if-absent {@code <instant>.outcome} = committed with files, sizes, rows</td></tr>
+ *   <tr><td>W9b</td><td>driver, {@link #commitJob}</td><td>{@code overwrite}/{@code overwrite-partitions}: delete the files the commit superseded ({@link SupersededFiles})</td></tr>
  *   <tr><td>W10</td><td>driver, {@link #commitJob}</td><td>delete the marker directory</td></tr>
  *   <tr><td>W11</td><td>driver, {@link #abortJob}</td><td>claim the instant as rolled back; its files are removed by the next {@code sparkguard rollback}</td></tr>
  * </table>
@@ -64,8 +65,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * the attempt opened; none is committed there, because {@code rerun=rewrite} (and speculation,
  * whose killed copies would do the same over the winner) are refused on object stores. This
  * version writes local paths and object stores with conditional create, with direct markers or
- * markers batched by the driver's sidecar, in append mode without dynamic partition overwrite;
- * anything else is refused at once with a message naming the setting.
+ * markers batched by the driver's sidecar, in append mode, static overwrite (deferred: {@link
+ * #deleteWithJob} deletes nothing, the commit supersedes, W9b deletes) and dynamic partition
+ * overwrite; anything else is refused at once with a message naming the setting.
  */
 public class SparkguardCommitProtocol extends FileCommitProtocol implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -83,10 +85,19 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private String instant;
   /** The write identity (see {@link WriteCounter}), set with {@link #instant}. */
   private int write;
-  /** {@code append}, or {@code rewrite} for a rerun's committed write written again. */
+  /** {@code append}, {@code rewrite} for a rerun's committed write written again, {@code
+   * overwrite} or {@code overwrite-partitions}. */
   private String operation = "append";
   /** The committed instant this write repeats when it is skipped ({@code rerun=skip}), else null. */
   private String skippedFor;
+
+  /** Dynamic partition overwrite: the commit replaces exactly the partitions it wrote. */
+  private final boolean dynamicPartitionOverwrite;
+  /**
+   * What Spark asked {@link #deleteWithJob} to delete before the job (static overwrite), relative
+   * to the table ({@code ""}: the whole table); deleted only after the commit (W9b).
+   */
+  private final java.util.TreeSet<String> overwriteScopes = new java.util.TreeSet<>();
 
   /** Per task attempt (never serialized): the files it opened, by relative path. */
   private transient Map<String, Path> pending;
@@ -96,12 +107,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     this.sparkJobId = jobId;
     this.path = path;
     this.settings = ProtocolSettings.fromSqlConf();
-    if (dynamicPartitionOverwrite) {
-      throw new UnsupportedWriteException(
-          "sparkguard's commit protocol does not support dynamic partition overwrite yet"
-              + " (spark.sql.sources.partitionOverwriteMode=dynamic with mode overwrite): use"
-              + " append, or set partitionOverwriteMode=static");
-    }
+    this.dynamicPartitionOverwrite = dynamicPartitionOverwrite;
     this.store = AtomicStore.forTable(new Path(path), hadoopConf());
     if (writesDirectly() && SQLConf.get().getConfString(SPECULATION_KEY, "false").trim().equalsIgnoreCase("true")) {
       // A speculative copy killed after its twin won closes its writer, which on an object
@@ -177,6 +183,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
                 + ProtocolSettings.RERUN_KEY + "=skip, or write under a new job id");
       }
       operation = committed != null ? "rewrite" : "append";
+      operation = overwriteOperation(operation, extra);
       instant = timeline().start(settings, operation, extra, write);
       writeJournalEntry();
       if (sidecar == null) {  // the sidecar writes MARKERS.type itself, before its first batch
@@ -387,12 +394,72 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     pending.clear();
   }
 
+  /**
+   * Spark's static overwrite asks for the table (or the static partition's directory) to be
+   * deleted before the job runs. Deleting now would destroy {@code _sparkguard/} and leave the
+   * table empty if the job then failed; the deletion is deferred instead: the commit becomes an
+   * {@code overwrite} (or {@code overwrite-partitions}) instant, which supersedes the older files
+   * from the moment of its outcome, and they are deleted right after it (W9b). Nothing is deleted
+   * here; a failed or skipped write leaves the old data untouched.
+   */
   @Override
   public boolean deleteWithJob(FileSystem fs, Path toDelete, boolean recursive) {
-    throw new UnsupportedWriteException(
-        "sparkguard's commit protocol does not support mode(\"overwrite\") of existing data yet"
-            + " (Spark would delete " + toDelete + ", including the table's _sparkguard"
-            + " timeline): use mode(\"append\")");
+    String table = tableUrl();
+    String target = tableUrl(toDelete.toString());
+    if (target.equals(table)) {
+      overwriteScopes.add("");
+    } else if (target.startsWith(table + "/")) {
+      overwriteScopes.add(target.substring(table.length() + 1));
+    } else {
+      throw new UnsupportedWriteException(
+          "sparkguard's commit protocol does not support overwriting partitions with custom"
+              + " locations (" + toDelete + " is outside " + path + "): write the table without"
+              + " custom partition locations");
+    }
+    LOG.info("sparkguard: overwrite of {} deferred until the write commits", toDelete);
+    return true;
+  }
+
+  /**
+   * The operation of this write when it overwrites: {@code overwrite} when Spark asked to
+   * delete the whole table, {@code overwrite-partitions} for a static partition's directory or a
+   * dynamic partition overwrite (the partitions go to {@code extra.partitions}); else {@code
+   * operation} unchanged. An overwrite takes precedence over {@code rewrite}: it replaces the
+   * rerun's earlier files too.
+   */
+  private String overwriteOperation(String operation, Map<String, Object> extra) {
+    if (overwriteScopes.contains("")) {
+      return "overwrite";
+    }
+    if (!overwriteScopes.isEmpty()) {
+      extra.put("partitions", new ArrayList<>(overwriteScopes));
+      return "overwrite-partitions";
+    }
+    return dynamicPartitionOverwrite ? "overwrite-partitions" : operation;
+  }
+
+  /**
+   * The partition directories an {@code overwrite-partitions} commit replaces: the static ones
+   * Spark asked to delete, plus (dynamic) every directory a reported file is in.
+   */
+  private List<String> replacedPartitions(Iterable<String> reported) {
+    java.util.TreeSet<String> partitions = new java.util.TreeSet<>(overwriteScopes);
+    if (dynamicPartitionOverwrite) {
+      for (String relative : reported) {
+        int slash = relative.lastIndexOf('/');
+        if (slash > 0) {
+          partitions.add(relative.substring(0, slash));
+        }
+      }
+    }
+    return new ArrayList<>(partitions);
+  }
+
+  /** W9b: delete what an overwrite commit superseded (see {@link SupersededFiles}). */
+  private void deleteSuperseded(java.util.Set<String> listed, List<String> partitions) throws IOException {
+    List<String> scopes = operation.equals("overwrite") ? List.of("") : partitions;
+    List<String> deleted = SupersededFiles.delete(store, new Path(path), instant, scopes, listed);
+    LOG.info("sparkguard: overwrite {} of {} deleted {} superseded files", instant, path, deleted.size());
   }
 
   @Override
@@ -435,7 +502,15 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         files.add(file.toJson());
         rows += Math.max(file.rows, 0);
       }
-      timeline.commit(instant, files, commitExtra(reported.keySet(), rows), write);
+      Map<String, Object> extra = commitExtra(reported.keySet(), rows);
+      List<String> partitions = replacedPartitions(reported.keySet());
+      if (operation.equals("overwrite-partitions")) {
+        extra.put("partitions", partitions);
+      }
+      timeline.commit(instant, files, extra, write);
+      if (operation.startsWith("overwrite")) {
+        deleteSuperseded(reported.keySet(), partitions);  // W9b, before W10: see SupersededFiles
+      }
       // W10
       if (sidecar != null) {
         sidecar.deleteDir(markerDirName());

@@ -52,6 +52,12 @@ class CommitProtocolWriteTest {
       }
       return n;
     }, DataTypes.LongType);
+    spark.udf().register("failAlwaysAt7", (UDF1<Long, Long>) n -> {
+      if (n == 7L) {
+        throw new IllegalStateException("injected failure of every attempt of the task writing 7");
+      }
+      return n;
+    }, DataTypes.LongType);
   }
 
   @AfterAll
@@ -63,6 +69,7 @@ class CommitProtocolWriteTest {
   void newDriverRun() throws IOException {
     spark.conf().set("spark.sparkguard.jobId", "nightly-1");
     spark.conf().unset("spark.sparkguard.rerun");
+    spark.conf().unset("spark.sql.sources.partitionOverwriteMode");
     forgetWriteCounts();
   }
 
@@ -217,14 +224,95 @@ class CommitProtocolWriteTest {
     assertEquals("k", outcome.get("extra").get("partitionBy").get(0).asText());
   }
 
+  private static List<String> operations(Path table) throws IOException {
+    List<String> operations = new ArrayList<>();
+    for (JsonNode outcome : timeline(table, ".outcome")) {
+      operations.add(outcome.get("outcome").asText() + ":" + outcome.get("extra").path("operation").asText());
+    }
+    return operations;
+  }
+
   @Test
-  void overwriteOfExistingDataIsRefusedBeforeAnythingIsDeleted() throws IOException {
+  void overwriteReplacesTheTableAndDeletesWhatItSupersededAfterTheCommit() throws IOException {
     Path table = dir.resolve("t");
     rows(10, 1).write().mode("append").parquet(table.toString());
-    Exception error = assertThrows(Exception.class,
-        () -> rows(10, 1).write().mode("overwrite").parquet(table.toString()));
-    assertTrue(rootMessage(error).contains("use mode(\"append\")"), rootMessage(error));
-    assertEquals(List.of("part-00000-nightly-1-w000-c000.snappy.parquet"), dataFiles(table));
+    // A file written before the table opted in (no instant lists it): Spark's overwrite deletes it.
+    Files.copy(table.resolve("part-00000-nightly-1-w000-c000.snappy.parquet"),
+        table.resolve("part-00000-3f0c-legacy-c000.snappy.parquet"));
+
+    spark.range(100, 105, 1, 1).toDF("n").write().mode("overwrite").parquet(table.toString());
+
+    assertEquals(List.of("part-00000-nightly-1-w001-c000.snappy.parquet"), dataFiles(table));
+    assertEquals(List.of("committed:append", "committed:overwrite"), operations(table));
+    assertEquals(5, spark.read().parquet(table.toString()).count());
+    assertEquals(100, spark.read().parquet(table.toString()).agg(org.apache.spark.sql.functions.min("n")).first().getLong(0));
+    assertTrue(Files.isDirectory(table.resolve("_sparkguard/timeline")), "the timeline survives the overwrite");
+  }
+
+  @Test
+  void aFailedOverwriteLeavesTheOldDataInPlaceAndTheInstantClaimed() throws IOException {
+    Path table = dir.resolve("t");
+    rows(10, 1).write().mode("append").parquet(table.toString());
+    Path old = table.resolve("part-00000-nightly-1-w000-c000.snappy.parquet");
+    byte[] before = Files.readAllBytes(old);
+
+    // Row 7 is in the second of 2 tasks: every attempt of it fails, the write aborts.
+    assertThrows(Exception.class, () -> rows(10, 2).selectExpr("failAlwaysAt7(n) AS n")
+        .write().mode("overwrite").parquet(table.toString()));
+
+    assertTrue(Files.exists(old), "nothing was deleted up front");
+    assertTrue(java.util.Arrays.equals(before, Files.readAllBytes(old)));
+    assertEquals(List.of("committed:append", "rolled_back:"), operations(table));
+    // Only the old file and published files of the failed write (marked: a rollback deletes them).
+    for (String file : dataFiles(table)) {
+      assertTrue(file.equals(old.getFileName().toString()) || file.contains("-w001-"), file);
+    }
+    assertEquals(10, spark.read().parquet(old.toString()).count());
+  }
+
+  @Test
+  void dynamicPartitionOverwriteReplacesOnlyThePartitionsItWrites() throws IOException {
+    Path table = dir.resolve("t");
+    rows(30, 1).selectExpr("n", "n % 3 AS k").write().partitionBy("k").mode("append").parquet(table.toString());
+    spark.conf().set("spark.sql.sources.partitionOverwriteMode", "dynamic");
+    spark.range(100, 104, 1, 1).toDF("n").selectExpr("n", "1 AS k")
+        .write().partitionBy("k").mode("overwrite").parquet(table.toString());
+
+    assertEquals(
+        List.of(
+            "k=0/part-00000-nightly-1-w000-c000.snappy.parquet",
+            "k=1/part-00000-nightly-1-w001-c000.snappy.parquet",
+            "k=2/part-00000-nightly-1-w000-c000.snappy.parquet"),
+        dataFiles(table));
+    JsonNode outcome = timeline(table, ".outcome").get(1);
+    assertEquals("overwrite-partitions", outcome.get("extra").get("operation").asText());
+    assertEquals("[\"k=1\"]", outcome.get("extra").get("partitions").toString());
+    assertEquals(10 + 4 + 10, spark.read().parquet(table.toString()).count());
+    assertEquals(4, spark.read().parquet(table.toString()).where("k = 1").count());
+  }
+
+  @Test
+  void insertOverwriteOfAStaticPartitionReplacesThatPartitionOnly() throws IOException {
+    Path table = dir.resolve("t");
+    rows(20, 1).selectExpr("n", "CAST(n % 2 AS INT) AS k").write().partitionBy("k").mode("append").parquet(table.toString());
+    spark.sql("CREATE TABLE sg_static (n BIGINT, k INT) USING parquet PARTITIONED BY (k) LOCATION '"
+        + table.toUri() + "'");
+    try {
+      spark.sql("MSCK REPAIR TABLE sg_static");
+      spark.sql("INSERT OVERWRITE sg_static PARTITION (k = 1) SELECT id FROM range(100, 103, 1, 1)");
+
+      assertEquals(
+          List.of(
+              "k=0/part-00000-nightly-1-w000-c000.snappy.parquet",
+              "k=1/part-00000-nightly-1-w001-c000.snappy.parquet"),
+          dataFiles(table));
+      JsonNode outcome = timeline(table, ".outcome").get(1);
+      assertEquals("overwrite-partitions", outcome.get("extra").get("operation").asText());
+      assertEquals("[\"k=1\"]", outcome.get("extra").get("partitions").toString());
+      assertEquals(10 + 3, spark.read().parquet(table.toString()).count());
+    } finally {
+      spark.sql("DROP TABLE IF EXISTS sg_static");
+    }
   }
 
   @Test

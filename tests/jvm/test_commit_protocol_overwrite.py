@@ -1,0 +1,227 @@
+"""Overwrites through the JVM commit protocol, seen by every kind of reader: an unchanged
+PySpark job's ``mode("overwrite")`` (static, and dynamic partition overwrite) replaces the data
+at its commit; killed mid-write, the old data stays whole, ``sparkguard rollback`` removes the
+dead write's files, and the rerun replaces the table exactly once.
+
+Two views are checked each time: the committed-only reader (``reader.committed_paths``,
+``sparkguard inspect``) and a plain directory reader (pyarrow's dataset discovery, which skips
+``_``/``.`` names as Spark's listing does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+from sparkguard import cli
+from sparkguard.spark_lib import reader, sparkconf
+from tests.jvm.conftest import job_command, job_env, run_job
+
+pytestmark = pytest.mark.spark
+
+OLD, NEW = "jvm-ow-old", "jvm-ow-new"  # one job id per run, as the operator gives them
+
+
+def _conf(job: str, journal: Path, **extra: str) -> dict[str, str]:
+    return {**sparkconf.build_spark_conf(job, journal=str(journal)), **extra}
+
+
+def _directory_ids(table: Path) -> list[int]:
+    """What a plain directory reader sees (the ``n`` column of every listed file)."""
+    dataset = pads.dataset(str(table), format="parquet", partitioning="hive")
+    return sorted(dataset.to_table(columns=["n"]).column("n").to_pylist())
+
+
+def _inspect(table: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    capsys.readouterr()
+    assert cli.main(["inspect", str(table), "--json"]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def _data_files(table: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(table))
+        for p in table.rglob("*.parquet")
+        if reader.is_data_path(str(p.relative_to(table)))
+    )
+
+
+def test_an_overwrite_replaces_the_table_for_both_readers_and_removes_plain_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table, journal = tmp_path / "table", tmp_path / "journal"
+    assert run_job("plain_write.py", str(table), "1000", "4", conf=_conf(OLD, journal)) == {
+        "rows": 1000,
+        "ids": 1000,
+    }
+    # A file written before the table opted into sparkguard: no instant lists it.
+    legacy = pa.table({"n": pa.array(range(5000, 5010), pa.int64())})
+    pq.write_table(legacy, table / "legacy.parquet")
+    assert len(_directory_ids(table)) == 1010
+
+    args = ("500", "2", "overwrite", "-", "10000")
+    result = run_job("plain_write.py", str(table), *args, conf=_conf(NEW, journal))
+    assert result == {"rows": 500, "ids": 500}  # the job's own spark.read.parquet of the dir
+
+    new_names = [f"part-{p:05d}-{NEW}-w000-c000.snappy.parquet" for p in range(2)]
+    assert reader.committed_paths(str(table)) == [str(table / n) for n in new_names]
+    assert _data_files(table) == new_names  # the superseded and the plain file are deleted
+    assert _directory_ids(table) == list(range(10000, 10500))
+    doc = _inspect(table, capsys)
+    assert [(i["jobId"], i["operation"]) for i in doc["instants"]] == [
+        (OLD, "append"),
+        (NEW, "overwrite"),
+    ]
+    assert doc["visible"]["rows"] == 500
+    assert doc["superseded"] == 4  # still in the timeline's history, no longer on storage
+
+
+def test_a_dynamic_partition_overwrite_replaces_only_the_partitions_it_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table, journal = tmp_path / "table", tmp_path / "journal"
+    # 0..999 into k=0..3; then 10000..10099 all into k=1 (10000 + n, n % 4 = 0 -> 1).
+    run_job(
+        "plain_write.py",
+        str(table),
+        "1000",
+        "2",
+        "append",
+        "-",
+        "0",
+        "n % 4",
+        conf=_conf(OLD, journal),
+    )
+    dynamic = _conf(NEW, journal, **{"spark.sql.sources.partitionOverwriteMode": "dynamic"})
+    result = run_job(
+        "plain_write.py",
+        str(table),
+        "100",
+        "2",
+        "overwrite",
+        "-",
+        "10000",
+        "IF(n >= 10000, 1, n % 4)",
+        conf=dynamic,
+    )
+    assert result == {"rows": 750 + 100, "ids": 850}
+
+    expected = sorted([n for n in range(1000) if n % 4 != 1] + list(range(10000, 10100)))
+    assert _directory_ids(table) == expected
+    committed = [Path(p).relative_to(table).as_posix() for p in reader.committed_paths(str(table))]
+    assert sorted(committed) == _data_files(table)
+    assert all(NEW in f for f in committed if f.startswith("k=1/"))
+    doc = _inspect(table, capsys)
+    (replacing,) = [i for i in doc["instants"] if i["jobId"] == NEW]
+    assert (replacing["operation"], replacing["partitions"]) == ("overwrite-partitions", ["k=1"])
+    assert doc["visible"]["rows"] == len(expected)
+
+
+ROWS = 3_000_000
+PARTITIONS = 8
+
+
+def _new_files(table: Path) -> list[Path]:
+    return [p for p in table.glob("part-*") if f"-{NEW}-" in p.name]
+
+
+#: Where the overwrite is killed: half its files published, or its outcome written (then the
+#: deletes of W9b may or may not have run: rollback finishes them).
+STAGES: dict[str, Callable[[Path], bool]] = {
+    "half-files": lambda t: len(_new_files(t)) >= PARTITIONS // 2,
+    "outcome": lambda t: any(
+        p.name.endswith(f"-{NEW}.outcome") for p in (t / "_sparkguard" / "timeline").iterdir()
+    ),
+}
+
+
+def _start_overwrite(table: Path, journal: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        job_command(
+            "plain_write.py",
+            str(table),
+            str(ROWS),
+            str(PARTITIONS),
+            "overwrite",
+            "-",
+            "100000000",
+            conf=_conf(NEW, journal),
+        ),
+        env=job_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_an_overwrite_killed_mid_write_leaves_the_old_data_then_the_rerun_replaces_it_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stage: str
+) -> None:
+    table, journal = tmp_path / "table", tmp_path / "journal"
+    run_job("plain_write.py", str(table), "1000", "4", conf=_conf(OLD, journal))
+    old = {p.name: p.read_bytes() for p in table.glob("part-*")}
+
+    proc = _start_overwrite(table, journal)
+    try:
+        deadline = time.monotonic() + 300
+        while not STAGES[stage](table):
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"the job exited {proc.returncode} before {stage}:\n{err[-3000:]}")
+            assert time.monotonic() < deadline, f"{stage} was never reached"
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole driver: Python and its Spark JVM
+        proc.wait(timeout=60)
+        if proc.stderr:
+            proc.stderr.close()
+
+    if stage == "half-files":
+        # Undecided: the committed-only reader sees the old table; the old files are whole.
+        assert reader.committed_paths(str(table)) == [str(table / n) for n in sorted(old)]
+        assert {n: (table / n).read_bytes() for n in old} == old
+    capsys.readouterr()
+    code = cli.main(["rollback", "--job-id", NEW, "--journal", str(journal), "--json", "--quiet"])
+    assert code == 0, capsys.readouterr().out
+    if stage == "half-files":
+        assert _new_files(table) == []
+        assert _directory_ids(table) == list(range(1000)), "the old data, intact"
+    else:
+        # Committed: rollback finished the deletes the dead driver may not have done.
+        assert sorted(p.name for p in table.glob("part-*")) == sorted(
+            p.name for p in _new_files(table)
+        )
+
+    # The rerun: a new driver run of the same job (skipped if its overwrite had committed).
+    result = run_job(
+        "plain_write.py",
+        str(table),
+        str(ROWS),
+        str(PARTITIONS),
+        "overwrite",
+        "-",
+        "100000000",
+        conf=_conf(NEW, journal),
+    )
+    assert result == {"rows": ROWS, "ids": ROWS}
+    committed = sorted(reader.committed_paths(str(table)))
+    assert committed == sorted(str(p) for p in table.glob("part-*")), "no stray data file"
+    assert all(f"-{NEW}-" in p for p in committed)
+    leftovers = [p.name for p in table.rglob("*") if ".sg-tmp-" in p.name]
+    assert leftovers == []
+    markers_root = table / "_sparkguard" / "markers"
+    assert not markers_root.exists() or list(markers_root.iterdir()) == []
