@@ -40,6 +40,9 @@ def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
         "spark.sparkguard.journal": "s3://warehouse/_journal/jobs",
         # the JVM layer (tests/operator/test_jvm_injection.py)
         "spark.sql.sources.commitProtocolClass": "io.sparkguard.spark.SparkguardCommitProtocol",
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "io.sparkguard.spark.SparkguardCheckpointFileManager"
+        ),
         "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
     }
     assert out["metadata"]["annotations"][appmeta.JOB_ID] == "jobs.nightly"
