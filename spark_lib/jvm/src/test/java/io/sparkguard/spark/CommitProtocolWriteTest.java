@@ -202,6 +202,35 @@ class CommitProtocolWriteTest {
   }
 
   @Test
+  void maxRecordsPerFileSplitsATaskIntoSequencedNamesAndARerunSkipsThem() throws IOException {
+    Path table = dir.resolve("t");
+    // 100 rows in 2 tasks of 50, at most 20 rows a file: c000 (20), c001 (20), c002 (10) each.
+    rows(100, 2).write().option("maxRecordsPerFile", 20).mode("append").parquet(table.toString());
+
+    List<String> expected = new ArrayList<>();
+    for (int p = 0; p < 2; p++) {
+      for (int c = 0; c < 3; c++) {
+        expected.add(String.format("part-%05d-nightly-1-w000-c%03d.snappy.parquet", p, c));
+      }
+    }
+    assertEquals(expected, dataFiles(table));
+    JsonNode outcome = timeline(table, ".outcome").get(0);
+    assertEquals(6, outcome.get("files").size());
+    long rows = 0;
+    for (JsonNode file : outcome.get("files")) {
+      assertTrue(file.get("rows").asLong() <= 20, file.toString());
+      rows += file.get("rows").asLong();
+    }
+    assertEquals(100, rows);
+
+    // The driver restarts and the job runs again: the committed write is skipped, no duplicate.
+    forgetWriteCounts();
+    rows(100, 2).write().option("maxRecordsPerFile", 20).mode("append").parquet(table.toString());
+    assertEquals(expected, dataFiles(table));
+    assertEquals(100, spark.read().parquet(table.toString()).count());
+  }
+
+  @Test
   void aFailedTaskAttemptLeavesNothingAndTheRetryCommits() throws IOException {
     Path table = dir.resolve("t");
     rows(100, 4).selectExpr("failOnceAt30(n) AS n").write().mode("append").parquet(table.toString());
