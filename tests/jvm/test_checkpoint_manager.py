@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from sparkguard.spark_lib import sparkconf
@@ -85,18 +84,8 @@ def manager_conf(server: s3server.S3Server, jars: Path, *, endpoint: str) -> dic
     return conf
 
 
-def s3_client(server: s3server.S3Server) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-
-
 def checkpoint_files(server: s3server.S3Server, bucket: str, prefix: str) -> dict[str, bytes]:
-    client = s3_client(server)
+    client = server.client()
     keys: list[str] = []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys += [o["Key"] for o in page.get("Contents", [])]
@@ -278,7 +267,7 @@ def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_er
 
     try:
         start(0)
-        client = s3_client(s3_server)
+        client = s3_server.client()
         deadline = time.monotonic() + 300
         while "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/1"):
             assert queries[0].poll() is None, outputs[0][1].read_text()[-3000:]
@@ -323,7 +312,7 @@ def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
     env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
-    client = s3_client(s3_server)
+    client = s3_server.client()
 
     def committed() -> int:
         listing = client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/")

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from sparkguard import cli
@@ -37,14 +36,7 @@ def _conf(server: s3server.S3Server, jars: Path, journal: str) -> dict[str, str]
 
 
 def _keys(server: s3server.S3Server, bucket: str, prefix: str) -> list[str]:
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import boto3
 import pytest
 
 from tests.jvm import s3a
@@ -43,14 +42,7 @@ def test_plain_pyspark_writes_parquet_through_s3a(
         conf=s3a.spark_conf(s3_server, s3a_jars),
     )
     assert result == {"rows": 1000, "ids": 1000}
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
-    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
     data = [k for k in keys if k.endswith(".parquet")]
     assert len(data) == 4
     assert all(k.startswith("plain/table/part-0000") for k in data)

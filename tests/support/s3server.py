@@ -52,19 +52,22 @@ class S3Server:
             "AWS_ENDPOINT_URL_S3": self.endpoint,
         }
 
-    def create_bucket(self, name: str | None = None) -> str:
-        """Create a fresh bucket; returns its name."""
+    def client(self) -> Any:
+        """A boto3 S3 client of this server (the tests' keys and region)."""
         import boto3
 
-        bucket = name or f"sg-{uuid.uuid4().hex[:12]}"
-        client = boto3.client(
+        return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
             region_name="us-east-1",
         )
-        client.create_bucket(Bucket=bucket)
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a fresh bucket; returns its name."""
+        bucket = name or f"sg-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=bucket)
         return bucket
 
 
