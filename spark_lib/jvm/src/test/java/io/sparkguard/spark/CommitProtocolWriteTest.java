@@ -387,6 +387,127 @@ class CommitProtocolWriteTest {
         timeline(table, ".outcome").stream().map(d -> d.get("outcome").asText()).sorted().collect(Collectors.toList()));
   }
 
+  /** Which of two attempts of one task Spark's OutputCommitCoordinator lets commit, and when the other ends. */
+  private enum LoserEnds { ABORTED_BEFORE_THE_WINNER_COMMITS, ABORTED_AFTER_THE_WINNER_COMMITS, NEVER_ABORTED }
+
+  /** The bytes of a whole Parquet file of {@code n} rows, written by Spark to a scratch table. */
+  private byte[] parquetOf(int n, String scratch) throws IOException {
+    Path table = dir.resolve(scratch);
+    rows(n, 1).write().mode("append").parquet(table.toString());
+    List<String> files = dataFiles(table);
+    assertEquals(1, files.size(), files.toString());
+    return Files.readAllBytes(table.resolve(files.get(0)));
+  }
+
+  /** What Spark ships to a task: its own deserialized copy of the driver's protocol. */
+  private static SparkguardCommitProtocol shipToTask(SparkguardCommitProtocol driver) throws Exception {
+    java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+    try (java.io.ObjectOutputStream out = new java.io.ObjectOutputStream(bytes)) {
+      out.writeObject(driver);
+    }
+    try (java.io.ObjectInputStream in =
+        new java.io.ObjectInputStream(new java.io.ByteArrayInputStream(bytes.toByteArray()))) {
+      return (SparkguardCommitProtocol) in.readObject();
+    }
+  }
+
+  /** Spark's writer: create(overwrite=false) on the path the protocol returned, through Hadoop's local FS (with its .crc). */
+  private static void writeThroughHadoop(String path, byte[] data, org.apache.hadoop.conf.Configuration conf) throws IOException {
+    org.apache.hadoop.fs.FileSystem fs = org.apache.hadoop.fs.FileSystem.getLocal(conf);
+    try (java.io.OutputStream out = fs.create(new org.apache.hadoop.fs.Path(path), false)) {
+      out.write(data);
+    }
+  }
+
+  /**
+   * Two attempts of task 0 (speculation): both write the same deterministic name under their
+   * own temp names, the coordinator lets one commit, the other is aborted (or its executor is
+   * lost and it is never aborted). Only the winner's file is published, whole, and listed.
+   */
+  private void duplicateAttemptOfOneTask(LoserEnds loserEnds) throws Exception {
+    byte[] winnerBytes = parquetOf(3, "scratch-winner");
+    byte[] loserBytes = parquetOf(5, "scratch-loser");
+    assertFalse(java.util.Arrays.equals(winnerBytes, loserBytes));
+    Path table = dir.resolve("t");
+    org.apache.hadoop.conf.Configuration conf = spark.sparkContext().hadoopConfiguration();
+
+    SparkguardCommitProtocol driver = (SparkguardCommitProtocol) org.apache.spark.internal.io.FileCommitProtocol
+        .instantiate(SparkguardCommitProtocol.class.getName(), "0", table.toString(), false);
+    org.apache.hadoop.mapreduce.JobContext job = new org.apache.hadoop.mapreduce.task.JobContextImpl(
+        conf, new org.apache.hadoop.mapreduce.JobID("20250101000000", 0));
+    driver.setupJob(job);
+    assertTrue(driver.instant() != null, "setupJob opened an instant");
+
+    SparkguardCommitProtocol[] protocols = new SparkguardCommitProtocol[2];
+    org.apache.hadoop.mapreduce.TaskAttemptContext[] contexts = new org.apache.hadoop.mapreduce.TaskAttemptContext[2];
+    String[] work = new String[2];
+    for (int attempt = 0; attempt < 2; attempt++) {
+      protocols[attempt] = shipToTask(driver);
+      contexts[attempt] = new org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl(conf,
+          new org.apache.hadoop.mapreduce.TaskAttemptID("20250101000000", 0,
+              org.apache.hadoop.mapreduce.TaskType.MAP, 0, attempt));
+      protocols[attempt].setupTask(contexts[attempt]);
+      work[attempt] = protocols[attempt].newTaskTempFile(
+          contexts[attempt], scala.Option.empty(), new org.apache.spark.internal.io.FileNameSpec("", ".parquet"));
+    }
+    String name = "part-00000-nightly-1-w000.parquet";
+    assertTrue(work[0].contains("." + name + ".sg-tmp-"), work[0]);
+    assertTrue(work[1].contains("." + name + ".sg-tmp-"), work[1]);
+    assertFalse(work[0].equals(work[1]), "the two attempts must not share one temp name: " + work[0]);
+    // Attempt 1 (the speculative copy) wins: attempt 0 wrote first but is the slow one.
+    writeThroughHadoop(work[0], loserBytes, conf);
+    writeThroughHadoop(work[1], winnerBytes, conf);
+
+    if (loserEnds == LoserEnds.ABORTED_BEFORE_THE_WINNER_COMMITS) {
+      protocols[0].abortTask(contexts[0]);
+      assertFalse(Files.exists(Path.of(new org.apache.hadoop.fs.Path(work[0]).toUri().getPath())), "the loser's temp file goes with its abort");
+    }
+    org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage winner = protocols[1].commitTask(contexts[1]);
+    if (loserEnds == LoserEnds.ABORTED_AFTER_THE_WINNER_COMMITS) {
+      protocols[0].abortTask(contexts[0]);
+    }
+    assertTrue(java.util.Arrays.equals(winnerBytes, Files.readAllBytes(table.resolve(name))),
+        "the published file is the winner's, whole, before the job commits");
+    driver.commitJob(job, scala.jdk.javaapi.CollectionConverters.asScala(List.of(winner)).toList());
+
+    assertTrue(java.util.Arrays.equals(winnerBytes, Files.readAllBytes(table.resolve(name))),
+        "the loser's abort must never delete or replace the winner's published file");
+    List<String> everything;
+    try (Stream<Path> walk = Files.walk(table)) {
+      everything = walk.filter(Files::isRegularFile).map(p -> table.relativize(p).toString())
+          .filter(p -> !p.startsWith("_sparkguard/")).sorted().collect(Collectors.toList());
+    }
+    // The file and Hadoop's checksum of it (moved with it by the publish); no .sg-tmp- of either attempt.
+    assertEquals(List.of("." + name + ".crc", name), everything);
+    JsonNode outcome = timeline(table, ".outcome").get(0);
+    assertEquals("committed", outcome.get("outcome").asText());
+    assertEquals(driver.instant(), outcome.get("instant").asText());
+    assertEquals(1, outcome.get("files").size(), outcome.toString());
+    JsonNode file = outcome.get("files").get(0);
+    assertEquals(name, file.get("path").asText());
+    assertEquals(winnerBytes.length, file.get("size").asLong());
+    assertEquals(3, file.get("rows").asLong());
+    assertFalse(Files.exists(table.resolve("_sparkguard/markers/" + driver.instant())), "markers removed after commit");
+    // Read through Hadoop's checksummed FS and Spark: the checksum beside it is the winner's.
+    assertEquals(3, spark.read().parquet(table.toString()).count());
+    assertEquals(3, spark.read().parquet(table.toString()).select("n").distinct().count());
+  }
+
+  @Test
+  void aDuplicateAttemptAbortedBeforeTheWinnerCommitsLeavesOnlyTheWinnersFile() throws Exception {
+    duplicateAttemptOfOneTask(LoserEnds.ABORTED_BEFORE_THE_WINNER_COMMITS);
+  }
+
+  @Test
+  void aDuplicateAttemptAbortedAfterTheWinnerCommitsNeverDeletesTheWinnersFile() throws Exception {
+    duplicateAttemptOfOneTask(LoserEnds.ABORTED_AFTER_THE_WINNER_COMMITS);
+  }
+
+  @Test
+  void aDuplicateAttemptNeverAbortedLeavesNoTempFileAfterTheCommit() throws Exception {
+    duplicateAttemptOfOneTask(LoserEnds.NEVER_ABORTED);
+  }
+
   private static String rootMessage(Throwable error) {
     Throwable cause = error;
     while (cause.getCause() != null && cause.getCause() != cause) {
