@@ -1,6 +1,5 @@
 package io.sparkguard.spark;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
@@ -76,24 +75,31 @@ public interface AtomicStore extends Serializable {
   }
 
   /**
-   * The store for {@code table}, chosen by its scheme: local paths are a rename store; any other
-   * scheme must be an object store with conditional create ({@link ObjectStoreAtomicStore}),
-   * else the write is refused with a message naming the setting.
+   * Hadoop setting (tests only): {@code true} makes a {@code file://} table use {@link
+   * HadoopRenameAtomicStore} over Hadoop's local filesystem instead of {@link LocalAtomicStore},
+   * so the HDFS mechanism runs through the same {@code FileContext} API without a cluster. Off
+   * by default; never read for any other scheme. In a Spark session: {@code
+   * spark.hadoop.sparkguard.test.hadoopRenameStoreForLocal=true}.
+   */
+  String FORCE_HADOOP_RENAME_FOR_LOCAL = "sparkguard.test.hadoopRenameStoreForLocal";
+
+  /**
+   * The store for {@code table}, chosen by its scheme: local paths are a rename store on
+   * java.nio ({@link LocalAtomicStore}); {@code hdfs} and {@code viewfs} a rename store through
+   * Hadoop's {@code FileContext} ({@link HadoopRenameAtomicStore}); any other scheme must be an
+   * object store with conditional create ({@link ObjectStoreAtomicStore}), else the write is
+   * refused with a message naming the setting.
    */
   static AtomicStore forTable(Path table, Configuration conf) {
     String scheme = table.toUri().getScheme();
-    if (scheme == null || scheme.equals("file")) {
-      return new LocalAtomicStore();
-    }
-    if (scheme.equals("hdfs") || scheme.equals("viewfs")) {
-      throw new UnsupportedWriteException(
-          "sparkguard's JVM commit protocol writes to local paths (file://) and to object stores"
-              + " with conditional create (s3a://) in this version; " + table + " is on '" + scheme
-              + "': write it with Spark's default protocol (unset"
-              + " spark.sql.sources.commitProtocolClass) or through the Python writer"
-              + " (df.write.format(\"sparkguard\"))");
-    }
+    boolean local = scheme == null || scheme.equals("file");
     try {
+      if (local && !conf.getBoolean(FORCE_HADOOP_RENAME_FOR_LOCAL, false)) {
+        return new LocalAtomicStore();
+      }
+      if (local || scheme.equals("hdfs") || scheme.equals("viewfs")) {
+        return HadoopRenameAtomicStore.open(table, conf);
+      }
       return ObjectStoreAtomicStore.open(table, conf);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot open the filesystem of " + table, e);

@@ -213,7 +213,11 @@ public final class ObjectStoreAtomicStore implements AtomicStore {
 
   @Override
   public List<String> listFiles(Path dir) throws IOException {
-    FileSystem fs = fs();
+    return listFiles(fs(), dir);
+  }
+
+  /** {@link AtomicStore#listFiles} through the Hadoop {@code FileSystem} API (rename stores too). */
+  static List<String> listFiles(FileSystem fs, Path dir) throws IOException {
     String prefix = fs.makeQualified(dir).toUri().getPath();
     prefix = prefix.endsWith("/") ? prefix : prefix + "/";
     List<String> names = new ArrayList<>();

@@ -32,7 +32,21 @@ public final class RenameAtomicFiles implements AtomicFiles {
   private final FileContext fc;
 
   RenameAtomicFiles(Path anyPath, Configuration conf) throws IOException {
-    this.fc = FileContext.getFileContext(anyPath.toUri(), conf);
+    this(FileContext.getFileContext(anyPath.toUri(), conf));
+  }
+
+  /** Over an open {@code FileContext} (the commit protocol's {@link HadoopRenameAtomicStore}). */
+  RenameAtomicFiles(FileContext fc) {
+    this.fc = fc;
+  }
+
+  /**
+   * Publish the closed temp file {@code temp} as {@code path}: {@code FileContext.rename} with
+   * {@code Rename.NONE} (put-if-absent: {@code FileAlreadyExistsException} when the name exists,
+   * atomically on HDFS's NameNode) or {@code Rename.OVERWRITE} (replaces in one step).
+   */
+  static void rename(FileContext fc, Path temp, Path path, boolean overwrite) throws IOException {
+    fc.rename(temp, path, overwrite ? Options.Rename.OVERWRITE : Options.Rename.NONE);
   }
 
   @Override
@@ -74,7 +88,7 @@ public final class RenameAtomicFiles implements AtomicFiles {
           out.hsync();
         }
         out.close();
-        fc.rename(temp, path, overwrite ? Options.Rename.OVERWRITE : Options.Rename.NONE);
+        rename(fc, temp, path, overwrite);
         published = true;
       } finally {
         if (!published) {

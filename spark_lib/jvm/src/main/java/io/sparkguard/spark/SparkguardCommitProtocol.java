@@ -53,19 +53,21 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <tr><td>W11</td><td>driver, {@link #abortJob}</td><td>claim the instant as rolled back; its files are removed by the next {@code sparkguard rollback}</td></tr>
  * </table>
  *
- * <p>W5/W6 per store ({@link AtomicStore}): on local disk the task writes a temp name and
- * publishes by rename in {@link #commitTask}; on object stores ({@code s3a://}, {@link
- * ObjectStoreAtomicStore}) it writes the final name directly (the object appears whole when its
- * upload completes) and there is nothing to publish.
+ * <p>W5/W6 per store ({@link AtomicStore}): on local disk ({@link LocalAtomicStore}) and on
+ * HDFS ({@code hdfs://}, {@code viewfs://}: {@link HadoopRenameAtomicStore}, {@code
+ * FileContext.rename}) the task writes a temp name and publishes by rename in {@link
+ * #commitTask}; on object stores ({@code s3a://}, {@link ObjectStoreAtomicStore}) it writes the
+ * final name directly (the object appears whole when its upload completes) and there is nothing
+ * to publish.
  *
- * <p>A failed task attempt on local disk leaves only temp files (deleted in {@link #abortTask},
- * or by the commit); it never deletes a published name, so a previous run's committed file
+ * <p>A failed task attempt on a rename store leaves only temp files (deleted in {@link
+ * #abortTask}, or by the commit); it never deletes a published name, so a previous run's committed file
  * survives a rerun's failed attempt. On object stores Spark's closing of the failed writer
  * completes a file of partial rows under the final name, so {@link #abortTask} deletes the names
  * the attempt opened; none is committed there, because {@code rerun=rewrite} (and speculation,
  * whose killed copies would do the same over the winner) are refused on object stores. This
- * version writes local paths and object stores with conditional create, with direct markers or
- * markers batched by the driver's sidecar, in append mode, static overwrite (deferred: {@link
+ * version writes local paths, HDFS and object stores with conditional create, with direct
+ * markers or markers batched by the driver's sidecar, in append mode, static overwrite (deferred: {@link
  * #deleteWithJob} deletes nothing, the commit supersedes, W9b deletes) and dynamic partition
  * overwrite; anything else is refused at once with a message naming the setting.
  */
