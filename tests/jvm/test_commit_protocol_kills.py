@@ -112,10 +112,13 @@ def _kill_when(where: Where, ready: Callable[[Where], bool], delay: float) -> No
 def _rollback(
     where: Where, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, object]:
-    """``sparkguard rollback --job-id J --journal URL`` as a user runs it after the crash."""
+    """``sparkguard rollback`` as the rollback initContainer runs it after the crash. A kill
+    between the inflight (W2) and the journal entry (W3) leaves no journal yet: that instant has
+    no markers and no files, and the rerun's W1 claims it (docs/storage-contract.md)."""
     monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(where.options))
     capsys.readouterr()
-    argv = ["rollback", "--job-id", JOB, "--journal", where.journal, "--json", "--quiet"]
+    argv = ["rollback", "--job-id", JOB, "--journal", where.journal, "--allow-missing-journal"]
+    argv += ["--json", "--quiet"]
     code = cli.main(argv)
     out = capsys.readouterr().out
     assert code == 0, out
@@ -164,7 +167,7 @@ def test_killed_at_each_stage_then_rolled_back_and_rerun_is_exactly_once(
 
 
 @pytest.mark.parametrize(
-    ("where", "seed"), _cases("local", [11, 23]) + _cases("s3", S3_SEEDS), indirect=["where"]
+    ("where", "seed"), _cases("local", [23]) + _cases("s3", S3_SEEDS), indirect=["where"]
 )
 def test_killed_at_a_random_moment_of_the_write_then_rerun_is_exactly_once(
     where: Where,
