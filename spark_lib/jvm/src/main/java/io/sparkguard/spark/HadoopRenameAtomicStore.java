@@ -2,14 +2,10 @@ package io.sparkguard.spark;
 
 import java.io.FileNotFoundException;
 import java.io.IOException;
-import java.io.ObjectInputStream;
-import java.io.ObjectOutputStream;
 import java.net.URI;
 import java.util.EnumSet;
-import java.util.List;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CreateFlag;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
 import org.apache.hadoop.fs.FileContext;
@@ -46,40 +42,27 @@ import org.apache.hadoop.fs.StreamCapabilities;
  * <p>Serializable: the Hadoop {@code Configuration} it was opened with travels with it (as {@code
  * Writable}); each JVM opens the {@code FileContext} and {@code FileSystem} from it once.
  */
-public final class HadoopRenameAtomicStore implements AtomicStore {
+public final class HadoopRenameAtomicStore extends HadoopFileSystemStore {
   private static final long serialVersionUID = 1L;
 
-  private final URI root;
-  private transient Configuration conf;
   private transient FileContext fc;
-  private transient FileSystem fs;
 
-  private HadoopRenameAtomicStore(URI root, Configuration conf) {
-    this.root = root;
-    this.conf = conf;
+  private HadoopRenameAtomicStore(URI root, Configuration conf, FileSystem fs) {
+    super(root, conf, fs);
   }
 
   /** The store of {@code table}'s filesystem, opened with (a copy of) {@code conf}. */
   static HadoopRenameAtomicStore open(Path table, Configuration conf) throws IOException {
     Configuration copy = new Configuration(conf);
     FileSystem fs = table.getFileSystem(copy);
-    HadoopRenameAtomicStore store = new HadoopRenameAtomicStore(fs.getUri(), copy);
-    store.fs = fs;
-    return store;
+    return new HadoopRenameAtomicStore(fs.getUri(), copy, fs);
   }
 
   private FileContext fc() throws IOException {
     if (fc == null) {
-      fc = FileContext.getFileContext(root, conf);
+      fc = FileContext.getFileContext(root, conf());
     }
     return fc;
-  }
-
-  private FileSystem fs() throws IOException {
-    if (fs == null) {
-      fs = FileSystem.get(root, conf);
-    }
-    return fs;
   }
 
   @Override
@@ -134,47 +117,5 @@ public final class HadoopRenameAtomicStore implements AtomicStore {
       }
     }
     return removed;
-  }
-
-  @Override
-  public byte[] read(Path path) throws IOException {
-    try (FSDataInputStream in = fs().open(path)) {
-      return in.readAllBytes();
-    }
-  }
-
-  @Override
-  public long size(Path path) throws IOException {
-    try {
-      return fs().getFileStatus(path).getLen();
-    } catch (FileNotFoundException e) {
-      return -1;
-    }
-  }
-
-  @Override
-  public List<String> listFiles(Path dir) throws IOException {
-    return ObjectStoreAtomicStore.listFiles(fs(), dir);
-  }
-
-  @Override
-  public boolean delete(Path path) throws IOException {
-    return fs().delete(path, false);
-  }
-
-  @Override
-  public void deleteDirectory(Path dir) throws IOException {
-    fs().delete(dir, true);
-  }
-
-  private void writeObject(ObjectOutputStream out) throws IOException {
-    out.defaultWriteObject();
-    conf.write(out);
-  }
-
-  private void readObject(ObjectInputStream in) throws IOException, ClassNotFoundException {
-    in.defaultReadObject();
-    conf = new Configuration(false);
-    conf.readFields(in);
   }
 }

@@ -1,26 +1,17 @@
 package io.sparkguard.spark;
 
 import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
-import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.InterruptedIOException;
-import java.io.ObjectInputStream;
-import java.io.ObjectOutputStream;
 import java.net.URI;
-import java.util.ArrayList;
-import java.util.Collections;
-import java.util.List;
 import java.util.concurrent.ExecutionException;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
 import org.apache.hadoop.fs.FileSystem;
-import org.apache.hadoop.fs.LocatedFileStatus;
 import org.apache.hadoop.fs.MultipartUploader;
 import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.fs.RemoteIterator;
 
 /**
  * An object store reached through the Hadoop {@code FileSystem} API ({@code s3a://}, and any
@@ -51,7 +42,7 @@ import org.apache.hadoop.fs.RemoteIterator;
  * <p>Serializable: the Hadoop {@code Configuration} it was opened with travels with it (as
  * {@code Writable}), and each JVM opens the filesystem from it once (Hadoop's filesystem cache).
  */
-public final class ObjectStoreAtomicStore implements AtomicStore {
+public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   private static final long serialVersionUID = 1L;
 
   /** The create option (hadoop-common {@code Options.CreateFileOptionKeys}) and capability. */
@@ -61,15 +52,10 @@ public final class ObjectStoreAtomicStore implements AtomicStore {
   /** S3A's path capability: {@code create()} skips the overwrite probes (and so replaces). */
   static final String S3A_CREATE_PERFORMANCE = "fs.s3a.create.performance.enabled";
 
-  private final URI root;
-  private transient Configuration conf;
-  private transient FileSystem fs;
-  private boolean replacesOnCreate;
+  private final boolean replacesOnCreate;
 
   private ObjectStoreAtomicStore(URI root, Configuration conf, FileSystem fs, boolean replaces) {
-    this.root = root;
-    this.conf = conf;
-    this.fs = fs;
+    super(root, conf, fs);
     this.replacesOnCreate = replaces;
   }
 
@@ -99,13 +85,6 @@ public final class ObjectStoreAtomicStore implements AtomicStore {
     }
     boolean replaces = fs.hasPathCapability(table, S3A_CREATE_PERFORMANCE);
     return new ObjectStoreAtomicStore(fs.getUri(), copy, fs, replaces);
-  }
-
-  private FileSystem fs() throws IOException {
-    if (fs == null) {
-      fs = FileSystem.get(root, conf);
-    }
-    return fs;
   }
 
   @Override
@@ -192,68 +171,5 @@ public final class ObjectStoreAtomicStore implements AtomicStore {
     } catch (UnsupportedOperationException e) {
       return 0;
     }
-  }
-
-  @Override
-  public byte[] read(Path path) throws IOException {
-    FileSystem fs = fs();
-    try (FSDataInputStream in = fs.open(path)) {
-      return in.readAllBytes();
-    }
-  }
-
-  @Override
-  public long size(Path path) throws IOException {
-    try {
-      return fs().getFileStatus(path).getLen();
-    } catch (FileNotFoundException e) {
-      return -1;
-    }
-  }
-
-  @Override
-  public List<String> listFiles(Path dir) throws IOException {
-    return listFiles(fs(), dir);
-  }
-
-  /** {@link AtomicStore#listFiles} through the Hadoop {@code FileSystem} API (rename stores too). */
-  static List<String> listFiles(FileSystem fs, Path dir) throws IOException {
-    String prefix = fs.makeQualified(dir).toUri().getPath();
-    prefix = prefix.endsWith("/") ? prefix : prefix + "/";
-    List<String> names = new ArrayList<>();
-    try {
-      RemoteIterator<LocatedFileStatus> files = fs.listFiles(dir, true);  // S3A: one flat LIST
-      while (files.hasNext()) {
-        String file = files.next().getPath().toUri().getPath();
-        if (file.startsWith(prefix)) {
-          names.add(file.substring(prefix.length()));
-        }
-      }
-    } catch (FileNotFoundException e) {
-      return Collections.emptyList();
-    }
-    Collections.sort(names);
-    return names;
-  }
-
-  @Override
-  public boolean delete(Path path) throws IOException {
-    return fs().delete(path, false);
-  }
-
-  @Override
-  public void deleteDirectory(Path dir) throws IOException {
-    fs().delete(dir, true);
-  }
-
-  private void writeObject(ObjectOutputStream out) throws IOException {
-    out.defaultWriteObject();
-    conf.write(out);
-  }
-
-  private void readObject(ObjectInputStream in) throws IOException, ClassNotFoundException {
-    in.defaultReadObject();
-    conf = new Configuration(false);
-    conf.readFields(in);
   }
 }
