@@ -115,6 +115,8 @@ def test_the_cluster_default_off_leaves_unannotated_apps_out_and_annotated_ones_
     )
     env = {"SPARKGUARD_JVM_LAYER": "false", "SPARKGUARD_WEBHOOK_MODE": "disabled"}
     assert config_.load_config(env).jvm_layer_default is False
+    with pytest.raises(errors.ConfigError, match="SPARKGUARD_JVM_LAYER='maybe' must be 'true' or"):
+        config_.load_config({**env, "SPARKGUARD_JVM_LAYER": "maybe"})
 
 
 def test_opt_out_keeps_the_users_own_protocol_and_jars(config: config_.OperatorConfig) -> None:
