@@ -87,6 +87,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private String instant;
   /** The write identity (see {@link WriteCounter}), set with {@link #instant}. */
   private int write;
+  /** The micro-batch this write runs in ({@code foreachBatch}), or {@code null}; set with
+   * {@link #write}. */
+  private MicroBatch microBatch;
   /** {@code append}, {@code rewrite} for a rerun's committed write written again, {@code
    * overwrite} or {@code overwrite-partitions}. */
   private String operation = "append";
@@ -163,8 +166,15 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       extra.put("protocol", PROTOCOL);
       extra.put("sparkJobId", sparkJobId);
       fenceEarlierAttempts();
-      write = WriteCounter.next(settings.jobId(), tableUrl());
-      String committed = timeline().committedWrite(settings.jobId(), write);
+      // Inside foreachBatch the identity is (query, batch, n-th write of the batch): a
+      // restarted query begins with the batch that failed, not with the run's first write.
+      microBatch = MicroBatch.current();
+      if (microBatch != null) {
+        extra.put(MicroBatch.EXTRA_KEY, microBatch.toJson());
+      }
+      String scope = microBatch == null ? "" : microBatch.counterScope();
+      write = WriteCounter.next(settings.jobId(), tableUrl() + scope);
+      String committed = timeline().committedWrite(settings.jobId(), write, microBatch);
       if (committed != null && !settings.rewriteOnRerun()) {
         // W1: write n of this job already committed (a rerun): the tasks write to local scratch
         // space, nothing reaches the table and no instant is opened (rerun=skip).
@@ -284,9 +294,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     int partition = taskContext.getTaskAttemptID().getTaskID().getId();
     // Spark's suffix is "-c000.<ext>" for one directory but ".c000.<ext>" under partition
     // directories; the contract's name is part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>
-    // in both (n: the write identity).
+    // in both (n: the write identity), with -q<query>-b<batchId:010d> before -w inside a
+    // micro-batch (MicroBatch#nameTag).
     String suffix = spec.suffix().matches("^\\.c[0-9]{3}.*") ? "-" + spec.suffix().substring(1) : spec.suffix();
-    String name = spec.prefix() + String.format("part-%05d-%s-w%03d", partition, settings.jobId(), write) + suffix;
+    String batchTag = microBatch == null ? "" : "-" + microBatch.nameTag();
+    String name = spec.prefix()
+        + String.format("part-%05d-%s%s-w%03d", partition, settings.jobId(), batchTag, write) + suffix;
     String relative = dir.isDefined() ? dir.get() + "/" + name : name;
     if (pending == null) {
       pending = new LinkedHashMap<>();
@@ -505,6 +518,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         rows += Math.max(file.rows, 0);
       }
       Map<String, Object> extra = commitExtra(reported.keySet(), rows);
+      if (microBatch != null) {
+        extra.put(MicroBatch.EXTRA_KEY, microBatch.toJson());
+      }
       List<String> partitions = replacedPartitions(reported.keySet());
       if (operation.equals("overwrite-partitions")) {
         extra.put("partitions", partitions);

@@ -163,11 +163,27 @@ public final class Timeline implements Serializable {
   /**
    * The COMMITTED instant of {@code jobId} whose write identity is {@code write} (the last one,
    * if several), or {@code null}: a rerun's write n that already committed. An {@code .inflight}
-   * without {@code "write"} is write 0; stream registrations are not writes.
+   * without {@code "write"} is write 0; stream registrations and file-sink batches are not
+   * writes.
    */
   public String committedWrite(String jobId, int write) throws IOException {
-    String found = null;
-    for (String name : new java.util.TreeSet<>(store.listFiles(directory()))) {
+    return committedWrite(jobId, write, null);
+  }
+
+  /**
+   * {@link #committedWrite(String, int)} for a write inside micro-batch {@code batch} ({@code
+   * null}: a plain write): only instants recording the same {@code extra.microBatch} (query id
+   * and batch id) count, and plain writes only match plain writes.
+   *
+   * <p>Instants are read newest first. For a micro-batch write the scan stops at the first
+   * instant of the same query with a smaller batch id: the query ran its batches in order, so
+   * every instant of this batch is newer (this assumes the clocks of successive drivers agree
+   * to within a restart's time, as the instant ids' ordering does everywhere in the contract).
+   * In a running query that is one read per write, however long the timeline.
+   */
+  String committedWrite(String jobId, int write, MicroBatch batch) throws IOException {
+    java.util.TreeSet<String> names = new java.util.TreeSet<>(store.listFiles(directory()));
+    for (String name : names.descendingSet()) {
       if (!name.endsWith(".outcome")) {
         continue;
       }
@@ -175,21 +191,31 @@ public final class Timeline implements Serializable {
       if (!instant.matches("[0-9]{17}-.*") || !instant.substring(18).equals(jobId)) {
         continue;
       }
-      com.fasterxml.jackson.databind.JsonNode outcome = JSON.readTree(store.read(file(instant, ".outcome")));
-      com.fasterxml.jackson.databind.JsonNode extra = outcome.path("extra");
-      if (!"committed".equals(outcome.path("outcome").asText())
-          || "stream-register".equals(extra.path("operation").asText())) {
+      // No .inflight (not written by this contract version): a plain write 0.
+      com.fasterxml.jackson.databind.JsonNode inflight = names.contains(instant + ".inflight")
+          ? inflight(instant) : JSON.createObjectNode();
+      String operation = inflight.path("operation").asText();
+      if (operation.equals("stream-register") || operation.equals("stream-batch")) {
         continue;
       }
-      int recorded = 0;
-      if (store.size(file(instant, ".inflight")) >= 0) {
-        recorded = JSON.readTree(store.read(file(instant, ".inflight"))).path("write").asInt(0);
+      com.fasterxml.jackson.databind.JsonNode recorded =
+          inflight.path("extra").path(MicroBatch.EXTRA_KEY);
+      if (batch != null
+          && batch.queryId.equals(recorded.path("queryId").asText())
+          && recorded.path("batchId").canConvertToLong()
+          && recorded.path("batchId").asLong() < batch.batchId) {
+        return null;  // an earlier batch of the query: nothing older can be this batch
       }
-      if (recorded == write) {
-        found = instant;
+      if (!MicroBatch.matches(batch, recorded) || inflight.path("write").asInt(0) != write) {
+        continue;
+      }
+      com.fasterxml.jackson.databind.JsonNode outcome = JSON.readTree(store.read(file(instant, ".outcome")));
+      if ("committed".equals(outcome.path("outcome").asText())
+          && !"stream-register".equals(outcome.path("extra").path("operation").asText())) {
+        return instant;
       }
     }
-    return found;
+    return null;
   }
 
   /** Whether {@code instant} is decided (its {@code .outcome} exists). */
