@@ -63,11 +63,19 @@ public interface AtomicFiles {
     }
   }
 
-  /** The implementation for the store of {@code path} (see the class comment). */
+  /**
+   * The implementation for the store of {@code path} (see the class comment). Like {@link
+   * AtomicStore#forTable(Path, Configuration)}, it honours the tests-only Hadoop setting {@link
+   * AtomicStore#FORCE_HADOOP_RENAME_FOR_LOCAL}: a {@code file://} path then gets {@link
+   * RenameAtomicFiles} (HDFS's mechanism) over Hadoop's local filesystem.
+   */
   static AtomicFiles forPath(Path path, Configuration conf) throws IOException {
     FileSystem fs = path.getFileSystem(conf);
     String scheme = fs.getUri().getScheme();
     if ("file".equals(scheme)) {
+      if (conf.getBoolean(AtomicStore.FORCE_HADOOP_RENAME_FOR_LOCAL, false)) {
+        return new RenameAtomicFiles(path, conf);
+      }
       return new LocalAtomicFiles();
     }
     if ("s3a".equals(scheme)) {

@@ -77,8 +77,9 @@ public interface AtomicStore extends Serializable {
   /**
    * Hadoop setting (tests only): {@code true} makes a {@code file://} table use {@link
    * HadoopRenameAtomicStore} over Hadoop's local filesystem instead of {@link LocalAtomicStore},
-   * so the HDFS mechanism runs through the same {@code FileContext} API without a cluster. Off
-   * by default; never read for any other scheme. In a Spark session: {@code
+   * so the HDFS mechanism runs through the same {@code FileContext} API without a cluster; the
+   * checkpoint manager's {@link AtomicFiles#forPath} honours it too ({@link RenameAtomicFiles}).
+   * Off by default; never read for any other scheme. In a Spark session: {@code
    * spark.hadoop.sparkguard.test.hadoopRenameStoreForLocal=true}.
    */
   String FORCE_HADOOP_RENAME_FOR_LOCAL = "sparkguard.test.hadoopRenameStoreForLocal";
