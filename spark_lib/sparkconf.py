@@ -101,17 +101,17 @@ def build_spark_conf(
     token_file: str | None = None,
     journal: str | None = None,
     jar: str | Path | None = None,
-    streaming_sink: bool = False,
+    streaming_sink: bool = True,
     names: Mapping[str, str] = PARAMETER_NAMES,
 ) -> dict[str, str]:
     """The Spark conf that makes every file write of a job go through sparkguard's protocol,
     and every streaming checkpoint file through sparkguard's checkpoint file manager (one
     conditional PUT per file on S3A, fsynced rename on local disk and HDFS).
 
-    Batch writes get ``SparkguardCommitProtocol``. With ``streaming_sink``, the streaming file
-    sink (``writeStream`` to a file format) gets ``SparkguardStreamingCommitProtocol``: opt-in in
-    this version, because that protocol writes local and HDFS-like tables only and refuses an
-    object-store sink, which by default would fail a streaming job that works today.
+    Batch writes get ``SparkguardCommitProtocol``; with ``streaming_sink`` (the default) the
+    streaming file sink (``writeStream`` to a file format) gets
+    ``SparkguardStreamingCommitProtocol`` (deterministic names per batch, markers, no orphan
+    after a rollback). ``streaming_sink=False`` leaves the streaming sink to Spark's own protocol.
 
     ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
@@ -219,8 +219,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--streaming-sink",
-        action="store_true",
-        help="also route the streaming file sink through sparkguard (local/HDFS sinks only)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="route the streaming file sink through sparkguard (default); --no-streaming-sink "
+        "leaves it to Spark's own protocol",
     )
     parser.add_argument(
         "--format",

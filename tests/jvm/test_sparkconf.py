@@ -24,6 +24,7 @@ def test_direct_markers_by_default() -> None:
         "spark.sql.streaming.checkpointFileManagerClass": (
             "io.sparkguard.spark.SparkguardCheckpointFileManager"
         ),
+        "spark.sql.streaming.commitProtocolClass": STREAMING,
         "spark.jars": JAR,
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.markers.type": "DIRECT",
@@ -45,6 +46,7 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
         "spark.sql.streaming.checkpointFileManagerClass": (
             "io.sparkguard.spark.SparkguardCheckpointFileManager"
         ),
+        "spark.sql.streaming.commitProtocolClass": STREAMING,
         "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.owner": "k8s:jobs/nightly/4f2a9c",
@@ -55,18 +57,22 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
     }
 
 
-def test_the_streaming_file_sink_protocol_is_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
-    """Opt-in in this version: the sink protocol refuses object-store sinks, so by default it
-    would fail a streaming job to S3 that works today."""
+def test_the_streaming_file_sink_protocol_is_on_by_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Both streaming classes by default (issue 13); --no-streaming-sink leaves the sink to
+    Spark's own protocol and keeps the checkpoint manager."""
     key = "spark.sql.streaming.commitProtocolClass"
-    assert key not in sparkconf.build_spark_conf("stream-1")
-    assert sparkconf.build_spark_conf("stream-1", streaming_sink=True)[key] == STREAMING
+    assert sparkconf.build_spark_conf("stream-1")[key] == STREAMING
+    assert key not in sparkconf.build_spark_conf("stream-1", streaming_sink=False)
     capsys.readouterr()
     assert cli.main(["spark-conf", "--job-id", "stream-1", "--format", "json"]) == 0
-    assert key not in json.loads(capsys.readouterr().out)
-    argv = ["spark-conf", "--job-id", "stream-1", "--streaming-sink", "--format", "json"]
-    assert cli.main(argv) == 0
     assert json.loads(capsys.readouterr().out)[key] == STREAMING
+    argv = ["spark-conf", "--job-id", "stream-1", "--no-streaming-sink", "--format", "json"]
+    assert cli.main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert key not in printed
+    assert printed[sparkconf.CHECKPOINT_MANAGER_KEY] == sparkconf.CHECKPOINT_MANAGER_CLASS
 
 
 def test_streaming_checkpoints_use_the_jar_s_checkpoint_file_manager() -> None:
@@ -132,7 +138,7 @@ def test_args_format_is_conf_lines_for_spark_submit(capsys: pytest.CaptureFixtur
     )
     assert (code, err) == (0, "")
     words = shlex.split(out)  # what a shell makes of it
-    assert words[0::2] == ["--conf"] * 6
+    assert words[0::2] == ["--conf"] * 7
     assert dict(w.split("=", 1) for w in words[1::2]) == sparkconf.build_spark_conf(
         "j-1", markers="sidecar", endpoint="http://{driverHost}:8765"
     )
