@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,41 @@ def run_job(
         f"{script} exited {result.returncode}, expected {expect_exit}:\n{result.stderr}"
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def kill_when(
+    command: list[str],
+    ready: Callable[[], bool],
+    *,
+    delay: float = 0.0,
+    poll_s: float = 0.02,
+    timeout: float = 600,
+) -> None:
+    """Start the job ``command`` in its own process group, wait until ``ready()``, then
+    ``delay`` seconds, then SIGKILL the whole driver (its Python process and its Spark JVM).
+    Fails the test when the job exits before ``ready()``."""
+    proc = subprocess.Popen(
+        command,
+        env=job_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                stderr = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"the job exited {proc.returncode} too early:\n{stderr[-3000:]}")
+            assert time.monotonic() < deadline, "the job never reached the point of the kill"
+            time.sleep(poll_s)
+        time.sleep(delay)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        if proc.stderr:
+            proc.stderr.close()
 
 
 @contextlib.contextmanager

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
-import signal
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +25,7 @@ import pytest
 from sparkguard import cli
 from sparkguard.spark_lib import commands, reader, sparkconf
 from tests.jvm import s3a
-from tests.jvm.conftest import job_command, job_env, run_job
+from tests.jvm.conftest import job_command, kill_when, run_job
 
 pytestmark = pytest.mark.spark
 
@@ -85,28 +81,10 @@ S3_SEEDS = (11,)
 def _kill_when(where: Where, ready: Callable[[Where], bool], delay: float) -> None:
     """Start the job, wait until ``ready(where)``, then ``delay`` seconds, then SIGKILL the whole
     driver (process group). Fails when the job ended before the stage was reached."""
-    proc = subprocess.Popen(
-        job_command("plain_write.py", where.table, str(ROWS), str(PARTITIONS), conf=where.conf),
-        env=job_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    command = job_command(
+        "plain_write.py", where.table, str(ROWS), str(PARTITIONS), conf=where.conf
     )
-    try:
-        deadline = time.monotonic() + 600
-        while not ready(where):
-            if proc.poll() is not None:
-                stderr = proc.stderr.read().decode() if proc.stderr else ""
-                pytest.fail(f"the job exited {proc.returncode} before the stage:\n{stderr[-3000:]}")
-            assert time.monotonic() < deadline, "the stage was never reached"
-            time.sleep(where.poll_s)
-        time.sleep(delay)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        if proc.stderr:
-            proc.stderr.close()
+    kill_when(command, lambda: ready(where), delay=delay, poll_s=where.poll_s)
 
 
 def _rollback(

@@ -20,11 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
-import signal
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +31,7 @@ import pytest
 from sparkguard import cli
 from sparkguard.spark_lib import commands, reader, sparkconf
 from tests.jvm import s3a
-from tests.jvm.conftest import job_command, job_env, run_job
+from tests.jvm.conftest import job_command, kill_when, run_job
 from tests.jvm.test_checkpoint_manager import assert_every_file_parses, checkpoint_files
 from tests.support import s3server
 
@@ -108,28 +104,7 @@ def _run_until_killed(
     args = [query.checkpoint, query.output, "1000000"]
     if stall is not None:
         args += [str(stall[0]), str(stall[1])]
-    proc = subprocess.Popen(
-        job_command("stream_foreach_batch.py", *args, conf=query.conf),
-        env=job_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: the JVM dies with it
-    )
-    try:
-        deadline = time.monotonic() + 600
-        while not ready():
-            if proc.poll() is not None:
-                stderr = proc.stderr.read().decode() if proc.stderr else ""
-                pytest.fail(f"the query exited {proc.returncode} early:\n{stderr[-3000:]}")
-            assert time.monotonic() < deadline, "the query never reached the kill point"
-            time.sleep(0.02)
-        time.sleep(delay)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        if proc.stderr:
-            proc.stderr.close()
+    kill_when(job_command("stream_foreach_batch.py", *args, conf=query.conf), ready, delay=delay)
 
 
 def _rollback(
