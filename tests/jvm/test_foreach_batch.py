@@ -201,7 +201,7 @@ def test_foreach_batch_killed_mid_write_and_at_random_is_exactly_once(
     assert dead, "no kill landed inside a write in 5 tries"
     summary = _rollback(query, capsys, monkeypatch)
     assert set(dead) <= set(summary["instantsRolledBack"]), summary
-    for _ in range(2):
+    for _ in range(4):
         target = max(query.checkpoint_names("commits"), default=-1) + rng.randint(1, 3)
         _run_until_killed(
             query,
