@@ -109,9 +109,8 @@ def build_spark_conf(
     conditional PUT per file on S3A, fsynced rename on local disk and HDFS).
 
     Batch writes get ``SparkguardCommitProtocol``. With ``streaming_sink``, the streaming file
-    sink (``writeStream`` to a file format) gets ``SparkguardStreamingCommitProtocol``: opt-in in
-    this version, because that protocol writes local and HDFS-like tables only and refuses an
-    object-store sink, which by default would fail a streaming job that works today.
+    sink (``writeStream`` to a file format) gets ``SparkguardStreamingCommitProtocol`` (local,
+    HDFS and object-store sinks with conditional create): opt-in in this version.
 
     ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
@@ -220,7 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--streaming-sink",
         action="store_true",
-        help="also route the streaming file sink through sparkguard (local/HDFS sinks only)",
+        help="also route the streaming file sink through sparkguard (local, HDFS, s3a sinks)",
     )
     parser.add_argument(
         "--format",

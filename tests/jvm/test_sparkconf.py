@@ -56,8 +56,7 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
 
 
 def test_the_streaming_file_sink_protocol_is_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
-    """Opt-in in this version: the sink protocol refuses object-store sinks, so by default it
-    would fail a streaming job to S3 that works today."""
+    """Opt-in in this version: only ``--streaming-sink`` (``streaming_sink=True``) adds it."""
     key = "spark.sql.streaming.commitProtocolClass"
     assert key not in sparkconf.build_spark_conf("stream-1")
     assert sparkconf.build_spark_conf("stream-1", streaming_sink=True)[key] == STREAMING
