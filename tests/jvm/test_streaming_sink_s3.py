@@ -39,6 +39,10 @@ JOB = "stream-s3-job-1"
 ROWS_PER_FILE = 1000
 #: Input files, one micro-batch each: enough that the random kills land before the last batch.
 INPUTS = 10
+#: The first attempt of the task holding this row (batch 6) fails in every execution of that
+#: batch: on S3 Spark's close of the aborted writer completes its object under the final name,
+#: abortTask deletes it, and the retry writes the name again.
+FAIL_ROW = "6500"
 NAME = re.compile(rf"^k=[01]/part-(\d{{5}})-{JOB}-b(\d{{10}})-c\d{{3}}\.snappy\.parquet$")
 
 
@@ -193,7 +197,8 @@ def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
         names = [NAME.match(n) for n in sink.data_files()]
         return any(m and m.group(2) == f"{1:010d}" for m in names)
 
-    _kill_when([*args, str(flag), "1500"], conf, tmp_path / "run0.err", batch_one_half_written, 0)
+    stalled = [*args, str(flag), "1500", FAIL_ROW]
+    _kill_when(stalled, conf, tmp_path / "run0.err", batch_one_half_written, 0)
     assert 1 not in sink.manifest_batches()
     orphans = sink.data_files() - sink.listed()
     assert orphans, "the killed batch left no written file that _spark_metadata does not list"
@@ -210,17 +215,35 @@ def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
         target = sink.instants() + rng.randint(1, 2)
         delay = rng.uniform(0.0, 1.5)
         reached = functools.partial(lambda n: sink.instants() >= n, target)
-        _kill_when(args, conf, tmp_path / f"run{kill}.err", reached, delay)
+        _kill_when([*args, "-", "-1", FAIL_ROW], conf, tmp_path / f"run{kill}.err", reached, delay)
         seen_dead[f"random-{kill}"] = sink.data_files() - sink.listed()
         summary = _rollback(sink, capsys, monkeypatch)
-        # Shown when the test fails: where the kill landed and what the rollback did.
-        print(f"kill {kill}: instant {target}, +{delay:.2f}s, manifest {sink.manifest_batches()},")
-        print(f"  uncommitted {sorted(seen_dead[f'random-{kill}'])}, rollback {summary}")
+        with capsys.disabled():  # with -s: where the kill landed, what the rollback did
+            print(
+                f"\nkill {kill}: instant {target} +{delay:.2f}s, manifest up to batch "
+                f"{max(sink.manifest_batches(), default=-1)}, uncommitted "
+                f"{sorted(seen_dead[f'random-{kill}'])}, rollback deleted "
+                f"{summary['filesDeleted']}, rolled back {summary['instantsRolledBack']}, "
+                f"recorded committed {summary['instantsCommitted']}"
+            )
         assert summary["filesDeleted"] == len(seen_dead[f"random-{kill}"]), summary
         _assert_no_orphan(sink)
 
     # The last restart runs to the end (trigger availableNow), then reads back the sink.
-    result = conftest.run_job("stream_write.py", *args, conf=conf, timeout=900)
+    last = tmp_path / "run3.err"
+    with last.open("wb") as err:
+        done = subprocess.run(
+            conftest.job_command("stream_write.py", *args, "-", "-1", FAIL_ROW, conf=conf),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=conftest.job_env(),
+            timeout=900,
+            check=False,
+        )
+    assert done.returncode == 0, last.read_text()[-3000:]
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    logs = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("run*.err")))
+    assert "injected failure of the first attempt" in logs, "no task attempt failed on S3"
     rows = INPUTS * ROWS_PER_FILE
     assert result == {"rows": rows, "ids": rows}  # through _spark_metadata
     listing = sink.rows_by_listing()  # ignoring _spark_metadata
