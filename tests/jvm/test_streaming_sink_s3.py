@@ -213,7 +213,7 @@ def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
     # Kills 2 and 3: a seeded moment inside a later batch execution (each is one instant).
     for kill in (1, 2):
         target = sink.instants() + rng.randint(1, 2)
-        delay = rng.uniform(0.0, 1.5)
+        delay = rng.uniform(0.5, 4.0)  # a batch takes a few seconds here: early to late in one
         reached = functools.partial(lambda n: sink.instants() >= n, target)
         _kill_when([*args, "-", "-1", FAIL_ROW], conf, tmp_path / f"run{kill}.err", reached, delay)
         seen_dead[f"random-{kill}"] = sink.data_files() - sink.listed()
