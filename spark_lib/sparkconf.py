@@ -111,7 +111,8 @@ def build_spark_conf(
     Batch writes get ``SparkguardCommitProtocol``; with ``streaming_sink`` (the default) the
     streaming file sink (``writeStream`` to a file format) gets
     ``SparkguardStreamingCommitProtocol`` (deterministic names per batch, markers, no orphan
-    after a rollback). ``streaming_sink=False`` leaves the streaming sink to Spark's own protocol.
+    after a rollback; local, HDFS and object-store sinks with conditional create).
+    ``streaming_sink=False`` leaves the streaming sink to Spark's own protocol.
 
     ``markers`` is ``"direct"`` (markers written to storage by each task) or ``"sidecar"`` (sent
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``

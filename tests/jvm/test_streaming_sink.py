@@ -65,7 +65,7 @@ def _rows_by_listing(sink: Path) -> list[int]:
 
 
 def _args(tmp_path: Path) -> tuple[dict[str, str], list[str]]:
-    conf = sparkconf.build_spark_conf(JOB, journal=str(tmp_path / "journal"), streaming_sink=True)
+    conf = sparkconf.build_spark_conf(JOB, journal=str(tmp_path / "journal"))
     paths = [str(tmp_path / d) for d in ("input", "sink", "checkpoint")]
     return conf, paths
 

@@ -1,13 +1,15 @@
 """A plain PySpark streaming job, as users have them: it never imports sparkguard.
 
-    python stream_write.py CONF_JSON INPUT_DIR SINK CHECKPOINT [STALL_FLAG STALL_ROW]
+    python stream_write.py CONF_JSON INPUT_DIR SINK CHECKPOINT [STALL_FLAG STALL_ROW [FAIL_ROW]]
 
 CONF_JSON is a JSON object of Spark conf (what ``sparkguard spark-conf --format json`` prints).
 Reads the parquet files of INPUT_DIR (column ``n``) as a stream, one file per micro-batch
 (``maxFilesPerTrigger=1``), spreads each batch over 2 tasks, and writes it with Spark's parquet
 file sink to SINK, partitioned by ``k = n % 2``, with ``trigger(availableNow=True)``. With
 STALL_FLAG, the task holding row STALL_ROW sleeps for ten minutes while the file STALL_FLAG
-exists (the other task writes and publishes its files): a test kills the job there. Then reads
+exists (the other task writes and publishes its files): a test kills the job there (STALL_FLAG
+``-``: no stall). With FAIL_ROW, the first attempt of the task holding row FAIL_ROW fails there,
+in every batch execution that holds it (Spark retries the task). Then reads
 SINK back with ``spark.read.parquet`` (through ``_spark_metadata``) and prints one JSON line
 ``{"rows": <rows read>, "ids": <distinct n read>}``.
 """
@@ -19,6 +21,7 @@ import os
 import sys
 import time
 
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import LongType
@@ -27,10 +30,12 @@ from pyspark.sql.types import LongType
 def main() -> None:
     conf = json.loads(sys.argv[1])
     source, sink, checkpoint = sys.argv[2], sys.argv[3], sys.argv[4]
-    stall_flag = sys.argv[5] if len(sys.argv) > 5 else None
+    stall_flag = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] != "-" else None
     stall_row = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+    fail_row = int(sys.argv[7]) if len(sys.argv) > 7 else -1
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the UDF's workers: this interpreter
-    builder = SparkSession.builder.master("local[2]").appName("stream-write")
+    master = "local[2,4]" if fail_row >= 0 else "local[2]"  # local[2,4]: task retries
+    builder = SparkSession.builder.master(master).appName("stream-write")
     builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     builder = builder.config("spark.sql.shuffle.partitions", "2")
     for key, value in conf.items():
@@ -41,6 +46,9 @@ def main() -> None:
         def stall(n: int) -> int:
             while n == stall_row and stall_flag is not None and os.path.exists(stall_flag):
                 time.sleep(0.5)  # until the test kills the job (or removes the flag)
+            task = TaskContext.get()
+            if n == fail_row and task is not None and task.attemptNumber() == 0:
+                raise RuntimeError(f"injected failure of the first attempt of the task with {n}")
             return n
 
         stall_udf = F.udf(stall, LongType())

@@ -22,8 +22,6 @@ import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
 import org.apache.spark.internal.io.FileCommitProtocol;
 import org.apache.spark.internal.io.FileNameSpec;
-import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.internal.SQLConf;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import scala.Option;
@@ -75,7 +73,6 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private static final long serialVersionUID = 1L;
   private static final Logger LOG = LoggerFactory.getLogger(SparkguardCommitProtocol.class);
   static final String PROTOCOL = SparkguardCommitProtocol.class.getName();
-  static final String SPECULATION_KEY = "spark.speculation";
 
   private final String sparkJobId;
   private final String path;
@@ -113,41 +110,14 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     this.path = path;
     this.settings = ProtocolSettings.fromSqlConf();
     this.dynamicPartitionOverwrite = dynamicPartitionOverwrite;
-    this.store = AtomicStore.forTable(new Path(path), hadoopConf());
-    if (writesDirectly() && SQLConf.get().getConfString(SPECULATION_KEY, "false").trim().equalsIgnoreCase("true")) {
-      // A speculative copy killed after its twin won closes its writer, which on an object
-      // store completes a whole file of partial rows over the winner's (SPARK-10063).
-      throw new UnsupportedWriteException(
-          "sparkguard: " + path + " is written directly under its final names (object store),"
-              + " where a speculative task copy that is killed publishes a file of partial rows"
-              + " over the winner's: set " + SPECULATION_KEY + "=false for this job");
-    }
-    this.sidecar =
-        settings.sidecarMarkers()
-            ? new SidecarMarkerClient(settings.markerEndpoint(), settings.tokenFile())
-            : null;
-  }
-
-  /** The Hadoop configuration of the running session ({@code spark.hadoop.*} included). */
-  private static Configuration hadoopConf() {
-    Option<SparkSession> session = SparkSession.getActiveSession();
-    return session.isDefined()
-        ? new Configuration(session.get().sparkContext().hadoopConfiguration())
-        : new Configuration();
+    this.store = AtomicStore.forTable(new Path(path), ProtocolSteps.hadoopConf());
+    ProtocolSteps.refuseSpeculation(store, path);
+    this.sidecar = ProtocolSteps.sidecar(settings);
   }
 
   /** True when tasks write data files under their final names (object stores: no publish). */
   private boolean writesDirectly() {
-    Path probe = new Path(path, "probe");
-    return store.workPath(probe).equals(probe);
-  }
-
-  /** The marker directory as the sidecar and the Python tools name it: a local absolute path
-   * (no scheme) for local tables, the URL otherwise. */
-  private String markerDirName() {
-    Path dir = timeline().markerDirectory(instant);
-    String scheme = dir.toUri().getScheme();
-    return scheme == null || scheme.equals("file") ? dir.toUri().getPath() : dir.toString();
+    return ProtocolSteps.writesDirectly(store, path);
   }
 
   private Timeline timeline() {
@@ -268,7 +238,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     body.put("attempt", settings.attempt());
     body.put("opened", java.time.OffsetDateTime.now(java.time.ZoneOffset.UTC).toString());
     Path entry = new Path(new Path(journal, settings.jobId()), instant + "~" + sha256Prefix(tableUrl) + ".json");
-    AtomicStore.forTable(journal, hadoopConf()).putIfAbsent(entry, Timeline.encode("sparkguard.journal-entry", body));
+    AtomicStore.forTable(journal, ProtocolSteps.hadoopConf()).putIfAbsent(entry, Timeline.encode("sparkguard.journal-entry", body));
   }
 
   private static String sha256Prefix(String text) {
@@ -310,18 +280,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       return scratch.toString();
     }
     Path target = new Path(path, relative);
+    Path work;
     try {
-      if (sidecar != null) {
-        sidecar.create(markerDirName(), relative + ".marker.CREATE");
-      } else {
-        store.createMarker(new Path(timeline().markerDirectory(instant), relative + ".marker.CREATE"));
-      }
-      // After the marker: Spark's writer opens with create(overwrite=false).
-      store.prepareWrite(store.workPath(target));
+      work = ProtocolSteps.markAndPrepare(
+          store, sidecar, timeline().markerDirectory(instant), target, relative);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
     }
-    Path work = store.workPath(target);
     pending.put(relative, work);
     return work.toString();
   }
@@ -391,21 +356,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     if (pending == null) {
       return;
     }
-    // Only this attempt's own files. Rename stores: its temp files, never a published name (a
-    // previous run may own it). Object stores: Spark closed the aborted writer, which completed
-    // the upload under the final name with partial rows; no committed instant lists a name of
-    // this write (rerun=rewrite is refused there), so it goes now, before a plain reader sees it.
-    boolean direct = writesDirectly();
-    for (Map.Entry<String, Path> entry : pending.entrySet()) {
-      if (direct || !entry.getValue().equals(new Path(path, entry.getKey()))) {
-        try {
-          store.delete(entry.getValue());
-        } catch (IOException e) {
-          LOG.warn("sparkguard: cannot delete {} of an aborted task (a rollback removes it)",
-              entry.getValue(), e);
-        }
-      }
-    }
+    // Only this attempt's own files (no committed instant lists a name of this write on an
+    // object store: rerun=rewrite is refused there).
+    ProtocolSteps.deleteAttemptFiles(store, path, pending);
     pending.clear();
   }
 
@@ -493,23 +446,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     Timeline timeline = timeline();
     Path markers = timeline.markerDirectory(instant);
     try {
-      // W7: every reported file is there, with the size its task saw.
-      for (CommittedFile file : reported.values()) {
-        long size = store.size(new Path(path, file.path));
-        if (size != file.size) {
-          throw new SparkguardException(
-              "sparkguard: " + file.path + " of " + path + " has " + size + " bytes, its task"
-                  + " reported " + file.size + "; the write is not committed (rerun it)");
-        }
-      }
-      // W8: marked names no task reported (a failed attempt's names), and leftovers of all.
-      for (String relative : markedFiles(markers)) {
-        Path target = new Path(path, relative);
-        if (!reported.containsKey(relative)) {
-          store.delete(target);
-        }
-        store.deleteLeftovers(target);
-      }
+      // W7: every reported file is there, with the size its task saw. W8: marked names no
+      // task reported (a failed attempt's names), and leftovers of all.
+      Map<String, Long> sizes = new TreeMap<>();
+      reported.forEach((relative, file) -> sizes.put(relative, file.size));
+      ProtocolSteps.verifyAndClean(store, path, markers, sizes, "the write is not committed (rerun it)");
       // W9: decide.
       List<Map<String, Object>> files = new ArrayList<>();
       long rows = 0;
@@ -530,11 +471,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         deleteSuperseded(reported.keySet(), partitions);  // W9b, before W10: see SupersededFiles
       }
       // W10
-      if (sidecar != null) {
-        sidecar.deleteDir(markerDirName());
-      } else {
-        store.deleteDirectory(markers);
-      }
+      ProtocolSteps.deleteMarkers(store, sidecar, markers);
       LOG.info("sparkguard: write {} committed {} files to {}", instant, files.size(), path);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot commit the write to " + path, e);
@@ -545,13 +482,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    * The data files (relative paths) the instant's markers name, in either format: direct
    * {@code <file>.marker.<IO>} files, and the lines of the sidecar's {@code MARKERS<i>} batch
    * files (blank lines and a torn last line without its newline are skipped: a torn line is a
-   * marker whose file the task never opened).
+   * marker whose file the task never opened), in the marker directory {@code markers} of
+   * {@code store}.
    */
-  private java.util.Set<String> markedFiles(Path markers) throws IOException {
-    return markedFiles(store, markers);
-  }
-
-  /** {@link #markedFiles(Path)} of the marker directory {@code markers} in {@code store}. */
   static java.util.Set<String> markedFiles(AtomicStore store, Path markers) throws IOException {
     java.util.Set<String> marked = new java.util.TreeSet<>();
     for (String file : store.listFiles(markers)) {
@@ -582,23 +515,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     extra.put("attempt", settings.attempt());
     extra.put("rows", rows);
     extra.put("protocol", PROTOCOL);
-    List<String> partitionBy = new ArrayList<>();
-    for (String relative : relativePaths) {
-      String[] parts = relative.split("/");
-      for (int i = 0; i < parts.length - 1; i++) {
-        int eq = parts[i].indexOf('=');
-        if (eq > 0) {
-          partitionBy.add(parts[i].substring(0, eq));
-        }
-      }
-      String name = parts[parts.length - 1];
-      String format = formatOf(name);
-      if (format != null) {
-        extra.put("format", format);
-      }
-      break;
-    }
-    extra.put("partitionBy", partitionBy);
+    ProtocolSteps.putLayout(extra, relativePaths);
     return extra;
   }
 

@@ -38,8 +38,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * names as the dead attempt: {@code part-<partition:05d>-<jobId>-b<batchId:010d>-c<seq:03d>.<ext>}.
  * (2) Every data file is marked before it is opened, in the instant's marker directory, so
  * {@code sparkguard rollback} finds and deletes what a dead attempt left that the manifest does
- * not list. (3) A reader listing the directory never sees a partial file: tasks write a temp
- * name in the file's directory and rename it (local disk, HDFS). (4) Spark's manifest {@code
+ * not list. (3) A reader listing the directory never sees a partial file of a running task: on
+ * local disk and HDFS ({@code hdfs://}, {@code viewfs://}) tasks write a temp name in the file's
+ * directory and rename it; on object stores ({@code s3a://}) they PUT the final name directly,
+ * and the object appears only when its upload completes, whole. (4) Spark's manifest {@code
  * _spark_metadata/<batch>} is the commit: sparkguard's {@code <instant>.outcome} is written
  * after it and agrees with it; when a crash falls between the two, the next batch's {@link
  * #setupJob} (or a rollback) finds the batch in the manifest and records the instant as
@@ -49,14 +51,24 @@ import scala.jdk.javaapi.CollectionConverters;
  * execution (operation {@code stream-batch}, {@code extra.batchId}); {@link #setupJob} settles
  * this job's earlier undecided instants on the sink (committed if the manifest lists their batch,
  * else claimed as rolled back), then writes the {@code .inflight}, journal entry and {@code
- * MARKERS.type}; tasks mark, write a temp file, rename it in {@link #commitTask}; {@link
+ * MARKERS.type}; tasks mark, write a temp file, rename it in {@link #commitTask} (object stores:
+ * write the final name, nothing to rename); {@link
  * #commitJob} deletes marked names no task reported, refuses if a rollback claimed the instant,
  * writes the manifest (Spark's put-if-absent {@code _spark_metadata/<batch>}), then the committed
  * outcome, then deletes the markers. {@link #abortJob} deletes nothing (with deterministic names a
  * concurrent query's committed file may have the same name): it claims the instant, unless the
  * manifest already committed the batch.
  *
- * <p>Local paths (file://) only in this version; other stores are refused at once.
+ * <p><b>Stores</b> ({@link AtomicStore#forTable}, with the session's Hadoop conf so {@code
+ * spark.hadoop.fs.s3a.*} apply): local paths and {@code hdfs://}/{@code viewfs://} are rename
+ * stores; {@code s3a://} (and any store with conditional create) is written directly under the
+ * final names. There a failed task attempt's writer, closed by Spark, completes an object of
+ * partial rows under the final name: {@link #abortTask} deletes the names the attempt opened
+ * (none is committed: Spark re-executes only a batch its manifest does not have, and names carry
+ * the batch id); {@code spark.speculation=true} is refused (a killed speculative copy would do
+ * the same over the winner's file); and {@link #newTaskTempFile} deletes an uncommitted object of
+ * the name (a dead execution's) before Spark's writer opens it ({@link
+ * AtomicStore#prepareWrite}).
  */
 public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtocol {
   private static final long serialVersionUID = 1L;
@@ -85,19 +97,10 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
     this.sparkJobId = jobId;
     this.path = path;
     this.settings = ProtocolSettings.fromSqlConf();
-    Path table = new Path(path);
-    String scheme = table.toUri().getScheme();
-    if (scheme != null && !scheme.equals("file")) {
-      throw new UnsupportedWriteException(
-          "sparkguard's streaming file-sink protocol writes only to local paths (file://) in this"
-              + " version; " + path + " is on '" + scheme + "': unset"
-              + " spark.sql.streaming.commitProtocolClass for this query");
-    }
-    this.store = AtomicStore.forTable(table);
-    this.sidecar =
-        settings.sidecarMarkers()
-            ? new SidecarMarkerClient(settings.markerEndpoint(), settings.tokenFile())
-            : null;
+    // The session's Hadoop conf: spark.hadoop.fs.s3a.* (endpoint, credentials) apply.
+    this.store = AtomicStore.forTable(new Path(path), ProtocolSteps.hadoopConf());
+    ProtocolSteps.refuseSpeculation(store, path);
+    this.sidecar = ProtocolSteps.sidecar(settings);
   }
 
   private Timeline timeline() {
@@ -252,34 +255,12 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
     extra.put("batchId", batch);
     extra.put("recorded", how);
     extra.put("rows", -1L);
-    List<String> partitionBy = new ArrayList<>();
-    for (String relative : names) {
-      String[] parts = relative.split("/");
-      for (int i = 0; i < parts.length - 1; i++) {
-        int eq = parts[i].indexOf('=');
-        if (eq > 0) {
-          partitionBy.add(parts[i].substring(0, eq));
-        }
-      }
-      String format = SparkguardCommitProtocol.formatOf(parts[parts.length - 1]);
-      if (format != null) {
-        extra.put("format", format);
-      }
-      break;
-    }
-    extra.put("partitionBy", partitionBy);
+    ProtocolSteps.putLayout(extra, names);
     return extra;
   }
 
   private void deleteMarkers(String of) throws IOException {
-    Path markers = timeline().markerDirectory(of);
-    if (sidecar != null) {
-      String scheme = markers.toUri().getScheme();
-      sidecar.deleteDir(scheme == null || scheme.equals("file") ? markers.toUri().getPath()
-          : markers.toString());
-    } else {
-      store.deleteDirectory(markers);
-    }
+    ProtocolSteps.deleteMarkers(store, sidecar, timeline().markerDirectory(of));
   }
 
   @Override
@@ -305,17 +286,17 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
       pending = new LinkedHashMap<>();
     }
     Path target = new Path(path, relative);
+    Path work;
     try {
-      Path markers = timeline().markerDirectory(instant);
-      if (sidecar != null) {
-        sidecar.create(markers.toUri().getPath(), relative + ".marker.CREATE");
-      } else {
-        store.createMarker(new Path(markers, relative + ".marker.CREATE"));
-      }
+      // The marker, then (object stores) an uncommitted object of the name out of the way of
+      // Spark's create(overwrite=false): a re-executed batch rewrites the dead attempt's names,
+      // never a committed one (Spark re-executes only a batch the manifest does not have, and
+      // every name carries its batch id).
+      work = ProtocolSteps.markAndPrepare(
+          store, sidecar, timeline().markerDirectory(instant), target, relative);
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
     }
-    Path work = store.workPath(target);
     pending.put(relative, work);
     return work.toString();
   }
@@ -336,6 +317,8 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
         if (!entry.getValue().equals(target)) {
           store.publish(entry.getValue(), target);
         }
+        // The manifest records the qualified path, size and modification time of the published
+        // file (one HEAD on S3A; the object is complete: its writer was closed before this).
         FileStatus status = fs.getFileStatus(target);
         statuses.add(org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus$.MODULE$.apply(status));
       }
@@ -352,16 +335,11 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
     if (pending == null) {
       return;
     }
-    // Only this attempt's temp files: never a published name (another attempt may own it).
-    for (Map.Entry<String, Path> entry : pending.entrySet()) {
-      if (!entry.getValue().equals(new Path(path, entry.getKey()))) {
-        try {
-          store.delete(entry.getValue());
-        } catch (IOException e) {
-          LOG.warn("sparkguard: cannot delete temp file {} (a rollback removes it)", entry.getValue(), e);
-        }
-      }
-    }
+    // Rename stores: only this attempt's temp files, never a published name (another attempt
+    // may own it). Object stores: the names it opened, which Spark's close of the aborted
+    // writer completed with partial rows; never committed ones (the batch is not in the
+    // manifest, and its names carry its batch id).
+    ProtocolSteps.deleteAttemptFiles(store, path, pending);
     pending.clear();
   }
 
@@ -387,23 +365,9 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
     Timeline timeline = timeline();
     Path markers = timeline.markerDirectory(instant);
     try {
-      for (Map.Entry<String, Long> file : reported.entrySet()) {
-        long size = store.size(new Path(path, file.getKey()));
-        if (size != file.getValue()) {
-          throw new SparkguardException(
-              "sparkguard: " + file.getKey() + " of " + path + " has " + size + " bytes, its task"
-                  + " reported " + file.getValue() + "; batch " + batchId + " is not committed");
-        }
-      }
-      // Marked names no task reported (a failed task attempt's extra files), and leftovers.
-      Set<String> marked = SparkguardCommitProtocol.markedFiles(store, markers);
-      for (String relative : marked) {
-        Path target = new Path(path, relative);
-        if (!reported.containsKey(relative)) {
-          store.delete(target);
-        }
-        store.deleteLeftovers(target);
-      }
+      // S6: reported sizes; marked names no task reported (a failed attempt's), and leftovers.
+      ProtocolSteps.verifyAndClean(
+          store, path, markers, reported, "batch " + batchId + " is not committed");
       // The fence: a rollback that claimed this instant has deleted (or will delete) its files.
       if (timeline.isDecided(instant)) {
         throw new InstantDecidedException(

@@ -1,0 +1,270 @@
+"""Spark's streaming file sink through ``SparkguardStreamingCommitProtocol`` on an object store:
+an unchanged streaming job (``tests/jvm/jobs/stream_write.py``, never imports sparkguard) with
+its checkpoint and its parquet sink on ``s3a://`` (the test S3 server), run with the conf
+``sparkguard spark-conf`` prints plus the S3A conf. It is SIGKILLed (the whole
+driver: its Python process and its Spark JVM) several times, once with a batch's files written
+and its ``_spark_metadata/<batch>`` not, then at seeded random moments; before each restart
+``sparkguard rollback`` runs as the operator's rollback initContainer runs it. After every
+rollback the sink holds exactly the files its manifest lists, with no incomplete upload or temp
+object; at the end every input row is there once, through ``_spark_metadata`` and by listing
+the directory, and every checkpoint and manifest file parses."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sparkguard import cli
+from sparkguard.spark_lib import commands, filemanager, reader, sinklog, sparkconf
+from tests.jvm import conftest, s3a
+from tests.jvm.test_checkpoint_manager import assert_every_file_parses, checkpoint_files
+from tests.support import s3server
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+JOB = "stream-s3-job-1"
+ROWS_PER_FILE = 1000
+#: Input files, one micro-batch each: enough that the random kills land before the last batch.
+INPUTS = 10
+#: The first attempt of the task holding this row (batch 6) fails in every execution of that
+#: batch: on S3 Spark's close of the aborted writer completes its object under the final name,
+#: abortTask deletes it, and the retry writes the name again.
+FAIL_ROW = "6500"
+NAME = re.compile(rf"^k=[01]/part-(\d{{5}})-{JOB}-b(\d{{10}})-c\d{{3}}\.snappy\.parquet$")
+
+
+class Sink:
+    """The bucket's sink, checkpoint and journal, and what a test reads of them."""
+
+    def __init__(self, server: s3server.S3Server, bucket: str) -> None:
+        self.server = server
+        self.bucket = bucket
+        self.client = server.client()
+        self.url = f"s3a://{bucket}/sink"
+        self.checkpoint = f"s3a://{bucket}/cp"
+        self.journal = f"s3a://{bucket}/journal"
+        self.options: dict[str, Any] = dict(server.storage_options)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def data_files(self) -> set[str]:
+        """Data files found by listing the sink (what Hive/Trino/a plain reader see)."""
+        found = set()
+        for key in self.keys("sink/"):
+            relative = key[len("sink/") :]
+            parts = relative.split("/")
+            if relative.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in parts):
+                found.add(relative)
+        return found
+
+    def listed(self) -> set[str]:
+        """Data files ``_spark_metadata`` lists."""
+        manager, table = filemanager.resolve(self.url, storage_options=self.options)
+        return set(sinklog.listed_files(manager, table))
+
+    def manifest_batches(self) -> set[int]:
+        names = [k.rsplit("/", 1)[-1] for k in self.keys("sink/_spark_metadata/")]
+        return {int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit()}
+
+    def instants(self) -> int:
+        return len([k for k in self.keys("sink/_sparkguard/timeline/") if k.endswith(".inflight")])
+
+    def uploads(self) -> list[str]:
+        """Keys of incomplete multipart uploads anywhere in the bucket."""
+        answer = self.client.list_multipart_uploads(Bucket=self.bucket)
+        return [u["Key"] for u in answer.get("Uploads", [])]
+
+    def temp_objects(self) -> list[str]:
+        return [k for k in self.keys() if ".sg-tmp-" in k or "_temporary" in k]
+
+    def rows_by_listing(self) -> list[int]:
+        """Every ``n`` of every data file found by listing the sink (no manifest, no Spark)."""
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.options)
+        rows: list[int] = []
+        for relative in sorted(self.data_files()):
+            with fs.open(f"{self.bucket}/sink/{relative}", "rb") as f:
+                rows.extend(pq.read_table(f, columns=["n"]).column("n").to_pylist())
+        return rows
+
+
+def _inputs(directory: Path, count: int) -> None:
+    """``count`` parquet files of ``n``, one micro-batch each, in modification-time order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        path = directory / f"input-{i:03d}.parquet"
+        values = pa.array(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE), pa.int64())
+        pq.write_table(pa.table({"n": values}), path)
+        os.utime(path, (1_700_000_000 + 10 * i, 1_700_000_000 + 10 * i))
+
+
+def _conf(server: s3server.S3Server, jars: Path, journal: str) -> dict[str, str]:
+    """``sparkguard spark-conf`` + the S3A conf, both jar lists in spark.jars."""
+    guard = sparkconf.build_spark_conf(JOB, journal=journal)
+    storage = s3a.spark_conf(server, jars)
+    return {**guard, **storage, "spark.jars": f"{guard['spark.jars']},{storage['spark.jars']}"}
+
+
+def _kill_when(
+    args: list[str], conf: dict[str, str], log: Path, ready: Callable[[], bool], delay: float
+) -> None:
+    """Start the job, wait until ``ready()``, then ``delay`` seconds, then SIGKILL its process
+    group (its Python and its JVM). Fails when the job ended before that."""
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            conftest.job_command("stream_write.py", *args, conf=conf),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=conftest.job_env(),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while not ready():
+            assert process.poll() is None, f"the job ended early:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "the job never reached the point of the kill"
+            time.sleep(0.3)
+        time.sleep(delay)
+        assert process.poll() is None, f"the job ended before the kill:\n{log.read_text()[-3000:]}"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+
+
+def _rollback(
+    sink: Sink, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """``sparkguard rollback`` as the rollback initContainer runs it before each restart."""
+    monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(sink.options))
+    capsys.readouterr()
+    argv = ["rollback", "--job-id", JOB, "--journal", sink.journal, "--allow-missing-journal"]
+    code = cli.main([*argv, "--json", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary: dict[str, Any] = json.loads(out)
+    return summary
+
+
+def _assert_no_orphan(sink: Sink) -> None:
+    on_store = sink.data_files()
+    assert on_store == sink.listed(), "files a lister sees that _spark_metadata does not list"
+    assert all(NAME.match(n) for n in on_store), on_store
+    assert sink.uploads() == []
+    assert sink.temp_objects() == []
+
+
+@pytest.mark.slow
+def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
+    s3_server: s3server.S3Server,
+    s3a_jars: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink = Sink(s3_server, s3_server.create_bucket())
+    conf = _conf(s3_server, s3a_jars, sink.journal)
+    source = str(tmp_path / "input")
+    _inputs(Path(source), INPUTS)
+    args = [source, sink.url, sink.checkpoint]
+    rng = random.Random(31)  # a fixed schedule of kill points
+    seen_dead: dict[str, set[str]] = {}  # kill -> data files the manifest did not list then
+
+    # Kill 1: batch 1's files written (the task holding row 1500 stalls, the other publishes),
+    # its _spark_metadata/1 not.
+    flag = tmp_path / "stall"
+    flag.write_text("the task holding row 1500 waits while this file exists\n")
+
+    def batch_one_half_written() -> bool:
+        names = [NAME.match(n) for n in sink.data_files()]
+        return any(m and m.group(2) == f"{1:010d}" for m in names)
+
+    stalled = [*args, str(flag), "1500", FAIL_ROW]
+    _kill_when(stalled, conf, tmp_path / "run0.err", batch_one_half_written, 0)
+    assert 1 not in sink.manifest_batches()
+    orphans = sink.data_files() - sink.listed()
+    assert orphans, "the killed batch left no written file that _spark_metadata does not list"
+    assert {NAME.match(n).group(2) for n in orphans} == {f"{1:010d}"}  # type: ignore[union-attr]
+    seen_dead["stall"] = orphans
+    summary = _rollback(sink, capsys, monkeypatch)
+    assert summary["filesDeleted"] == len(orphans), summary
+    assert len(summary["instantsRolledBack"]) == 1, summary  # batch 1's execution, not batch 0
+    _assert_no_orphan(sink)
+    flag.unlink()
+
+    # Kills 2 and 3: a seeded moment inside a later batch execution (each is one instant).
+    for kill in (1, 2):
+        target = sink.instants() + rng.randint(1, 2)
+        delay = rng.uniform(0.5, 4.0)  # a batch takes a few seconds here: early to late in one
+        reached = functools.partial(lambda n: sink.instants() >= n, target)
+        _kill_when([*args, "-", "-1", FAIL_ROW], conf, tmp_path / f"run{kill}.err", reached, delay)
+        seen_dead[f"random-{kill}"] = sink.data_files() - sink.listed()
+        summary = _rollback(sink, capsys, monkeypatch)
+        with capsys.disabled():  # with -s: where the kill landed, what the rollback did
+            print(
+                f"\nkill {kill}: instant {target} +{delay:.2f}s, manifest up to batch "
+                f"{max(sink.manifest_batches(), default=-1)}, uncommitted "
+                f"{sorted(seen_dead[f'random-{kill}'])}, rollback deleted "
+                f"{summary['filesDeleted']}, rolled back {summary['instantsRolledBack']}, "
+                f"recorded committed {summary['instantsCommitted']}"
+            )
+        assert summary["filesDeleted"] == len(seen_dead[f"random-{kill}"]), summary
+        _assert_no_orphan(sink)
+
+    # The last restart runs to the end (trigger availableNow), then reads back the sink.
+    last = tmp_path / "run3.err"
+    with last.open("wb") as err:
+        done = subprocess.run(
+            conftest.job_command("stream_write.py", *args, "-", "-1", FAIL_ROW, conf=conf),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=conftest.job_env(),
+            timeout=900,
+            check=False,
+        )
+    assert done.returncode == 0, last.read_text()[-3000:]
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    logs = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("run*.err")))
+    assert "injected failure of the first attempt" in logs, "no task attempt failed on S3"
+    rows = INPUTS * ROWS_PER_FILE
+    assert result == {"rows": rows, "ids": rows}  # through _spark_metadata
+    listing = sink.rows_by_listing()  # ignoring _spark_metadata
+    assert sorted(listing) == list(range(rows))
+    final = sink.data_files()
+    assert final == sink.listed()
+    assert {NAME.match(n).group(2) for n in final} == {  # type: ignore[union-attr]
+        f"{b:010d}" for b in range(INPUTS)
+    }
+    # A re-executed batch wrote the same names as its dead execution (deterministic names).
+    for kill, dead in seen_dead.items():
+        assert dead <= final, (kill, dead - final)
+    assert sink.uploads() == []
+    assert sink.temp_objects() == []
+    # sparkguard's timeline agrees with the manifest: every listed file is in a committed instant.
+    committed = reader.committed_paths(sink.url, storage_options=sink.options)
+    assert committed == [f"{sink.url}/{n}" for n in sorted(final)]
+    assert _rollback(sink, capsys, monkeypatch)["filesDeleted"] == 0
+    # Every checkpoint file and every manifest file is whole.
+    logs = assert_every_file_parses(checkpoint_files(s3_server, sink.bucket, "cp/"), "cp/")
+    assert logs["offsets"] >= INPUTS
+    assert logs["commits"] >= INPUTS
+    manifest = checkpoint_files(s3_server, sink.bucket, "sink/_spark_metadata/")
+    assert assert_every_file_parses(manifest, "sink/")["_spark_metadata"] >= INPUTS
