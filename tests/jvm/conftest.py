@@ -71,32 +71,61 @@ def kill_when(
     delay: float = 0.0,
     poll_s: float = 0.02,
     timeout: float = 600,
+    log: Path | None = None,
 ) -> None:
     """Start the job ``command`` in its own process group, wait until ``ready()``, then
     ``delay`` seconds, then SIGKILL the whole driver (its Python process and its Spark JVM).
-    Fails the test when the job exits before ``ready()``."""
-    proc = subprocess.Popen(
-        command,
-        env=job_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    Fails the test when the job exits before the kill. ``log`` keeps the job's stderr."""
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(log.open("wb")) if log else subprocess.PIPE
+        proc = subprocess.Popen(
+            command, env=job_env(), stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+
+    def early() -> str:
+        if log is not None:
+            return log.read_text(errors="replace")[-3000:]
+        return proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+
     try:
         deadline = time.monotonic() + timeout
         while not ready():
             if proc.poll() is not None:
-                stderr = proc.stderr.read().decode() if proc.stderr else ""
-                pytest.fail(f"the job exited {proc.returncode} too early:\n{stderr[-3000:]}")
+                pytest.fail(f"the job exited {proc.returncode} too early:\n{early()}")
             assert time.monotonic() < deadline, "the job never reached the point of the kill"
             time.sleep(poll_s)
         time.sleep(delay)
+        if proc.poll() is not None:
+            pytest.fail(f"the job exited {proc.returncode} before the kill:\n{early()}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
         if proc.stderr:
             proc.stderr.close()
+
+
+def rollback_as_init_container(
+    job_id: str,
+    journal: str,
+    storage_options: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """``sparkguard rollback`` as the operator's rollback initContainer runs it before a
+    restart (``--allow-missing-journal``: a kill before the first journal entry leaves none);
+    returns its ``--json`` summary, failing the test unless it exits 0."""
+    from sparkguard import cli
+    from sparkguard.spark_lib import commands
+
+    monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(storage_options))
+    capsys.readouterr()
+    argv = ["rollback", "--job-id", job_id, "--journal", journal, "--allow-missing-journal"]
+    code = cli.main([*argv, "--json", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary: dict[str, Any] = json.loads(out)
+    return summary
 
 
 @contextlib.contextmanager

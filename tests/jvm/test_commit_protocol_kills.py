@@ -13,7 +13,6 @@ start costs) a subset runs: the middle of the write and one random moment.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +21,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from sparkguard import cli
-from sparkguard.spark_lib import commands, reader, sparkconf
+from sparkguard.spark_lib import reader, sparkconf
 from tests.jvm import s3a
-from tests.jvm.conftest import job_command, kill_when, run_job
+from tests.jvm.conftest import job_command, kill_when, rollback_as_init_container, run_job
 
 pytestmark = pytest.mark.spark
 
@@ -93,15 +91,7 @@ def _rollback(
     """``sparkguard rollback`` as the rollback initContainer runs it after the crash. A kill
     between the inflight (W2) and the journal entry (W3) leaves no journal yet: that instant has
     no markers and no files, and the rerun's W1 claims it (docs/storage-contract.md)."""
-    monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(where.options))
-    capsys.readouterr()
-    argv = ["rollback", "--job-id", JOB, "--journal", where.journal, "--allow-missing-journal"]
-    argv += ["--json", "--quiet"]
-    code = cli.main(argv)
-    out = capsys.readouterr().out
-    assert code == 0, out
-    summary: dict[str, object] = json.loads(out)
-    return summary
+    return rollback_as_init_container(JOB, where.journal, where.options, capsys, monkeypatch)
 
 
 def _assert_exactly_once(where: Where) -> None:

@@ -19,7 +19,6 @@ can be read as of every batch (every state file parses)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -28,10 +27,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from sparkguard import cli
-from sparkguard.spark_lib import commands, reader, sparkconf
+from sparkguard.spark_lib import reader, sparkconf
 from tests.jvm import s3a
-from tests.jvm.conftest import job_command, kill_when, run_job
+from tests.jvm.conftest import job_command, kill_when, rollback_as_init_container, run_job
 from tests.jvm.test_checkpoint_manager import assert_every_file_parses, checkpoint_files
 from tests.support import s3server
 
@@ -112,19 +110,13 @@ def _rollback(
 ) -> dict[str, Any]:
     """``sparkguard rollback`` as the rollback initContainer runs it before the restart; then
     the output holds exactly its committed files."""
-    monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(query.options))
-    capsys.readouterr()
-    argv = ["rollback", "--job-id", JOB, "--journal", query.journal, "--allow-missing-journal"]
-    code = cli.main([*argv, "--json", "--quiet"])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    summary = rollback_as_init_container(JOB, query.journal, query.options, capsys, monkeypatch)
     committed = sorted(
         p.rsplit("/", 1)[-1]
         for p in reader.committed_paths(query.output, storage_options=query.options)
     )
     assert committed == sorted(query.glob("part-*")), "an orphan data file after the rollback"
     assert query.glob("**/.*.sg-tmp-*") == []
-    summary: dict[str, Any] = json.loads(out)
     return summary
 
 

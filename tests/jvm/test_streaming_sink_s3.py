@@ -16,9 +16,7 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,8 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard import cli
-from sparkguard.spark_lib import commands, filemanager, reader, sinklog, sparkconf
+from sparkguard.spark_lib import filemanager, reader, sinklog, sparkconf
 from tests.jvm import conftest, s3a
 from tests.jvm.test_checkpoint_manager import assert_every_file_parses, checkpoint_files
 from tests.support import s3server
@@ -127,41 +124,16 @@ def _kill_when(
     args: list[str], conf: dict[str, str], log: Path, ready: Callable[[], bool], delay: float
 ) -> None:
     """Start the job, wait until ``ready()``, then ``delay`` seconds, then SIGKILL its process
-    group (its Python and its JVM). Fails when the job ended before that."""
-    with log.open("wb") as err:
-        process = subprocess.Popen(
-            conftest.job_command("stream_write.py", *args, conf=conf),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=conftest.job_env(),
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 600
-        while not ready():
-            assert process.poll() is None, f"the job ended early:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "the job never reached the point of the kill"
-            time.sleep(0.3)
-        time.sleep(delay)
-        assert process.poll() is None, f"the job ended before the kill:\n{log.read_text()[-3000:]}"
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
+    group (its Python and its JVM); its stderr goes to ``log``."""
+    command = conftest.job_command("stream_write.py", *args, conf=conf)
+    conftest.kill_when(command, ready, delay=delay, poll_s=0.3, log=log)
 
 
 def _rollback(
     sink: Sink, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
     """``sparkguard rollback`` as the rollback initContainer runs it before each restart."""
-    monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(sink.options))
-    capsys.readouterr()
-    argv = ["rollback", "--job-id", JOB, "--journal", sink.journal, "--allow-missing-journal"]
-    code = cli.main([*argv, "--json", "--quiet"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    summary: dict[str, Any] = json.loads(out)
-    return summary
+    return conftest.rollback_as_init_container(JOB, sink.journal, sink.options, capsys, monkeypatch)
 
 
 def _assert_no_orphan(sink: Sink) -> None:

@@ -16,12 +16,9 @@ import java.util.Map;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
 import org.apache.spark.SparkFiles;
-import org.apache.spark.TaskContext;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.api.java.UDF1;
-import org.apache.spark.sql.types.DataTypes;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -36,28 +33,11 @@ class CommitProtocolWriteTest {
 
   @BeforeAll
   static void startSpark() {
-    spark = SparkSession.builder()
-        .master("local[2,4]")
-        .appName("sparkguard-commit-protocol-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+    spark = TestSpark.local("local[2,4]", "sparkguard-commit-protocol-test")
         .config("spark.sql.sources.commitProtocolClass", SparkguardCommitProtocol.class.getName())
         .getOrCreate();
-    spark.udf().register("failOnceAt30", (UDF1<Long, Long>) n -> {
-      TaskContext task = TaskContext.get();
-      if (n == 30L && task.attemptNumber() == 0) {
-        throw new IllegalStateException("injected failure of the first attempt of the task writing 30");
-      }
-      return n;
-    }, DataTypes.LongType);
-    spark.udf().register("failAlwaysAt7", (UDF1<Long, Long>) n -> {
-      if (n == 7L) {
-        throw new IllegalStateException("injected failure of every attempt of the task writing 7");
-      }
-      return n;
-    }, DataTypes.LongType);
+    TestSpark.registerFailure(spark, "failOnceAt30", 30L, false);
+    TestSpark.registerFailure(spark, "failAlwaysAt7", 7L, true);
   }
 
   @AfterAll

@@ -12,10 +12,7 @@ import java.nio.file.Path;
 import java.util.List;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
-import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.api.java.UDF1;
-import org.apache.spark.sql.types.DataTypes;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -33,24 +30,13 @@ class HadoopRenameCommitProtocolWriteTest {
 
   @BeforeAll
   static void startSpark() {
-    spark = SparkSession.builder()
-        .master("local[2,4]")
-        .appName("sparkguard-hadoop-rename-store-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+    spark = TestSpark.local("local[2,4]", "sparkguard-hadoop-rename-store-test")
         .config("spark.sql.sources.commitProtocolClass", SparkguardCommitProtocol.class.getName())
         .config("spark.sparkguard.jobId", "hdfs-path-1")
         .getOrCreate();
     // What spark.hadoop.<key>=true sets; on the live context in case getOrCreate reused one.
     spark.sparkContext().hadoopConfiguration().setBoolean(AtomicStore.FORCE_HADOOP_RENAME_FOR_LOCAL, true);
-    spark.udf().register("failOnceAt30", (UDF1<Long, Long>) n -> {
-      if (n == 30L && TaskContext.get().attemptNumber() == 0) {
-        throw new IllegalStateException("injected failure of the first attempt of the task writing 30");
-      }
-      return n;
-    }, DataTypes.LongType);
+    TestSpark.registerFailure(spark, "failOnceAt30", 30L, false);
   }
 
   @AfterAll

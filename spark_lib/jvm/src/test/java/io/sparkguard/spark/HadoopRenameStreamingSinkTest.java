@@ -16,13 +16,10 @@ import java.util.TreeSet;
 import java.util.concurrent.TimeoutException;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
-import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.streaming.StreamingQuery;
 import org.apache.spark.sql.streaming.StreamingQueryException;
 import org.apache.spark.sql.streaming.Trigger;
-import org.apache.spark.sql.types.DataTypes;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -43,24 +40,13 @@ class HadoopRenameStreamingSinkTest {
 
   @BeforeAll
   static void startSpark() {
-    spark = SparkSession.builder()
-        .master("local[2,4]")
-        .appName("sparkguard-hadoop-rename-streaming-sink-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
+    spark = TestSpark.local("local[2,4]", "sparkguard-hadoop-rename-streaming-sink-test")
         .config("spark.sql.streaming.commitProtocolClass",
             SparkguardStreamingCommitProtocol.class.getName())
         .config("spark.sparkguard.jobId", JOB)
         .getOrCreate();
     spark.sparkContext().hadoopConfiguration().setBoolean(AtomicStore.FORCE_HADOOP_RENAME_FOR_LOCAL, true);
-    spark.udf().register("failOnceAt1500", (UDF1<Long, Long>) n -> {
-      if (n == 1500L && TaskContext.get().attemptNumber() == 0) {
-        throw new IllegalStateException("injected failure of the first attempt of the task writing 1500");
-      }
-      return n;
-    }, DataTypes.LongType);
+    TestSpark.registerFailure(spark, "failOnceAt1500", 1500L, false);
   }
 
   @AfterAll

@@ -40,12 +40,7 @@ class RacingCheckpointFileManagerTest {
 
   @BeforeAll
   static void startSpark() {
-    spark = SparkSession.builder()
-        .master("local[1]")
-        .appName("sparkguard-racing-checkpoint-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+    spark = TestSpark.local("local[1]", "sparkguard-racing-checkpoint-test")
         .getOrCreate();
   }
 
