@@ -43,6 +43,9 @@ def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
         "spark.sql.streaming.checkpointFileManagerClass": (
             "io.sparkguard.spark.SparkguardCheckpointFileManager"
         ),
+        "spark.sql.streaming.commitProtocolClass": (
+            "io.sparkguard.spark.SparkguardStreamingCommitProtocol"
+        ),
         "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
     }
     assert out["metadata"]["annotations"][appmeta.JOB_ID] == "jobs.nightly"
