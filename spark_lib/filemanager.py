@@ -109,13 +109,25 @@ def temp_target(name: str) -> str | None:
     return match.group("target") if match else None
 
 
+def checksum_owner(name: str) -> str | None:
+    """The file whose Hadoop checksum ``name`` is (``.<file>.crc`` beside it: Hadoop's local
+    filesystem writes one for each file, temp files included), or ``None`` (pure)."""
+    base = paths.basename(name)
+    if base.startswith(".") and base.endswith(".crc") and len(base) > len("..crc"):
+        return base[1 : -len(".crc")]
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Leftover:
-    """What a killed writer of :attr:`target` left: a temp file, or an incomplete upload."""
+    """What a killed writer of :attr:`target` left: a temp file, or an incomplete upload; or
+    (``checksum``) Hadoop's ``.crc`` of such a temp file or of :attr:`target` itself, which
+    goes with the file (docs/storage-contract.md) and is not counted as a leftover."""
 
     target: str
     path: str  # the temp file; for an upload, the key's path
     upload_id: str | None = None
+    checksum: bool = False
 
 
 def _by_directory(file_paths: Iterable[str]) -> dict[str, set[str]]:
@@ -382,20 +394,34 @@ class FileManager(abc.ABC):
     def find_leftovers(self, file_paths: Iterable[str]) -> builtins.list[Leftover]:
         """Temp files a killed writer of one of ``file_paths`` left (one listing per directory).
 
-        Only temp files *of these names* are returned, never another file's.
+        Only temp files *of these names* are returned, never another file's; with them the
+        Hadoop checksums of those temp files and of the names themselves (``checksum``): the
+        caller deletes the names, and a checksum must not outlive its file.
         """
         result = []
         for directory, wanted in _by_directory(file_paths).items():
             names = {paths.basename(p) for p in wanted}
             for info in self.list(directory):
-                target = temp_target(info.name)
-                if target is not None and target in names and not info.is_dir:
-                    result.append(Leftover(paths.join(directory, target), info.path))
+                if info.is_dir:
+                    continue
+                owner = checksum_owner(info.name)
+                target = temp_target(owner if owner is not None else info.name)
+                if owner is not None and target is None:
+                    target = owner  # the checksum of the data file itself
+                if target is not None and target in names:
+                    result.append(
+                        Leftover(
+                            paths.join(directory, target), info.path, checksum=owner is not None
+                        )
+                    )
         return sorted(result, key=lambda leftover: leftover.path)
 
     def remove_leftovers(self, leftovers: Iterable[Leftover]) -> int:
-        """Remove what :meth:`find_leftovers` found; returns how many were removed."""
-        return len(self.delete_existing(leftover.path for leftover in leftovers))
+        """Remove what :meth:`find_leftovers` found; returns how many temp files (checksums
+        not counted) were removed."""
+        leftovers = list(leftovers)
+        removed = self.delete_existing(leftover.path for leftover in leftovers)
+        return sum(1 for left in leftovers if left.path in removed and not left.checksum)
 
     def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
         """Delete ``path`` only if it still holds ``expected``.

@@ -358,7 +358,7 @@ def _delete(
     leftovers = manager.find_leftovers(full)
     if dry_run:
         result.files = len(manager.existing_files(full))
-        result.temp_files = len(leftovers)
+        result.temp_files = sum(1 for leftover in leftovers if not leftover.checksum)
         return result
     result.temp_files = manager.remove_leftovers(leftovers)
     total = len(full)

@@ -117,6 +117,9 @@ def _rollback(
     )
     assert committed == sorted(query.glob("part-*")), "an orphan data file after the rollback"
     assert query.glob("**/.*.sg-tmp-*") == []
+    # Hadoop's local filesystem keeps .<name>.crc beside each file: none outlives its file.
+    names = set(query.glob("*"))
+    assert [c for c in query.glob(".*.crc") if c[1 : -len(".crc")] not in names] == []
     return summary
 
 

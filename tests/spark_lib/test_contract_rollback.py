@@ -360,15 +360,29 @@ def test_rollback_removes_temp_files_of_a_killed_writer_and_only_those(tmp_path:
     assert line, child.stderr.read().decode() if child.stderr else ""
     temps = [p for p in Path(url).iterdir() if filemanager.is_temp_name(p.name)]
     assert len(temps) == 1, temps
-    # A live writer of another job has a temp file in the same directory: never touched.
+    # Hadoop's local filesystem (the JVM protocol's writers) keeps a checksum beside each file,
+    # the temp file's included: it goes with its file, and a stale one of the marked name too.
+    target = filemanager.temp_target(temps[0].name)
+    assert target is not None
+    temp_checksum = Path(url, f".{temps[0].name}.crc")
+    stale_checksum = Path(url, f".{target}.crc")
+    temp_checksum.write_bytes(b"crc")
+    stale_checksum.write_bytes(b"crc")
+    # A live writer of another job has a temp file (and its checksum) in the same directory:
+    # never touched.
     other = Path(url, ".part-00000-other-job-c000.json.sg-tmp-0123456789ab")
     other.write_bytes(b"in progress")
+    other_checksum = Path(url, f".{other.name}.crc")
+    other_checksum.write_bytes(b"crc")
     summary = rollback.rollback_job("killed-1", journal)
     assert not temps[0].exists()
+    assert not temp_checksum.exists()
+    assert not stale_checksum.exists()
     assert other.exists()
-    assert summary.temp_files_removed == 1
+    assert summary.temp_files_removed == 1  # checksums are not counted
     assert summary.files_deleted == 0  # the file itself was never published
-    assert [p.name for p in Path(url).iterdir() if not p.name.startswith("_")] == [other.name]
+    left = sorted(p.name for p in Path(url).iterdir() if not p.name.startswith("_"))
+    assert left == sorted([other.name, other_checksum.name])
 
 
 def test_rollback_aborts_incomplete_upload_of_a_marked_name(
