@@ -75,14 +75,22 @@ final class MicroBatch implements Serializable {
     return json;
   }
 
+  /**
+   * The batch id an instant's {@code extra.microBatch} ({@code recorded}) records for this
+   * query, or -1 when it is another query's, or a plain write's (missing node).
+   */
+  long recordedBatch(com.fasterxml.jackson.databind.JsonNode recorded) {
+    return queryId.equals(recorded.path("queryId").asText())
+            && recorded.path("batchId").canConvertToLong()
+        ? recorded.path("batchId").asLong()
+        : -1;
+  }
+
   /** Whether an instant's {@code extra.microBatch} (missing node: a plain write) is this one. */
   static boolean matches(MicroBatch batch, com.fasterxml.jackson.databind.JsonNode recorded) {
     if (recorded == null || recorded.isMissingNode() || recorded.isNull()) {
       return batch == null;
     }
-    return batch != null
-        && batch.queryId.equals(recorded.path("queryId").asText())
-        && recorded.path("batchId").canConvertToLong()
-        && recorded.path("batchId").asLong() == batch.batchId;
+    return batch != null && batch.recordedBatch(recorded) == batch.batchId;
   }
 }

@@ -200,10 +200,8 @@ public final class Timeline implements Serializable {
       }
       com.fasterxml.jackson.databind.JsonNode recorded =
           inflight.path("extra").path(MicroBatch.EXTRA_KEY);
-      if (batch != null
-          && batch.queryId.equals(recorded.path("queryId").asText())
-          && recorded.path("batchId").canConvertToLong()
-          && recorded.path("batchId").asLong() < batch.batchId) {
+      long recordedBatch = batch == null ? -1 : batch.recordedBatch(recorded);
+      if (recordedBatch >= 0 && recordedBatch < batch.batchId) {
         return null;  // an earlier batch of the query: nothing older can be this batch
       }
       if (!MicroBatch.matches(batch, recorded) || inflight.path("write").asInt(0) != write) {
