@@ -379,18 +379,6 @@ class CommitProtocolWriteTest {
     return Files.readAllBytes(table.resolve(files.get(0)));
   }
 
-  /** What Spark ships to a task: its own deserialized copy of the driver's protocol. */
-  private static SparkguardCommitProtocol shipToTask(SparkguardCommitProtocol driver) throws Exception {
-    java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
-    try (java.io.ObjectOutputStream out = new java.io.ObjectOutputStream(bytes)) {
-      out.writeObject(driver);
-    }
-    try (java.io.ObjectInputStream in =
-        new java.io.ObjectInputStream(new java.io.ByteArrayInputStream(bytes.toByteArray()))) {
-      return (SparkguardCommitProtocol) in.readObject();
-    }
-  }
-
   /** Spark's writer: create(overwrite=false) on the path the protocol returned, through Hadoop's local FS (with its .crc). */
   private static void writeThroughHadoop(String path, byte[] data, org.apache.hadoop.conf.Configuration conf) throws IOException {
     org.apache.hadoop.fs.FileSystem fs = org.apache.hadoop.fs.FileSystem.getLocal(conf);
@@ -422,7 +410,7 @@ class CommitProtocolWriteTest {
     org.apache.hadoop.mapreduce.TaskAttemptContext[] contexts = new org.apache.hadoop.mapreduce.TaskAttemptContext[2];
     String[] work = new String[2];
     for (int attempt = 0; attempt < 2; attempt++) {
-      protocols[attempt] = shipToTask(driver);
+      protocols[attempt] = TestSpark.shipped(driver);  // the task's own copy
       contexts[attempt] = new org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl(conf,
           new org.apache.hadoop.mapreduce.TaskAttemptID("20250101000000", 0,
               org.apache.hadoop.mapreduce.TaskType.MAP, 0, attempt));

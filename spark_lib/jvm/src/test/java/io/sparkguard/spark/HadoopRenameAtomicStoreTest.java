@@ -6,10 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayInputStream;
-import java.io.ByteArrayOutputStream;
-import java.io.ObjectInputStream;
-import java.io.ObjectOutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -172,14 +168,7 @@ class HadoopRenameAtomicStoreTest {
 
   @Test
   void theStoreTravelsToExecutorsSerialized() throws Exception {
-    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-    try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
-      out.writeObject(store);
-    }
-    AtomicStore copy;
-    try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes.toByteArray()))) {
-      copy = (AtomicStore) in.readObject();
-    }
+    AtomicStore copy = TestSpark.shipped(store);
     assertTrue(copy.putIfAbsent(path("x"), "x".getBytes(StandardCharsets.UTF_8)));
     assertFalse(store.putIfAbsent(path("x"), "y".getBytes(StandardCharsets.UTF_8)));
     assertEquals("x", read(path("x")));

@@ -7,11 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
-import java.io.ByteArrayInputStream;
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
-import java.io.ObjectInputStream;
-import java.io.ObjectOutputStream;
 import java.net.URI;
 import java.nio.file.Files;
 import org.apache.hadoop.conf.Configuration;
@@ -130,14 +126,7 @@ class ObjectStoreAtomicStoreTest {
     assertInstanceOf(ObjectStoreAtomicStore.class, store);
     assertEquals(file, store.workPath(file), "data files are written under their final names");
 
-    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-    try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
-      out.writeObject(store);
-    }
-    AtomicStore copy;
-    try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes.toByteArray()))) {
-      copy = (AtomicStore) in.readObject();
-    }
+    AtomicStore copy = TestSpark.shipped(store);
     // Only the travelling conf knows fs.sgtest.impl: the copy reopens the store from it.
     assertEquals(3, copy.size(file));
     assertEquals(-1, copy.size(new Path(file.getParent(), "missing")));

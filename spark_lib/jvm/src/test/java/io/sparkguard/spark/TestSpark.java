@@ -1,11 +1,20 @@
 package io.sparkguard.spark;
 
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.ObjectInputStream;
+import java.io.ObjectOutputStream;
+import java.io.Serializable;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.types.DataTypes;
 
-/** The local Spark session of the JUnit tests, and the UDFs they inject task failures with. */
+/**
+ * The local Spark session of the JUnit tests, the UDFs they inject task failures with, and what
+ * Spark does to an object it ships to a task (Java serialization).
+ */
 final class TestSpark {
   private TestSpark() {}
 
@@ -35,5 +44,17 @@ final class TestSpark {
       }
       return n;
     }, DataTypes.LongType);
+  }
+
+  /** {@code value} after a Java-serialization round trip: the copy a task gets. */
+  @SuppressWarnings("unchecked")
+  static <T extends Serializable> T shipped(T value) throws IOException, ClassNotFoundException {
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+    try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
+      out.writeObject(value);
+    }
+    try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes.toByteArray()))) {
+      return (T) in.readObject();
+    }
   }
 }
