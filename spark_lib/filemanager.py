@@ -109,6 +109,11 @@ def temp_target(name: str) -> str | None:
     return match.group("target") if match else None
 
 
+def checksum_of(path: str) -> str:
+    """Hadoop's checksum of the file ``path``: ``.<name>.crc`` beside it (pure)."""
+    return paths.join(paths.parent(path), f".{paths.basename(path)}.crc")
+
+
 def checksum_owner(name: str) -> str | None:
     """The file whose Hadoop checksum ``name`` is (``.<file>.crc`` beside it: Hadoop's local
     filesystem writes one for each file, temp files included), or ``None`` (pure)."""
@@ -405,9 +410,8 @@ class FileManager(abc.ABC):
                 if info.is_dir:
                     continue
                 owner = checksum_owner(info.name)
-                target = temp_target(owner if owner is not None else info.name)
-                if owner is not None and target is None:
-                    target = owner  # the checksum of the data file itself
+                # A temp file; or the checksum of a temp file, or of the data file itself.
+                target = temp_target(info.name) if owner is None else temp_target(owner) or owner
                 if target is not None and target in names:
                     result.append(
                         Leftover(

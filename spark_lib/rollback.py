@@ -644,8 +644,7 @@ def delete_superseded(tl: timeline.Timeline, relative: Iterable[str]) -> int:
     returns how many data files existed."""
     full = [paths.join(tl.table, rel) for rel in relative]
     existing = tl.manager.delete_existing(full)
-    checksums = [paths.join(paths.parent(f), f".{paths.basename(f)}.crc") for f in full]
-    tl.manager.delete_many(checksums)
+    tl.manager.delete_many([filemanager.checksum_of(f) for f in full])
     return len(existing)
 
 
