@@ -50,6 +50,8 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.support.process import kill_session
+
 GROUP, VERSION, PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
 BIN = Path(sys.executable).parent
 #: the unchanged job of ``job="plain"``: never imports sparkguard
@@ -462,8 +464,8 @@ class StandInSparkOperator:
         kill: bool,
         signal_file: Path,
     ) -> int:
-        """Run the driver program in the pod's process namespace; SIGKILL it (the whole group:
-        Python and its Spark JVM) when a run to kill reaches its moment."""
+        """Run the driver program in the pod's process namespace; SIGKILL it (its whole session:
+        Python, its Spark JVM and PySpark's workers) when a run to kill reaches its moment."""
         argv = pod.wrap(argv, sidecar=False)
         process = subprocess.Popen(
             argv, env=env, stdout=log, stderr=log, cwd=run_dir, start_new_session=True
@@ -473,11 +475,11 @@ class StandInSparkOperator:
         while process.poll() is None:
             due = signal_file.exists() or (self.kill_when is not None and self.kill_when())
             if kill and due:
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_session(process.pid)  # with PySpark's workers, in their own group
                 process.wait()
                 return -signal.SIGKILL
             if time.monotonic() > deadline:
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_session(process.pid)
                 raise RuntimeError("driver did not finish within 600 s")
             time.sleep(0.01 if kill else 0.2)
         return process.returncode

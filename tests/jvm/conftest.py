@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 from tests.jvm import s3a
 from tests.sidecar import conftest as sidecar_support
 from tests.support import s3server
+from tests.support.process import kill_session
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 
@@ -98,8 +98,7 @@ def kill_when(
         if proc.poll() is not None:
             pytest.fail(f"the job exited {proc.returncode} before the kill:\n{early()}")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)  # the driver, its JVM and PySpark's workers
         proc.wait(timeout=60)
         if proc.stderr:
             proc.stderr.close()

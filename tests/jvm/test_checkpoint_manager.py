@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from sparkguard.spark_lib import sparkconf
 from tests.jvm import s3a
 from tests.jvm.conftest import JOBS, run_job
 from tests.support import s3server
+from tests.support.process import kill_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -293,9 +293,8 @@ def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_er
                 q.wait(timeout=5)
     finally:
         for q in queries:
-            if q.poll() is None:
-                os.killpg(q.pid, signal.SIGKILL)
-                q.wait()
+            kill_session(q.pid)
+            q.wait()
     failed = [i for i, q in enumerate(queries) if q.returncode == 4]
     assert failed, [
         (q.returncode, outputs[i][1].read_text()[-2000:]) for i, q in enumerate(queries)
@@ -346,7 +345,7 @@ def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
                 time.sleep(0.2)
             time.sleep(rng.uniform(0, 1.5))  # somewhere inside the next micro-batch
         finally:
-            os.killpg(query.pid, signal.SIGKILL)
+            kill_session(query.pid)
             query.wait()
     last = committed() + 2
     result = run_job("stream_checkpoint.py", checkpoint, output, str(last), conf=conf)

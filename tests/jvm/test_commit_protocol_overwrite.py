@@ -11,8 +11,6 @@ Two views are checked each time: the committed-only reader (``reader.committed_p
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -27,6 +25,7 @@ import pytest
 from sparkguard import cli
 from sparkguard.spark_lib import reader, sparkconf
 from tests.jvm.conftest import job_command, job_env, run_job
+from tests.support.process import kill_session
 
 pytestmark = pytest.mark.spark
 
@@ -184,8 +183,7 @@ def test_an_overwrite_killed_mid_write_leaves_the_old_data_then_the_rerun_replac
             assert time.monotonic() < deadline, f"{stage} was never reached"
             time.sleep(0.002)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole driver: Python and its Spark JVM
+        kill_session(proc.pid)  # the whole driver: Python, its Spark JVM, its workers
         proc.wait(timeout=60)
         if proc.stderr:
             proc.stderr.close()

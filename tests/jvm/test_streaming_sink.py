@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from sparkguard.spark_lib import filemanager, reader, rollback, sinklog, sparkconf, timeline
 from tests.jvm.conftest import JOBS, run_job
+from tests.support.process import kill_session
 
 pytestmark = pytest.mark.spark
 
@@ -102,7 +102,7 @@ def test_a_batch_killed_mid_write_is_rolled_back_and_rerun_exactly_once(tmp_path
             process=process,
         )
     finally:
-        os.killpg(process.pid, signal.SIGKILL)  # the job's own session: its Python and its JVM
+        kill_session(process.pid)  # the job's whole session: its Python, its JVM, its workers
         process.communicate()
     orphans = _on_disk(sink) - _listed(sink)
     assert orphans, "the killed batch left published files that _spark_metadata does not list"

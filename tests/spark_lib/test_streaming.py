@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from tests.spark_lib.spark_conftest import (
     spark,
     visible_ids,
 )
+from tests.support.process import kill_session
 
 __all__ = ["spark"]
 
@@ -157,7 +157,7 @@ def test_stream_driver_sigkilled_and_restarted_holds_each_row_once(tmp_path: Pat
             assert child.poll() is None, f"round {round_}: the query ended before {point} fired"
             assert time.monotonic() < deadline, f"round {round_}: {point} never fired"
             time.sleep(0.2)
-        os.killpg(child.pid, signal.SIGKILL)  # paused at the point: the driver, JVM, workers
+        kill_session(child.pid)  # paused at the point: the driver, JVM, workers
         child.wait()
         assert fired(signal_file) == {point: 1}
         # Between restarts a reader sees whole batches only.

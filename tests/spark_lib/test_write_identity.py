@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -39,6 +38,7 @@ from tests.spark_lib.spark_conftest import (
     spark,
     undecided,
 )
+from tests.support.process import kill_session
 
 __all__ = ["spark"]
 
@@ -294,7 +294,7 @@ def _run_and_kill_during_second_write(tmp_path: Path, url: str, job: str, journa
             assert time.monotonic() < deadline, "the second write never paused"
             time.sleep(0.2)
     finally:
-        os.killpg(child.pid, signal.SIGKILL)  # the driver, its JVM and Python workers at once
+        kill_session(child.pid)  # the driver, its JVM and Python workers at once
         child.wait()
 
 

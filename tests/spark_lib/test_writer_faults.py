@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -33,6 +32,7 @@ from tests.spark_lib.spark_conftest import (
     undecided,
     visible_ids,
 )
+from tests.support.process import kill_session
 
 __all__ = ["spark"]
 
@@ -96,7 +96,7 @@ def _run_and_kill(
         assert child.poll() is None, f"the job ended before reaching {point}"
         assert time.monotonic() < deadline, f"{point} was never reached"
         time.sleep(0.2)
-    os.killpg(child.pid, signal.SIGKILL)  # the driver, its JVM and Python workers, at once
+    kill_session(child.pid)  # the driver, its JVM and Python workers, at once
     child.wait()
     expected = {point: 1, **({P.TASK_END: 4} if point == P.ABORT_START else {})}
     assert fired(signal_file) == expected
