@@ -421,6 +421,41 @@ def _split_by_partition(
             yield directory, piece
 
 
+#: the local properties Spark's micro-batch execution sets while it runs a batch (tasks inherit
+#: them): present in a task of a write made inside ``foreachBatch``
+MICRO_BATCH_QUERY_PROPERTY: Final = "sql.streaming.queryId"
+MICRO_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+
+
+def refuse_inside_micro_batch() -> None:
+    """Fail a task of a batch write (``df.write.format("sparkguard")``) made inside
+    ``foreachBatch``.
+
+    This writer identifies a write by its rank in the driver run. A restarted query begins with
+    the batch that failed, so that rank changes: its first write would match batch 0's
+    committed write 0 and be skipped, a lost batch (docs/storage-contract.md, "Writes inside a
+    micro-batch"). Until the Python writer knows the batch, it refuses rather than lose one.
+    Only tasks carry the batch (the planner worker that builds the writer does not see the
+    driver thread's local properties), so the refusal comes from the first task; the write's
+    job then fails and its instant is rolled back: nothing is committed.
+    """
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    batch = ctx.getLocalProperty(MICRO_BATCH_ID_PROPERTY) if ctx is not None else None
+    if ctx is None or batch is None:
+        return
+    query = ctx.getLocalProperty(MICRO_BATCH_QUERY_PROPERTY)
+    raise errors.ConfigError(
+        f"df.write.format('sparkguard') inside foreachBatch (query {query}, batch {batch}) is "
+        "not supported: this writer counts writes per driver run, so a restarted query would "
+        "skip a batch. Inside foreachBatch write with Spark's own writers (e.g. "
+        "df.write.parquet(url)) and sparkguard's JVM layer (sparkguard spark-conf), which "
+        "identifies the write by (query, batch); or replace foreachBatch with "
+        "writeStream.format('sparkguard')"
+    )
+
+
 def _task_identity() -> tuple[int, int, int]:
     from pyspark import TaskContext
 
@@ -686,6 +721,7 @@ class SkipWriter(DataSourceArrowWriter):
         self.instant = instant
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
+        refuse_inside_micro_batch()  # the skip is where a restarted query would lose a batch
         partition, attempt, task_id = _task_identity()
         return WriteMessage(partition=partition, attempt=attempt, task_attempt_id=task_id, files=())
 
@@ -718,6 +754,7 @@ class BatchWriter(DataSourceArrowWriter):
         return batch_token(self.spec.settings.job_id, self.spec.write)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteMessage:
+        refuse_inside_micro_batch()
         partition, attempt, task_id = _task_identity()
         files = write_partition(
             self.spec, iterator, partition=partition, attempt=attempt, token=self.token

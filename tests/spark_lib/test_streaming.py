@@ -23,6 +23,7 @@ from tests.spark_lib.spark_conftest import (
     fired,
     injected,
     spark,
+    undecided,
     visible_ids,
 )
 from tests.support.process import kill_session
@@ -169,4 +170,53 @@ def test_stream_driver_sigkilled_and_restarted_holds_each_row_once(tmp_path: Pat
     assert "finished" in finished.stdout, finished.stderr[-3000:]
     assert_exactly_once(url, range(FILES * PER_FILE))
     rollback.rollback_job("stream-killed", journal)
+    assert_no_strays(url)
+
+
+REFUSED = "inside foreachBatch .* is not supported: this writer counts writes per driver run"
+
+
+def test_python_writer_inside_foreach_batch_is_refused_and_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``df.write.format("sparkguard")`` inside ``foreachBatch`` would be identified by its rank
+    in the driver run, which a restarted query changes (it would skip a batch). It is refused
+    by the write's first task, naming the fix, on both paths: a write to start (its instant is
+    rolled back, no file stays) and a write that matched a committed one (the skip that would
+    lose the batch)."""
+    url = str(tmp_path / "t")
+    journal = str(tmp_path / "journal")
+    writer.register(
+        spark, conf={"spark.sparkguard.jobId": "fb-python", "spark.sparkguard.journal": journal}
+    )
+    source = _input(tmp_path)
+
+    def run_query(ckpt: str) -> None:
+        def each(batch: Any, _batch_id: int) -> None:
+            batch.write.format("sparkguard").mode("append").save(url)
+
+        query = (
+            spark.readStream.schema("id long, s string")
+            .json(str(source))
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", str(tmp_path / ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(Exception, match=REFUSED):
+            query.awaitTermination()
+
+    writer.new_driver_run(spark)
+    run_query("c1")  # write 0 of this run: a new instant, refused by its tasks
+    assert undecided(url) == []
+    assert visible_ids(url) == []
+    assert_no_strays(url)
+
+    writer.new_driver_run(spark)
+    spark.range(0, 10).selectExpr("id", "'x' as s").write.format("sparkguard").mode("append").save(
+        url
+    )  # write 0 committed outside any query
+    writer.new_driver_run(spark)
+    run_query("c2")  # write 0 again: matched, skipped... and refused, not silently skipped
+    assert_exactly_once(url, range(10))
     assert_no_strays(url)
