@@ -27,7 +27,6 @@ from sparkguard.spark_lib import errors, faults, paths, reader, rollback, timeli
 
 logger = logging.getLogger(__name__)
 
-BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 #: where a task finds its query run id (Spark sets the run id as the stream's job group)
 RUN_ID_PROPERTIES: Final = ("sql.streaming.runId", "spark.jobGroup.id")
 _RUN_IN_DESCRIPTION: Final = re.compile(r"runId = ([0-9a-fA-F-]{32,36})")
@@ -135,11 +134,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
+        raw_batch = ctx.getLocalProperty(writer.BATCH_ID_PROPERTY) if ctx else None
         if ctx is None or raw_batch is None:
             raise errors.SparkguardError(
-                f"no {BATCH_ID_PROPERTY} in the task's properties: the sparkguard sink needs "
-                "micro-batch execution (no continuous trigger)"
+                f"no {writer.BATCH_ID_PROPERTY} in the task's properties: the sparkguard sink "
+                "needs micro-batch execution (no continuous trigger)"
             )
         batch_id = int(raw_batch)
         run = run_token(task_run_id(ctx))

@@ -422,9 +422,9 @@ def _split_by_partition(
 
 
 #: the local properties Spark's micro-batch execution sets while it runs a batch (tasks inherit
-#: them): present in a task of a write made inside ``foreachBatch``
-MICRO_BATCH_QUERY_PROPERTY: Final = "sql.streaming.queryId"
-MICRO_BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+#: them): in a task of the streaming sink, and of a write made inside ``foreachBatch``
+QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 
 
 def refuse_inside_micro_batch() -> None:
@@ -442,10 +442,9 @@ def refuse_inside_micro_batch() -> None:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    batch = ctx.getLocalProperty(MICRO_BATCH_ID_PROPERTY) if ctx is not None else None
-    if ctx is None or batch is None:
+    if ctx is None or (batch := ctx.getLocalProperty(BATCH_ID_PROPERTY)) is None:
         return
-    query = ctx.getLocalProperty(MICRO_BATCH_QUERY_PROPERTY)
+    query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
     raise errors.ConfigError(
         f"df.write.format('sparkguard') inside foreachBatch (query {query}, batch {batch}) is "
         "not supported: this writer counts writes per driver run, so a restarted query would "
