@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -251,25 +252,72 @@ def _track(runtime: runtime_.Runtime, namespace: str, name: str, app: Mapping[st
     )
 
 
+#: how many apps' last transition Events :attr:`Runtime.posted` remembers
+_POSTED_REMEMBERED: Final = 10_000
+
+
+def transition_event_name(app: Mapping[str, Any], transition: str) -> str:
+    """The name every operator gives the Event of ``transition`` of this very object (uid)."""
+    meta = app.get("metadata") or {}
+    digest = hashlib.sha256(f"{meta.get('uid')}/{transition}".encode()).hexdigest()[:20]
+    return f"{str(meta.get('name'))[:200]}.{digest}"
+
+
 async def _post(
     runtime: runtime_.Runtime, app: Mapping[str, Any], event: recovery.EventSpec | None
 ) -> None:
-    if event is not None:
+    """Post ``event``; one that reports a transition is posted once, by whichever operator.
+
+    Its name comes from the transition, so a copy posted again (a replica took over from one
+    killed between writing the phase and posting) is refused by the API server as a duplicate.
+    """
+    if event is None:
+        return
+    if event.transition is None:
         await _event(
             runtime, app, type=event.type, reason=event.reason.value, message=event.message
         )
+        return
+    key = runtime_.AppKey.of(app).id
+    name = transition_event_name(app, event.transition)
+    if runtime.posted.get(key) == name:
+        return
+    posted = await _event(
+        runtime,
+        app,
+        type=event.type,
+        reason=event.reason.value,
+        message=event.message,
+        name=name,
+    )
+    if posted:
+        runtime.posted.pop(key, None)
+        runtime.posted[key] = name
+        while len(runtime.posted) > _POSTED_REMEMBERED:
+            runtime.posted.pop(next(iter(runtime.posted)))
 
 
 async def _event(
-    runtime: runtime_.Runtime, app: Mapping[str, Any], *, type: str, reason: str, message: str
-) -> None:
-    """Post a Kubernetes Event about ``app``; a failure to post is logged, never raised."""
+    runtime: runtime_.Runtime,
+    app: Mapping[str, Any],
+    *,
+    type: str,
+    reason: str,
+    message: str,
+    name: str | None = None,
+) -> bool:
+    """Post a Kubernetes Event about ``app``; a failure to post is logged, never raised.
+
+    ``True`` once the Event exists (posted now, or before under the same ``name``).
+    """
     try:
-        await runtime.kube.post_event(app, type=type, reason=reason, message=message)
+        await runtime.kube.post_event(app, type=type, reason=reason, message=message, name=name)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - an Event is informational
         _log.warning("could not post Event %s: %s", reason, exc)
+        return False
+    return True
 
 
 async def reconcile(
@@ -311,6 +359,9 @@ async def reconcile(
             )
             runtime.decided(key, decision)
             _track(runtime, namespace, name, app)
+            # The Event of the phase the app is in, if the replica that wrote the phase died
+            # before posting it (known posted: no request).
+            await _post(runtime, app, recovery.owed_event(app, now=runtime.clock(), config=config))
             if decision.action is recovery.Action.NOTHING:
                 if wakeup.is_set():
                     continue  # news arrived while we read: look again

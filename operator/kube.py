@@ -118,16 +118,26 @@ class KubeClient:
         return cast(dict[str, Any], patched)
 
     async def post_event(
-        self, app: Mapping[str, Any], *, type: str, reason: str, message: str
-    ) -> None:
-        """Record a Kubernetes Event about ``app`` (its uid, so it never names a successor)."""
+        self,
+        app: Mapping[str, Any],
+        *,
+        type: str,
+        reason: str,
+        message: str,
+        name: str | None = None,
+    ) -> bool:
+        """Record a Kubernetes Event about ``app`` (its uid, so it never names a successor).
+
+        With ``name``, an Event of that name that exists already is the same Event posted
+        before (by this or another operator): ``False``, and nothing is posted twice.
+        """
         meta = app.get("metadata") or {}
         now = datetime.datetime.now(datetime.UTC)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{secrets.token_hex(8)}",
+                "name": name or f"{meta.get('name')}.{secrets.token_hex(8)}",
                 "namespace": meta["namespace"],
             },
             "involvedObject": {
@@ -149,7 +159,13 @@ class KubeClient:
         }
         self._count("event")
         event = cast(client.CoreV1Event, body)  # the client serialises a plain dict as it is
-        await self._call(self._core.create_namespaced_event, meta["namespace"], event)
+        try:
+            await self._call(self._core.create_namespaced_event, meta["namespace"], event)
+        except ApiException as exc:
+            if name is not None and exc.status == 409:
+                return False
+            raise
+        return True
 
     async def get_lease(self, namespace: str, name: str) -> client.V1Lease | None:
         """The Lease, or ``None`` when it does not exist."""

@@ -49,6 +49,10 @@ MAX_NUDGE_INTERVAL: Final = 600.0
 SUCCEEDED_STATES: Final = frozenset({"COMPLETED"})
 #: how many instants a last-rollback annotation lists (the counts are always complete)
 _LISTED_INSTANTS: Final = 20
+#: how long after a transition an operator still posts its Event when the replica that made
+#: the transition died before posting it (kube-apiserver's default ``--event-ttl``: older
+#: Events are gone anyway, and a late copy would only look new)
+EVENT_REPLAY_SECONDS: Final = 3600.0
 
 
 class Phase(enum.StrEnum):
@@ -104,6 +108,10 @@ class EventSpec:
     type: str  # "Normal" | "Warning"
     reason: Reason
     message: str
+    #: the phase transition the Event reports (``<failure>/<reason>[/<nudge>]``), if it reports
+    #: one: every operator names that Event after it, so it is posted once, even when the
+    #: replica that made the transition died before posting it and another posts it again
+    transition: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -218,16 +226,22 @@ def format_time_precise(value: datetime.datetime) -> str:
     return value.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
 
 
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    """The JSON object an annotation value holds, or ``None`` if absent or unreadable."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def parse_claim(text: str | None) -> Claim | None:
     """The claim an annotation value records, or ``None`` if absent or unreadable.
 
     A purely computational function with no side-effects.
     """
-    try:
-        value = json.loads(text) if text else None
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
+    value = _json_object(text)
+    if value is None:
         return None
     until = parse_time(str(value.get("until") or ""))
     holder = value.get("holder")
@@ -253,11 +267,8 @@ def claim_patch(claim: Claim | None) -> dict[str, Any]:
 
 
 def _resubmission_of(app: Mapping[str, Any]) -> tuple[datetime.datetime, int] | None:
-    try:
-        value = json.loads(appmeta.of(app).get(RESUBMISSION) or "null")
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
+    value = _json_object(appmeta.of(app).get(RESUBMISSION))
+    if value is None:
         return None
     at = parse_time(str(value.get("at") or ""))
     nudges = value.get("nudges")
@@ -284,7 +295,12 @@ def _annotations_patch(values: Mapping[str, str | None]) -> dict[str, Any]:
 
 
 def _final_conclusion(
-    phase: Phase, reason: Reason, *, message: str, annotations: Mapping[str, str | None]
+    phase: Phase,
+    reason: Reason,
+    *,
+    failure: str | None,
+    message: str,
+    annotations: Mapping[str, str | None],
 ) -> Conclusion:
     """A recovery that ends without a resubmission: the phase, the message, a Warning."""
     return Conclusion(
@@ -297,8 +313,77 @@ def _final_conclusion(
                 appmeta.MESSAGE: message,
             }
         ),
-        event=EventSpec(type="Warning", reason=reason, message=message),
+        event=_transition_event(failure, reason, message=message),
     )
+
+
+def _transition_event(
+    failure: str | None, reason: Reason, *, message: str, nudge: int | None = None
+) -> EventSpec:
+    """The Event that reports the transition to a phase, named by that transition."""
+    kind = "Normal" if reason in (Reason.ROLLED_BACK, Reason.RESUBMITTED) else "Warning"
+    transition = f"{failure}/{reason.value}" + (f"/{nudge}" if nudge is not None else "")
+    return EventSpec(type=kind, reason=reason, message=message, transition=transition)
+
+
+def _resubmitted_event(failure: str, *, attempt: int, options: appmeta.Options) -> EventSpec:
+    return _transition_event(
+        failure,
+        Reason.RESUBMITTED,
+        message=f"resubmitted job {options.job_id} as attempt {attempt} "
+        f"(max-retries {options.max_retries})",
+    )
+
+
+def owed_event(
+    app: Mapping[str, Any], *, now: datetime.datetime, config: config_.OperatorConfig
+) -> EventSpec | None:
+    """The Event that reported the transition into the phase ``app`` is in, if it is recent.
+
+    A purely computational function with no side-effects. The operator writes a phase, then
+    posts its Event; a replica killed between the two never posts it. Whoever acts on the app
+    next posts it again under the transition's name (:attr:`EventSpec.transition`): created
+    if it was lost, refused as a duplicate if it was not. Only transitions of the last
+    :data:`EVENT_REPLAY_SECONDS` are owed, and only the phases a recovery moves through or ends
+    in (RolledBack, Resubmitted and its retries, Exhausted, CommittedNotResubmitted).
+    """
+    values = appmeta.of(app)
+    failure = values.get(appmeta.HANDLED_FAILURE)
+    phase = values.get(appmeta.PHASE)
+    message = values.get(appmeta.MESSAGE) or ""
+    if not failure:
+        return None
+    event: EventSpec | None = None
+    at: datetime.datetime | None = None
+    if phase == Phase.RESUBMITTED.value:
+        record = _resubmission_of(app)
+        options = appmeta.parse(app, config=config).options
+        if record is None or options is None:
+            return None
+        at, nudges = record
+        event = (
+            _resubmitted_event(failure, attempt=current_attempt(app), options=options)
+            if nudges == 0
+            else _transition_event(failure, Reason.RESUBMIT_RETRIED, message=message, nudge=nudges)
+        )
+    else:
+        reason = {
+            Phase.ROLLED_BACK.value: Reason.ROLLED_BACK,
+            Phase.EXHAUSTED.value: Reason.RETRIES_EXHAUSTED,
+            Phase.COMMITTED_NOT_RESUBMITTED.value: Reason.COMMITTED_NOT_RESUBMITTED,
+        }.get(phase or "")
+        if reason is None:
+            return None
+        at = _last_rollback_at(app)
+        event = _transition_event(failure, reason, message=message)
+    if at is None or (now - at).total_seconds() > EVENT_REPLAY_SECONDS:
+        return None
+    return event
+
+
+def _last_rollback_at(app: Mapping[str, Any]) -> datetime.datetime | None:
+    value = _json_object(appmeta.of(app).get(appmeta.LAST_ROLLBACK))
+    return parse_time(str(value.get("at") or "")) if value is not None else None
 
 
 def decide(  # noqa: PLR0911 - one return per row of the decision table
@@ -469,12 +554,7 @@ def _resubmit(
         failure_id=failure,
         options=options,
         patch=patch,
-        event=EventSpec(
-            type="Normal",
-            reason=Reason.RESUBMITTED,
-            message=f"resubmitted job {options.job_id} as attempt {new_attempt} "
-            f"(max-retries {options.max_retries})",
-        ),
+        event=_resubmitted_event(failure, attempt=new_attempt, options=options),
     )
 
 
@@ -538,7 +618,9 @@ def _verify_resubmission(
             },
             "spec": {"sparkConf": {CONF_RESUBMISSION: f"{attempt}.{nudge}"}},
         },
-        event=EventSpec(type="Warning", reason=Reason.RESUBMIT_RETRIED, message=message),
+        event=_transition_event(
+            failure, Reason.RESUBMIT_RETRIED, message=message[:1000], nudge=nudge
+        ),
     )
 
 
@@ -604,6 +686,7 @@ def conclude_rollback(
         return _final_conclusion(
             Phase.COMMITTED_NOT_RESUBMITTED,
             Reason.COMMITTED_NOT_RESUBMITTED,
+            failure=decision.failure_id,
             message=message,
             annotations=common,
         )
@@ -614,7 +697,11 @@ def conclude_rollback(
             f"{appmeta.MAX_RETRIES} or resubmit it yourself"
         )
         return _final_conclusion(
-            Phase.EXHAUSTED, Reason.RETRIES_EXHAUSTED, message=message, annotations=common
+            Phase.EXHAUSTED,
+            Reason.RETRIES_EXHAUSTED,
+            failure=decision.failure_id,
+            message=message,
+            annotations=common,
         )
     delay = backoff_delay(decision.attempt, base=options.backoff, cap=options.backoff_max)
     retry_at = now + datetime.timedelta(seconds=delay)
@@ -629,5 +716,5 @@ def conclude_rollback(
                 appmeta.MESSAGE: message,
             }
         ),
-        event=EventSpec(type="Normal", reason=Reason.ROLLED_BACK, message=message),
+        event=_transition_event(decision.failure_id, Reason.ROLLED_BACK, message=message),
     )

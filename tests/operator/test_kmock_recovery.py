@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 import kmock
 import pytest
 
-from sparkguard.operator import appmeta
+from sparkguard.operator import appmeta, kube
 from sparkguard.operator import config as config_
+from sparkguard.operator import runtime as runtime_
 from tests.operator import kmocking
 from tests.operator.apps import failed_status, spark_app
 
@@ -293,3 +295,60 @@ async def test_unanswered_resubmission_is_patched_again_until_the_app_reruns(
     warnings = [e for e in kmocking.posted_events(k8s) if e["reason"] == "ResubmitRetried"]
     assert len(warnings) == nudges
     assert warnings[0]["type"] == "Warning"
+
+
+class _DiesBeforePosting(kube.KubeClient):
+    """An operator killed right after writing phase RolledBack: its Event never leaves."""
+
+    def __init__(self, api: Any, *, posts_first: bool) -> None:
+        super().__init__(api)
+        self.posts_first = posts_first
+        self.dead = asyncio.Event()
+
+    async def post_event(self, app: Any, *, reason: str, **kwargs: Any) -> bool:
+        if reason != "RolledBack":
+            return await super().post_event(app, reason=reason, **kwargs)
+        if self.posts_first:  # killed just after the Event went out instead
+            await super().post_event(app, reason=reason, **kwargs)
+        self.dead.set()
+        await asyncio.Future()  # never returns: the process is gone
+        raise AssertionError("unreachable")
+
+
+def _stored_event_reasons(server: kmock.KubernetesEmulator, name: str) -> list[str]:
+    return [
+        obj.raw["reason"]
+        for (resource, _, _), obj in list(server.objects.items())
+        if resource.plural == "events" and obj.raw["involvedObject"]["name"] == name
+    ]
+
+
+@pytest.mark.parametrize("posts_first", [False, True], ids=["event-lost", "event-posted"])
+async def test_the_event_of_a_replica_killed_after_its_conclusion_is_posted_once(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig, posts_first: bool
+) -> None:
+    """Phase RolledBack written, the replica killed before (or just after) its Event: the
+    operator that takes over posts the RolledBack Event if it was lost, never twice."""
+    dying = _DiesBeforePosting(kmocking.api_client(k8s), posts_first=posts_first)
+    first = runtime_.Runtime(
+        config=recovery_config,
+        kube=dying,
+        rollback=kmocking.FakeRollback(),
+        clock=kmocking.loop_clock(),
+    )
+    app = spark_app("killed", namespace=NS, annotations={appmeta.BACKOFF: "1s"})
+    async with kmocking.operating(first):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "killed", {"status": failed_status()}, status=True)
+        await kmocking.eventually(dying.dead.is_set)
+    assert kmocking.notes(k8s, NS, "killed")[appmeta.PHASE] == "RolledBack"
+    assert _stored_event_reasons(k8s, "killed").count("RolledBack") == int(posts_first)
+
+    second = kmocking.make_runtime(k8s, config=recovery_config, rollback=kmocking.FakeRollback())
+    async with kmocking.operating(second):
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "killed"))
+        await kmocking.eventually(lambda: "Resubmitted" in _stored_event_reasons(k8s, "killed"))
+    reasons = _stored_event_reasons(k8s, "killed")
+    assert reasons.count("RolledBack") == 1
+    assert reasons.count("Resubmitted") == 1
+    assert kmocking.resubmissions(k8s, "killed") == ["1"]

@@ -318,3 +318,74 @@ def test_last_rollback_annotation_stays_small() -> None:
     compact = recovery.summarize_rollback({"instants_rolled_back": many})
     assert compact["rolledBack"] == 500
     assert len(compact["instantsRolledBack"]) == 20
+
+
+def _concluded(
+    app: dict[str, Any], decision: recovery.Decision, **summary: Any
+) -> tuple[dict[str, Any], recovery.EventSpec]:
+    full = {"instants_rolled_back": ("i1",), "files_deleted": 3, **summary}
+    conclusion = recovery.conclude_rollback(decision, summary=full, now=NOW)
+    return _apply(_apply(app, decision.patch), conclusion.patch), conclusion.event
+
+
+@pytest.mark.parametrize(
+    ("notes", "summary", "reason"),
+    [
+        ({}, {}, recovery.Reason.ROLLED_BACK),
+        ({appmeta.MAX_RETRIES: "0"}, {}, recovery.Reason.RETRIES_EXHAUSTED),
+        (
+            {},
+            {"instants_rolled_back": (), "instants_committed": ("c",)},
+            recovery.Reason.COMMITTED_NOT_RESUBMITTED,
+        ),
+    ],
+)
+def test_the_event_of_a_conclusion_can_be_posted_again_from_the_app(
+    config: config_.OperatorConfig,
+    notes: dict[str, str],
+    summary: dict[str, Any],
+    reason: recovery.Reason,
+) -> None:
+    """A replica killed after writing the conclusion, before its Event: the next one posts it."""
+    app = _app(status=failed_status(), **notes)
+    concluded, posted = _concluded(app, _decide(app, config), **summary)
+    assert posted.reason is reason
+    assert posted.transition is not None
+    assert posted.transition.startswith(appmeta.of(concluded)[appmeta.HANDLED_FAILURE])
+    # The same Event (same transition: the same Event name), rebuilt from the annotations alone.
+    owed = recovery.owed_event(concluded, now=NOW + datetime.timedelta(seconds=5), config=config)
+    assert owed == posted
+    # An hour on, the API server has dropped its Events (--event-ttl): none is owed any more.
+    later = NOW + datetime.timedelta(seconds=recovery.EVENT_REPLAY_SECONDS + 1)
+    assert recovery.owed_event(concluded, now=later, config=config) is None
+
+
+def test_the_events_of_a_resubmission_and_its_retries_can_be_posted_again(
+    config: config_.OperatorConfig,
+) -> None:
+    config = dataclasses.replace(config, resubmit_timeout_seconds=60)
+    failed = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
+    app, _ = _concluded(failed, _decide(failed, config))
+    resubmit = _decide(app, config)
+    resubmitted = _apply(app, resubmit.patch)
+    assert recovery.owed_event(resubmitted, now=NOW, config=config) == resubmit.event
+    nudge = _decide(resubmitted, config, NOW + datetime.timedelta(seconds=61))
+    nudged = _apply(resubmitted, nudge.patch)
+    owed = recovery.owed_event(nudged, now=NOW + datetime.timedelta(seconds=62), config=config)
+    assert owed == nudge.event
+    # Each retry is an Event of its own; the resubmission's is not posted a second time.
+    assert nudge.event is not None
+    assert resubmit.event is not None
+    assert len({nudge.event.transition, resubmit.event.transition}) == 2
+
+
+@pytest.mark.parametrize("phase", [None, "Recovering", "Succeeded", "Invalid"])
+def test_no_event_is_owed_outside_the_transitions_of_a_recovery(
+    config: config_.OperatorConfig, phase: str | None
+) -> None:
+    notes = {appmeta.HANDLED_FAILURE: "FAILED-0123", **({appmeta.PHASE: phase} if phase else {})}
+    app = _app(status=failed_status(), **notes)
+    assert recovery.owed_event(app, now=NOW, config=config) is None
+    # Nor for a phase without the failure it handled (written by hand, or an old operator).
+    app = _app(status=failed_status(), **{appmeta.PHASE: "RolledBack"})
+    assert recovery.owed_event(app, now=NOW, config=config) is None
