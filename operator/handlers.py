@@ -273,24 +273,14 @@ async def _post(
     """
     if event is None:
         return
-    if event.transition is None:
-        await _event(
-            runtime, app, type=event.type, reason=event.reason.value, message=event.message
-        )
-        return
     key = runtime_.AppKey.of(app).id
-    name = transition_event_name(app, event.transition)
-    if runtime.posted.get(key) == name:
+    name = transition_event_name(app, event.transition) if event.transition else None
+    if name is not None and runtime.posted.get(key) == name:
         return
     posted = await _event(
-        runtime,
-        app,
-        type=event.type,
-        reason=event.reason.value,
-        message=event.message,
-        name=name,
+        runtime, app, type=event.type, reason=event.reason.value, message=event.message, name=name
     )
-    if posted:
+    if posted and name is not None:
         runtime.posted.pop(key, None)
         runtime.posted[key] = name
         while len(runtime.posted) > _POSTED_REMEMBERED:

@@ -125,11 +125,11 @@ class KubeClient:
         reason: str,
         message: str,
         name: str | None = None,
-    ) -> bool:
+    ) -> None:
         """Record a Kubernetes Event about ``app`` (its uid, so it never names a successor).
 
         With ``name``, an Event of that name that exists already is the same Event posted
-        before (by this or another operator): ``False``, and nothing is posted twice.
+        before (by this or another operator): nothing is posted twice, and that is no error.
         """
         meta = app.get("metadata") or {}
         now = datetime.datetime.now(datetime.UTC)
@@ -162,10 +162,8 @@ class KubeClient:
         try:
             await self._call(self._core.create_namespaced_event, meta["namespace"], event)
         except ApiException as exc:
-            if name is not None and exc.status == 409:
-                return False
-            raise
-        return True
+            if name is None or exc.status != 409:
+                raise
 
     async def get_lease(self, namespace: str, name: str) -> client.V1Lease | None:
         """The Lease, or ``None`` when it does not exist."""

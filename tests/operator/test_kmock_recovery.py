@@ -305,14 +305,14 @@ class _DiesBeforePosting(kube.KubeClient):
         self.posts_first = posts_first
         self.dead = asyncio.Event()
 
-    async def post_event(self, app: Any, *, reason: str, **kwargs: Any) -> bool:
+    async def post_event(self, app: Any, *, reason: str, **kwargs: Any) -> None:
         if reason != "RolledBack":
-            return await super().post_event(app, reason=reason, **kwargs)
+            await super().post_event(app, reason=reason, **kwargs)
+            return
         if self.posts_first:  # killed just after the Event went out instead
             await super().post_event(app, reason=reason, **kwargs)
         self.dead.set()
         await asyncio.Future()  # never returns: the process is gone
-        raise AssertionError("unreachable")
 
 
 def _stored_event_reasons(server: kmock.KubernetesEmulator, name: str) -> list[str]:
