@@ -128,6 +128,8 @@ if [[ -n "${SPARKGUARD_TEST_JARS:-}" ]]; then
   mvn_args+=("-Dsparkguard.test.jars=$SPARKGUARD_TEST_JARS")
 fi
 
+# Maven's own JVM compiles a few dozen classes and exits: C2 and G1's threads only cost CPU.
+export MAVEN_OPTS="${MAVEN_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 build_log="$work/build.log"
 log "building $jar against pyspark $spark_version (scala $scala_version, hadoop $hadoop_version)$([[ -f "$resolved" ]] && echo ', offline')"
 start=$(date +%s)

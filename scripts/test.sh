@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, architecture contracts, then pytest (all tiers).
-# Extra arguments go to pytest, e.g. scripts/test.sh tests/spark_lib -k atomic
+# The whole test suite: lint, types, architecture contracts, the JVM layer's JUnit tests, then
+# pytest (every tier) on two xdist workers.
+#
+#   scripts/test.sh                 everything (what CI runs)
+#   scripts/test.sh --fast          lint, types, contracts, JUnit, and the unit tiers only
+#                                   (no PySpark job, no kube-apiserver, no slow fault loop)
+#   scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g.
+#                                   scripts/test.sh tests/spark_lib -k atomic
+#
+# Environment: SPARKGUARD_TEST_WORKERS (default 2: this machine's cores; 0 runs in one process).
+# tests/README.md says how the tiers are split over the workers and what each costs.
 set -euo pipefail
 # The repo has a top-level operator/ folder: never let `python -m` put the cwd first on
 # sys.path, or it would shadow the standard library's operator module.
 export PYTHONSAFEPATH=1
 cd "$(dirname "$0")/.."
+
+fast=0
+if [[ "${1:-}" == "--fast" ]]; then
+  fast=1
+  shift
+fi
+
 scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
+started=$(date +%s)
 echo "== ruff"
 ruff check .
 ruff format --check .
@@ -27,7 +44,23 @@ done
 (cd "$layout" && PYTHONPATH="$PWD" lint-imports --no-cache --config ../../.importlinter)
 echo "== jvm: maven build + surefire (scripts/build-jvm.sh; a no-op when nothing changed)"
 # The JVM layer's jar ships inside the package (spark_lib/jars/) and the pytest tiers use it.
+# The stamp covers the sources, the pom, the PySpark jars and the JDK: when it matches, this
+# exact jar already passed its JUnit tests.
 scripts/build-jvm.sh >/dev/null
-echo "== pytest"
+echo "== checks took $(( $(date +%s) - started ))s"
+
+workers=${SPARKGUARD_TEST_WORKERS:-2}
+xdist=()
+if [[ "$workers" != "0" ]]; then
+  # loadgroup: the real kube-apiserver tier is one group (one bench, one worker: see
+  # tests/kubebench/fixtures.py); each module sharing a SparkSession is one group; every other
+  # test goes wherever a worker is free.
+  xdist=(-n "$workers" --dist loadgroup)
+fi
+selection=()
+if [[ $fast -eq 1 ]]; then
+  selection=(-m "not spark and not kube and not slow")
+fi
+echo "== pytest${selection:+ ${selection[*]}}"
 # pytest exits 5 when it collected no tests: that fails this script like any other failure.
-exec python -m pytest "$@"
+exec python -m pytest "${xdist[@]}" "${selection[@]}" "$@"

@@ -35,6 +35,8 @@ def job_env() -> dict[str, str]:
     env.update(
         {"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true", "SPARK_LOCAL_IP": "127.0.0.1"}
     )
+    # The test JVM options (tests/conftest.py) are the one Spark setting a job keeps.
+    env["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "")
     return env
 
 

@@ -20,6 +20,7 @@ import pytest
 from tests.kubebench.bench import KubeBench, KubeBenchError, ensure_binaries
 
 _BUILD_ERROR = pytest.StashKey[KubeBenchError]()
+BENCH_GROUP = "kube-bench"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,6 +47,10 @@ def pytest_collection_modifyitems(
             "kube"
         ):
             item.add_marker(pytest.mark.kube)
+        if _needs_bench(item):
+            # Under pytest-xdist's loadgroup every bench test runs on one worker: one
+            # kube-apiserver + etcd per run, not one per worker.
+            item.add_marker(pytest.mark.xdist_group(BENCH_GROUP))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
