@@ -1,10 +1,12 @@
 """The distribution maps the fixed folders to sparkguard.* in editable and wheel installs, and
-carries the JVM layer's jar (built by scripts/build-jvm.sh, which scripts/test.sh runs first)."""
+carries the JVM layer's jar (built by scripts/build-jvm.sh, which scripts/test.sh runs first) and
+every package's py.typed; setuptools builds it without a warning about its configuration."""
 
 from __future__ import annotations
 
 import importlib
 import operator
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,35 @@ from sparkguard.spark_lib import sparkconf
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["sparkguard.spark_lib", "sparkguard.sidecar", "sparkguard.operator"]
 JAR_IN_WHEEL = "sparkguard/spark_lib/jars/sparkguard-spark.jar"
+#: What the clean copies leave out: build outputs (but not the jar) and what never ships.
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", ".cache", "build", "dist", "*.egg-info", "target", "__pycache__",
+    "tests", "benchmarks", "charts", "docs", "demo-output",
+)  # fmt: skip
+#: Imports every package, proves the stdlib operator module is intact, prints where each
+#: package, its py.typed and the jar are (the bare venv has no fsspec: find the jar the way
+#: sparkconf.jar_path does).
+PROBE = (
+    "import importlib, operator, importlib.resources as r;"
+    f"names = ['sparkguard', *{PACKAGES!r}];"
+    "mods = [importlib.import_module(m) for m in names];"
+    "print(*[m.__file__ for m in mods]);"
+    "assert hasattr(operator, 'itemgetter');"
+    "print(*[r.files(m).joinpath('py.typed').is_file() for m in names]);"
+    "print(r.files('sparkguard.spark_lib').joinpath('jars/sparkguard-spark.jar'))"
+)
+
+
+def _setuptools_warnings(output: str) -> list[str]:
+    """The warnings setuptools printed while pip built sparkguard (``<Category>: <message>``)."""
+    return re.findall(r"\b(\w*Warning|InformationOnly): (.*)", output)
+
+
+def _probe(python: Path, *, cwd: Path) -> list[str]:
+    out = subprocess.run(
+        [python, "-c", PROBE], check=True, capture_output=True, text=True, cwd=cwd
+    ).stdout
+    return out.splitlines()
 
 
 def test_editable_install_imports_the_three_folders() -> None:
@@ -35,15 +66,8 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
     # Build from a clean copy: an in-tree build reuses build/ and *.egg-info/SOURCES.txt from
     # earlier builds, which would let a file missing from the package data slip in.
     source = tmp_path / "source"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", ".cache", "build", "dist", "*.egg-info", "target", "__pycache__",
-            "tests", "benchmarks", "charts", "docs", "demo-output",
-        ),
-    )  # fmt: skip
-    subprocess.run(
+    shutil.copytree(ROOT, source, ignore=COPY_IGNORE)
+    build = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -57,8 +81,12 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
             str(source),
         ],
         check=True,
+        capture_output=True,
+        text=True,
         cwd=tmp_path,
     )
+    # e.g. "Package 'sparkguard.spark_lib.jars' is absent from the `packages` configuration"
+    assert _setuptools_warnings(build.stdout + build.stderr) == [], build.stderr
     (wheel,) = dist.glob("sparkguard-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in [
@@ -68,10 +96,13 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
         "sparkguard/spark_lib/filemanager.py",
         "sparkguard/spark_lib/py.typed",
         "sparkguard/sidecar/__init__.py",
+        "sparkguard/sidecar/py.typed",
         "sparkguard/operator/__init__.py",
+        "sparkguard/operator/py.typed",
         JAR_IN_WHEEL,
     ]:
         assert required in names, f"{required} missing from {wheel.name}"
+    assert [n for n in names if "/jars/" in n] == [JAR_IN_WHEEL]  # no stamp, no placeholder
     assert not any(n.startswith(("tests/", "operator/", "spark_lib/")) for n in names)
     # The JVM module's sources and build tree stay out: only the built jar ships.
     assert not any("/jvm/" in n for n in names), sorted(n for n in names if "/jvm/" in n)
@@ -86,18 +117,51 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
         check=True,
         cwd=tmp_path,
     )
-    probe = (
-        "import importlib, operator, sparkguard;"
-        f"mods = [importlib.import_module(m) for m in {PACKAGES!r}];"
-        "print(*[m.__file__ for m in mods]);"
-        "assert hasattr(operator, 'itemgetter');"
-        # (the base Python has no fsspec: find the jar the way sparkconf.jar_path does)
-        "import importlib.resources as r;"
-        "print(r.files('sparkguard.spark_lib').joinpath('jars/sparkguard-spark.jar'))"
+    files, typed, jar = _probe(python, cwd=tmp_path)
+    assert str(ROOT) not in files  # imported from the wheel, not from the checkout
+    assert "site-packages/sparkguard/operator/__init__.py" in files
+    assert typed == "True True True True"
+    assert jar.endswith(f"site-packages/{JAR_IN_WHEEL}")  # the helper finds the installed jar
+
+
+@pytest.mark.slow
+def test_editable_install_imports_every_package_and_finds_the_jar(tmp_path: Path) -> None:
+    """``pip install -e`` of a clean copy (with its built jar) into a fresh venv, as
+    scripts/bootstrap.sh does, with the setuptools the project pins (no build isolation, so
+    no index is needed)."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=COPY_IGNORE)
+    assert (source / "spark_lib" / "jars" / "sparkguard-spark.jar").is_file()
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False, system_site_packages=True)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--ignore-installed",  # never touch the running venv's own sparkguard
+            "--disable-pip-version-check",
+            "--prefix",
+            str(env_dir),
+            "-e",
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
-    out = subprocess.run(
-        [python, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path
-    ).stdout
-    assert str(ROOT) not in out  # imported from the wheel, not from the checkout
-    assert "site-packages/sparkguard/operator/__init__.py" in out
-    assert f"site-packages/{JAR_IN_WHEEL}" in out  # the helper finds the installed jar
+    warnings = _setuptools_warnings(install.stdout + install.stderr)
+    # setuptools says "Editable installation." (be careful with folders named like the
+    # package in the working directory) whenever an editable install maps folders through its
+    # import finder, i.e. for every layout but src/: it describes the mechanism, not our
+    # configuration. Anything else is a finding.
+    assert [w for w in warnings if w[1].strip() != "Editable installation."] == [], install.stderr
+    files, typed, jar = _probe(env_dir / "bin" / "python", cwd=tmp_path)
+    for name, folder in zip(PACKAGES, ["spark_lib", "sidecar", "operator"], strict=True):
+        assert f"{source / folder / '__init__.py'}" in files.split(), name
+    assert typed == "True True True True"
+    assert jar == str(source / "spark_lib" / "jars" / "sparkguard-spark.jar")

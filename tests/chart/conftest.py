@@ -70,11 +70,13 @@ NO_WEBHOOK_NO_METRICS: dict[str, Any] = {
 VALUE_SETS = {"default": None, "flipped": FLIPPED, "minimal": NO_WEBHOOK_NO_METRICS}
 
 
-def render(values: dict[str, Any] | None, *, namespace: str = "sparkguard") -> list[dict[str, Any]]:
+def render(
+    values: dict[str, Any] | None, *, namespace: str = "sparkguard", chart_dir: Path = CHART
+) -> list[dict[str, Any]]:
     """Render the chart offline; returns the manifests as objects (NOTES.txt left out)."""
     import helm_python as helm
 
-    chart = helm.Chart.load(str(CHART))
+    chart = helm.Chart.load(str(chart_dir))
     rendered = chart.render(values, name="sg", namespace=namespace, is_install=True)
     objects: list[dict[str, Any]] = []
     for path, text in sorted(rendered.items()):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -13,6 +15,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from sparkguard import __version__
 from sparkguard.operator import config as operator_config
 from tests.chart.conftest import CHART, FLIPPED, render
 
@@ -96,6 +99,36 @@ def test_operator_accepts_the_environment_the_chart_gives_it(values: dict[str, A
         assert loaded.jvm_layer_default is True
         assert loaded.image == "ghcr.io/sparkguard/sparkguard:0.1.0"
         assert loaded.webhook_port == 9443
+
+
+def _images(objects: list[dict[str, Any]]) -> tuple[str, str]:
+    """The operator's image and the image it injects (sidecar and initContainers)."""
+    (deployment,) = _by_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    return container["image"], env["SPARKGUARD_IMAGE"]
+
+
+def test_default_image_tag_follows_the_chart_app_version(tmp_path: Path) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["image"]["tag"] == ""  # no hard-coded tag to forget at a release
+    assert values["sidecar"]["image"]["tag"] == ""
+    chart_dir = tmp_path / "sparkguard"
+    shutil.copytree(CHART, chart_dir)
+    meta = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
+    meta["appVersion"] = "7.7.7"
+    (chart_dir / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    repo = values["image"]["repository"]
+    assert _images(render(None, chart_dir=chart_dir)) == (f"{repo}:7.7.7", f"{repo}:7.7.7")
+    # An explicit tag still wins, for both.
+    pinned = render({"image": {"tag": "1.2.3"}}, chart_dir=chart_dir)
+    assert _images(pinned) == (f"{repo}:1.2.3", f"{repo}:1.2.3")
+
+
+def test_chart_app_version_is_the_version_the_image_is_built_from() -> None:
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert meta["appVersion"] == __version__
+    assert operator_config.DEFAULT_IMAGE.endswith(f":{meta['appVersion']}")
 
 
 def test_webhook_ca_bundle_signs_the_served_certificate() -> None:

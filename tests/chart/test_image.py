@@ -1,7 +1,10 @@
-"""The image: hadolint-clean, and its install steps produce working entrypoints.
+"""The image: hadolint-clean, built from the source alone, and its install steps produce working
+entrypoints.
 
-No Docker engine runs here, so the test performs the Dockerfile's own install script in a fresh
-venv and runs every entrypoint the chart and the operator use.
+No Docker engine runs here, so the tests replay the Dockerfile's own stages on the host
+(tests/support/dockerfile.py): the jar stage builds the JVM layer's jar from a clean build
+context, and the install script runs in a fresh venv with every entrypoint the chart and the
+operator use.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.support import dockerfile
+
 ROOT = Path(__file__).resolve().parents[2]
+JAR = "spark_lib/jars/sparkguard-spark.jar"
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 
 
@@ -46,10 +53,126 @@ def test_dockerfile_shape() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert len(re.findall(r"^FROM ", text, re.M)) >= 2, "multi-stage"
     assert re.search(r"^USER 65532", text, re.M), "non-root user"
-    # the RUN lines, not comments that mention the steps
-    deps = text.index("RUN scripts/image-install.sh deps")
-    assert deps < text.index("COPY spark_lib/"), "dependency layer comes before the source"
-    assert text.index("COPY spark_lib/") < text.index("RUN scripts/image-install.sh app")
+    build = list(_stages()["build"].instructions)
+    steps = [" ".join((i.keyword, *i.args)) for i in build]
+    deps = steps.index("RUN scripts/image-install.sh deps /opt/sparkguard/venv /src")
+    source = steps.index("COPY spark_lib/ spark_lib/")
+    assert deps < source, "dependency layer comes before the source"
+    assert source < steps.index("RUN scripts/image-install.sh app /opt/sparkguard/venv /src")
+
+
+def _stages() -> dict[str | None, dockerfile.Stage]:
+    return {stage.name: stage for stage in dockerfile.parse(ROOT / "Dockerfile")}
+
+
+def _pinned_pyspark() -> str:
+    match = re.search(r"^pyspark==(\S+)", (ROOT / "constraints.txt").read_text(), re.M)
+    assert match, "constraints.txt pins pyspark"
+    return match[1]
+
+
+def test_dockerfile_builds_the_jar_it_ships() -> None:
+    stages = _stages()
+    # The jar stage: an official JDK 17 + Maven image, pinned by tag, running one script.
+    jar = stages["jar"]
+    image, _, tag = jar.image.partition(":")
+    assert image == "maven", jar.image
+    assert "eclipse-temurin-17" in tag, jar.image
+    assert not tag.startswith("latest")
+    (build_jar,) = jar.find("RUN")
+    assert build_jar.args[0] == "scripts/image-build-jar.sh"
+    pyspark_jars, src = build_jar.args[1:]
+    # ... against the jars of the PySpark the pyspark stage installs from constraints.txt.
+    (install_pyspark,) = stages["pyspark"].find("RUN")
+    assert install_pyspark.args[:2] == ("scripts/image-install.sh", "pyspark")
+    target = install_pyspark.args[2]
+    (copy_jars,) = [c for c in jar.find("COPY") if c.flags.get("from") == "pyspark"]
+    assert copy_jars.args == (f"{target}/pyspark/jars", pyspark_jars)
+    # The Python build stage takes that jar, before it installs the app ...
+    build = stages["build"]
+    (copy_jar,) = [c for c in build.find("COPY") if c.flags.get("from") == "jar"]
+    assert copy_jar.args == (f"{src}/{JAR}", "spark_lib/jars/")
+    order = list(build.instructions)
+    (install_app,) = [
+        r for r in build.find("RUN") if r.args[:2] == ("scripts/image-install.sh", "app")
+    ]
+    assert order.index(copy_jar) < order.index(install_app)
+    # ... and the final image takes that install.
+    final = stages[None]
+    assert any(
+        c.flags.get("from") == "build" and c.args[0] == install_app.args[2]
+        for c in final.find("COPY")
+    )
+
+
+def test_dockerignore_keeps_host_build_outputs_out() -> None:
+    patterns = dockerfile.read_dockerignore(ROOT / ".dockerignore")
+    for path in [
+        JAR,  # a jar built on the host must not stand in for the jar stage's
+        "spark_lib/jars/.sparkguard-spark.stamp",
+        "spark_lib/jvm/target/sparkguard-spark.jar",
+        "spark_lib/jvm/s3a/target/classes/x.class",
+        ".cache/jvm/build.log",
+        ".venv/bin/python",
+    ]:
+        assert dockerfile.is_ignored(path, patterns), path
+    for path in [
+        "spark_lib/jvm/pom.xml",
+        "spark_lib/jvm/src/main/java/io/sparkguard/spark/BuildInfo.java",
+        "spark_lib/writer.py",
+        "scripts/image-build-jar.sh",
+        "scripts/build-jvm.sh",
+        "constraints.txt",
+    ]:
+        assert not dockerfile.is_ignored(path, patterns), path
+
+
+def test_jar_stage_refuses_jars_of_another_pyspark(tmp_path: Path) -> None:
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-core_2.13-0.0.1.jar").touch()
+    result = subprocess.run(
+        [str(ROOT / "scripts/image-build-jar.sh"), str(jars), str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"image-build-jar.sh: {jars} holds no spark-core_*-{_pinned_pyspark()}.jar, so it is not "
+        f"the pyspark/jars of pyspark=={_pinned_pyspark()} (constraints.txt); pass the directory "
+        "that scripts/image-install.sh pyspark installs"
+    ]
+
+
+@pytest.mark.slow
+def test_jar_stage_builds_the_jar_from_a_clean_context(tmp_path: Path) -> None:
+    """Replays the pyspark and jar stages: the very commands the Dockerfile runs, on a copy of
+    the build context that has no jar (Maven is offline once build-jvm.sh has fetched its
+    plugins into ~/.cache/sparkguard/m2)."""
+    stages = _stages()
+    context = tmp_path / "context"
+    dockerfile.copy_context(ROOT, context)
+    assert not (context / "spark_lib" / "jars").exists()
+    assert not (context / "spark_lib" / "jvm" / "target").exists()
+    roots = {name: tmp_path / name for name in ("pyspark", "jar")}
+    try:
+        for name in roots:
+            dockerfile.replay(stages[name], context=context, roots=roots)
+        (copy_jar,) = [c for c in stages["build"].find("COPY") if c.flags.get("from") == "jar"]
+        jar = roots["jar"] / copy_jar.args[0].lstrip("/")
+        with zipfile.ZipFile(jar) as archive:
+            names = set(archive.namelist())
+            manifest = archive.read("META-INF/MANIFEST.MF").decode()
+    finally:
+        shutil.rmtree(roots["pyspark"], ignore_errors=True)  # half a gigabyte of PySpark
+    sources = ROOT / "spark_lib" / "jvm" / "src" / "main" / "java"
+    expected = {
+        str(java.relative_to(sources).with_suffix(".class")) for java in sources.rglob("*.java")
+    }
+    assert expected <= names, sorted(expected - names)
+    assert not any(n.endswith(".java") for n in names)
+    assert f"Built-Against-Spark: {_pinned_pyspark()}" in manifest.splitlines()
 
 
 @pytest.mark.slow

@@ -67,7 +67,8 @@ def test_image_install_refuses_a_source_without_the_jar(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"image-install.sh: {src}/spark_lib/jars/sparkguard-spark.jar is missing; "
-        "run scripts/build-jvm.sh before building the image"
+        f"image-install.sh: {src}/spark_lib/jars/sparkguard-spark.jar is missing; build it "
+        "first (the Dockerfile's jar stage runs scripts/image-build-jar.sh; on a host, "
+        "scripts/build-jvm.sh)"
     ]
     assert not (tmp_path / "venv").exists()
