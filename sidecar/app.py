@@ -276,7 +276,10 @@ def _error_response(status: int, message: str, **headers: str) -> web.Response:
 
 @web.middleware
 async def answer_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn sidecar errors into JSON answers and count every request by route and status."""
+    """Turn errors into JSON answers, log every 4xx as one INFO line, count every request.
+
+    A 4xx is the client's fault: one line, no traceback, at INFO so a flood stays quiet.
+    """
     route = request.match_info.route.name or "unmatched"
     try:
         response = await handler(request)
@@ -284,6 +287,7 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         retry_after = str(max(1, math.ceil(exc.retry_after_s)))
         response = _error_response(exc.status, str(exc), **{"Retry-After": retry_after})
     except errors.InstantDecidedError as exc:
+        _log_refusal(request, exc.status, str(exc))
         response = web.json_response(
             {"error": str(exc), "status": exc.status, "instant": exc.instant}, status=exc.status
         )
@@ -291,31 +295,37 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         if exc.status >= 500:
             logger.error("%s %s failed: %s", request.method, request.path, exc)
         else:
-            # The client's fault: one line (no traceback), at INFO so a flood stays quiet.
-            logger.info(
-                "%s %s refused with %s: %.300s",
-                request.method,
-                request.path,
-                exc.status,
-                " ".join(str(exc).split()),
-            )
+            _log_refusal(request, exc.status, str(exc))
         response = _error_response(exc.status, str(exc))
         if isinstance(exc, errors.RequestTimeoutError | errors.BadRequestError):
             response.force_close()  # the body may be half read: don't reuse the connection
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[CONFIG_KEY].max_body_bytes
-        response = _error_response(
-            413,
+        message = (
             f"the request body is larger than {limit} bytes "
-            "(SPARKGUARD_SIDECAR_MAX_BODY_BYTES); send one marker per request",
+            "(SPARKGUARD_SIDECAR_MAX_BODY_BYTES); send one marker per request"
         )
-    except web.HTTPException as exc:
+        _log_refusal(request, 413, message)
+        response = _error_response(413, message)
+    except web.HTTPException as exc:  # 404 no such route, 405 wrong method
+        if 400 <= exc.status < 500:
+            _log_refusal(request, exc.status, exc.reason)
         response = _error_response(exc.status, exc.reason)
     except Exception as exc:
         logger.exception("%s %s failed unexpectedly", request.method, request.path)
         response = _error_response(500, f"internal error: {type(exc).__name__}: {exc}")
     request.app[METRICS_KEY].count_request(route, response.status)
     return response
+
+
+def _log_refusal(request: web.Request, status: int, message: str) -> None:
+    logger.info(
+        "%s %s refused with %s: %.300s",
+        request.method,
+        request.path,
+        status,
+        " ".join(message.split()),
+    )
 
 
 @web.middleware
