@@ -364,8 +364,14 @@ async def run_batcher(app: web.Application) -> AsyncIterator[None]:
 
 
 async def start_draining(app: web.Application) -> None:
-    """on_shutdown: stop taking markers, write the queued ones while their handlers wait."""
+    """Stop taking markers (503), write the queued ones while their handlers wait.
+
+    The server calls it on a stop while it still listens; it is also the app's on_shutdown
+    hook, which returns at once when the drain already ran (its budget is spent once).
+    """
     app[READY_KEY][0] = False
+    if app[BATCHER_KEY].draining:
+        return
     await app[BATCHER_KEY].drain(app[CONFIG_KEY].shutdown_timeout_s / 2)
 
 

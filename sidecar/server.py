@@ -13,8 +13,10 @@ likes. Here:
 * shedding, and ``accept()`` failing for want of file descriptors, is logged as one line at
   most every few seconds, never as a traceback per connection.
 
-SIGTERM and SIGINT stop the listener, then drain the batcher while running requests finish
-(:func:`~sparkguard.sidecar.app.start_draining`), then close the remaining connections. With
+SIGTERM and SIGINT first drain the batcher (:func:`~sparkguard.sidecar.app.start_draining`)
+with the listener still open: ``/readyz`` and new markers are answered ``503`` with
+``Retry-After`` while queued markers are written and their requests answered. Then the listener
+closes (new connections are refused) and the remaining connections are closed. With
 ``exit_with_process`` set, the end of the watched driver process (see
 :mod:`~sparkguard.sidecar.process_watch`) stops the sidecar the same way.
 """
@@ -365,6 +367,11 @@ async def _serve_until(settings: config.SidecarConfig, stop: asyncio.Event) -> N
                 "serving on %s:%s (at most %s connections)", settings.host, settings.port, limit
             )
             await stop.wait()
+            # Listening on while queued markers are written: a request racing the stop (the
+            # pod's endpoints are removed while SIGTERM arrives) gets 503 + Retry-After, which
+            # says why, rather than a refused connection. Both are retried by the client.
+            logger.info("stopping: new markers get 503 while queued ones are written")
+            await app.start_draining(application)
         finally:
             listener.close()
     finally:
