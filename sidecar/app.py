@@ -46,23 +46,57 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def read_params(request: web.Request) -> dict[str, str]:
     """``markerdir``/``markername`` from the query string and, for POST, a JSON or form body.
 
-    A parameter given twice with different values is refused rather than guessed. Whatever the
-    client sends (bytes that are not UTF-8, an unknown charset, JSON nested a million deep, a
-    multipart body without boundary, a body that never arrives or stops half way) is answered
-    with a 4xx naming the problem, never with a 500.
+    A parameter given twice with different values (in the query string, the body, a JSON
+    object's keys, or across them) is refused rather than guessed. Whatever the client sends
+    (bytes or percent-escapes that are not UTF-8, an unknown charset, JSON nested a million
+    deep, a multipart body without boundary, a body that never arrives or stops half way) is
+    answered with a 4xx naming the problem, never with a 500.
     """
     params: dict[str, str] = {}
-    for key, value in request.query.items():
+    # The raw query, not request.query: that one decodes escapes of non-UTF-8 bytes to U+FFFD.
+    for key, value in _parse_urlencoded(request.rel_url.raw_query_string, where="query string"):
         _put_param(params, key, value)
     if request.method == "POST" and request.can_read_body:
-        for name, field in (await _read_body(request)).items():
+        for name, field in await _read_body(request):
             if not isinstance(field, str):
                 raise errors.BadRequestError(f"parameter {name!r} must be a string")
             _put_param(params, name, field)
     return params
 
 
-async def _read_body(request: web.Request) -> Mapping[str, Any]:
+def _parse_urlencoded(text: str, *, where: str) -> list[tuple[str, str]]:
+    """The ``name=value`` pairs of a query string or form body, in order, duplicates kept.
+
+    Splits on ``&`` and reads ``+`` as a space like aiohttp's ``request.query``, but a
+    percent-escape of bytes that are not UTF-8 is refused: decoded with replacement, ``%FF`` and
+    ``%FE`` would both become U+FFFD, a name of neither file the client writes.
+    """
+    pairs = []
+    for field in text.split("&"):
+        if field:
+            raw_name, _, raw_value = field.partition("=")
+            name = _unquote(raw_name, raw=field, what=f"a parameter name in the {where}")
+            value = _unquote(raw_value, raw=field, what=f"parameter {name!r} in the {where}")
+            pairs.append((name, value))
+    return pairs
+
+
+def _unquote(text: str, *, raw: str, what: str) -> str:
+    # surrogateescape: raw bytes that are not UTF-8, should a parser let them through, stay
+    # bytes and are refused below like their escapes.
+    data = urllib.parse.unquote_to_bytes(text.replace("+", " ").encode("utf-8", "surrogateescape"))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = "".join(f"%{byte:02X}" for byte in data[exc.start : exc.end])
+        raise errors.BadRequestError(
+            f"{what} has a percent-escape that is not UTF-8 ({bad} in {raw[:120]!r}); "
+            "send UTF-8 percent-encoding: percent-encode the value's UTF-8 bytes, as "
+            "urllib.parse.quote and encodeURIComponent do"
+        ) from None
+
+
+async def _read_body(request: web.Request) -> list[tuple[str, Any]]:
     content_type = request.content_type
     if content_type not in _BODY_TYPES:
         raise errors.BadRequestError(
@@ -98,9 +132,9 @@ async def _read_body(request: web.Request) -> Mapping[str, Any]:
             f"the request body is not valid UTF-8 (byte {exc.start}); send UTF-8 text"
         ) from None
     if content_type == "application/x-www-form-urlencoded":
-        return dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
+        return list(_parse_urlencoded(text, where="form body"))
     try:
-        body = json.loads(text)
+        body = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
     except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
         raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})"[:300]) from None
     except RecursionError:
@@ -112,12 +146,21 @@ async def _read_body(request: web.Request) -> Mapping[str, Any]:
         raise errors.BadRequestError(
             'the JSON body must be an object, e.g. {"markerdir": ..., "markername": ...}'
         )
-    return body
+    return list(body.items())
 
 
-async def _read_multipart(request: web.Request) -> Mapping[str, Any]:
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys: refuse them like two query parameters.
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        _refuse_conflict(found, key, value)
+        found[key] = value
+    return found
+
+
+async def _read_multipart(request: web.Request) -> list[tuple[str, Any]]:
     try:
-        return dict(await request.post())
+        return list((await request.post()).items())
     except (ValueError, LookupError) as exc:  # no boundary, bad part encoding, bad charset
         raise errors.BadRequestError(
             f"the multipart body cannot be parsed ({type(exc).__name__}: {str(exc)[:120]}); "
@@ -130,9 +173,13 @@ def _put_param(params: dict[str, str], key: str, value: str) -> None:
         raise errors.BadRequestError(
             f"unknown parameter {key!r}; the marker routes take markerdir and markername"
         )
+    _refuse_conflict(params, key, value)
+    params[key] = value
+
+
+def _refuse_conflict(params: Mapping[str, object], key: str, value: object) -> None:
     if key in params and params[key] != value:
         raise errors.BadRequestError(f"parameter {key!r} is given twice with different values")
-    params[key] = value
 
 
 async def _marker_dir(request: web.Request, params: Mapping[str, str]) -> validation.MarkerDir:
@@ -229,7 +276,10 @@ def _error_response(status: int, message: str, **headers: str) -> web.Response:
 
 @web.middleware
 async def answer_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn sidecar errors into JSON answers and count every request by route and status."""
+    """Turn errors into JSON answers, log every 4xx as one INFO line, count every request.
+
+    A 4xx is the client's fault: one line, no traceback, at INFO so a flood stays quiet.
+    """
     route = request.match_info.route.name or "unmatched"
     try:
         response = await handler(request)
@@ -237,6 +287,7 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         retry_after = str(max(1, math.ceil(exc.retry_after_s)))
         response = _error_response(exc.status, str(exc), **{"Retry-After": retry_after})
     except errors.InstantDecidedError as exc:
+        _log_refusal(request, exc.status, str(exc))
         response = web.json_response(
             {"error": str(exc), "status": exc.status, "instant": exc.instant}, status=exc.status
         )
@@ -244,31 +295,37 @@ async def answer_errors(request: web.Request, handler: Handler) -> web.StreamRes
         if exc.status >= 500:
             logger.error("%s %s failed: %s", request.method, request.path, exc)
         else:
-            # The client's fault: one line (no traceback), at INFO so a flood stays quiet.
-            logger.info(
-                "%s %s refused with %s: %.300s",
-                request.method,
-                request.path,
-                exc.status,
-                " ".join(str(exc).split()),
-            )
+            _log_refusal(request, exc.status, str(exc))
         response = _error_response(exc.status, str(exc))
         if isinstance(exc, errors.RequestTimeoutError | errors.BadRequestError):
             response.force_close()  # the body may be half read: don't reuse the connection
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[CONFIG_KEY].max_body_bytes
-        response = _error_response(
-            413,
+        message = (
             f"the request body is larger than {limit} bytes "
-            "(SPARKGUARD_SIDECAR_MAX_BODY_BYTES); send one marker per request",
+            "(SPARKGUARD_SIDECAR_MAX_BODY_BYTES); send one marker per request"
         )
-    except web.HTTPException as exc:
+        _log_refusal(request, 413, message)
+        response = _error_response(413, message)
+    except web.HTTPException as exc:  # 404 no such route, 405 wrong method
+        if 400 <= exc.status < 500:
+            _log_refusal(request, exc.status, exc.reason)
         response = _error_response(exc.status, exc.reason)
     except Exception as exc:
         logger.exception("%s %s failed unexpectedly", request.method, request.path)
         response = _error_response(500, f"internal error: {type(exc).__name__}: {exc}")
     request.app[METRICS_KEY].count_request(route, response.status)
     return response
+
+
+def _log_refusal(request: web.Request, status: int, message: str) -> None:
+    logger.info(
+        "%s %s refused with %s: %.300s",
+        request.method,
+        request.path,
+        status,
+        " ".join(message.split()),
+    )
 
 
 @web.middleware
@@ -307,8 +364,14 @@ async def run_batcher(app: web.Application) -> AsyncIterator[None]:
 
 
 async def start_draining(app: web.Application) -> None:
-    """on_shutdown: stop taking markers, write the queued ones while their handlers wait."""
+    """Stop taking markers (503), write the queued ones while their handlers wait.
+
+    The server calls it on a stop while it still listens; it is also the app's on_shutdown
+    hook, which returns at once when the drain already ran (its budget is spent once).
+    """
     app[READY_KEY][0] = False
+    if app[BATCHER_KEY].draining:
+        return
     await app[BATCHER_KEY].drain(app[CONFIG_KEY].shutdown_timeout_s / 2)
 
 

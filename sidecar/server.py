@@ -13,8 +13,10 @@ likes. Here:
 * shedding, and ``accept()`` failing for want of file descriptors, is logged as one line at
   most every few seconds, never as a traceback per connection.
 
-SIGTERM and SIGINT stop the listener, then drain the batcher while running requests finish
-(:func:`~sparkguard.sidecar.app.start_draining`), then close the remaining connections. With
+SIGTERM and SIGINT first drain the batcher (:func:`~sparkguard.sidecar.app.start_draining`)
+with the listener still open: ``/readyz`` and new markers are answered ``503`` with
+``Retry-After`` while queued markers are written and their requests answered. Then the listener
+closes (new connections are refused) and the remaining connections are closed. With
 ``exit_with_process`` set, the end of the watched driver process (see
 :mod:`~sparkguard.sidecar.process_watch`) stops the sidecar the same way.
 """
@@ -94,11 +96,13 @@ class RateLimitedLog:
 
 
 class ClientFaultFilter(logging.Filter):
-    """Turn aiohttp's traceback for a malformed request into one INFO line.
+    """Turn aiohttp's traceback for a malformed request into one INFO line naming its 400.
 
     aiohttp answers a request it cannot parse (a bad request line, a header over 8190 bytes, a
-    broken chunked or compressed body) with 400 itself, then logs the parser's exception at
-    ERROR with its traceback: a flood of bad requests would become a flood of tracebacks.
+    broken chunked body) with 400 itself, then logs the parser's exception at ERROR with its
+    traceback: a flood of bad requests would become a flood of tracebacks. A body that fails
+    while aiohttp discards its unread rest (a broken compressed body, after the app answered)
+    logs again for a request already answered and logged by the app: that one goes to DEBUG.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -106,13 +110,24 @@ class ClientFaultFilter(logging.Filter):
         if not isinstance(exc, _CLIENT_FAULTS):
             return True
         detail = " ".join(str(exc).split())[:300]
-        record.msg = f"{record.getMessage()}: {type(exc).__name__}: {detail}"
+        if isinstance(exc, web.RequestPayloadError):
+            # Only a request's body stream raises it, and the app answers every exception of
+            # its handlers: this one comes from aiohttp reading the body after the answer.
+            level = logging.DEBUG
+            record.msg = f"{record.getMessage()} after the answer: {type(exc).__name__}: {detail}"
+        elif isinstance(exc, http_exceptions.HttpProcessingError):
+            level = logging.INFO  # aiohttp answers every parse error with 400
+            record.msg = f"{record.getMessage()}: refused with 400 by the HTTP parser: "
+            record.msg += f"{type(exc).__name__}: {detail}"
+        else:
+            level = logging.INFO
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {detail}"
         record.args = ()
         record.exc_info = None
         record.exc_text = None
-        record.levelno = logging.INFO
-        record.levelname = logging.getLevelName(logging.INFO)
-        return http_logger.isEnabledFor(logging.INFO)
+        record.levelno = level
+        record.levelname = logging.getLevelName(level)
+        return http_logger.isEnabledFor(level)
 
 
 def connection_limit(settings: config.SidecarConfig) -> int:
@@ -305,21 +320,34 @@ async def serve(settings: config.SidecarConfig) -> None:
                 await watcher
 
 
+def install_log_filter() -> None:
+    """Put :class:`ClientFaultFilter` on :data:`http_logger` (once)."""
+    if not any(isinstance(f, ClientFaultFilter) for f in http_logger.filters):
+        http_logger.addFilter(ClientFaultFilter())
+
+
+def runner_options(settings: config.SidecarConfig) -> dict[str, Any]:
+    """The ``web.AppRunner`` keyword arguments the server uses (tests serve the app with them).
+
+    No access log (the app logs every 4xx itself), aiohttp's own lines on :data:`http_logger`
+    (see :func:`install_log_filter`), the header timeout as keep-alive timeout.
+    """
+    return {
+        "handle_signals": False,
+        "access_log": None,
+        "logger": http_logger,
+        "keepalive_timeout": settings.header_timeout_s,
+        "shutdown_timeout": settings.shutdown_timeout_s,
+    }
+
+
 async def _serve_until(settings: config.SidecarConfig, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_quiet_exception_handler(RateLimitedLog()))
     limit = connection_limit(settings)
-    if not any(isinstance(f, ClientFaultFilter) for f in http_logger.filters):
-        http_logger.addFilter(ClientFaultFilter())
+    install_log_filter()
     application = app.create_app(settings)
-    runner = web.AppRunner(
-        application,
-        handle_signals=False,
-        access_log=None,
-        logger=http_logger,
-        keepalive_timeout=settings.header_timeout_s,
-        shutdown_timeout=settings.shutdown_timeout_s,
-    )
+    runner = web.AppRunner(application, **runner_options(settings))
     await runner.setup()
     assert runner.server is not None
     limiter = ConnectionLimiter(
@@ -339,6 +367,11 @@ async def _serve_until(settings: config.SidecarConfig, stop: asyncio.Event) -> N
                 "serving on %s:%s (at most %s connections)", settings.host, settings.port, limit
             )
             await stop.wait()
+            # Listening on while queued markers are written: a request racing the stop (the
+            # pod's endpoints are removed while SIGTERM arrives) gets 503 + Retry-After, which
+            # says why, rather than a refused connection. Both are retried by the client.
+            logger.info("stopping: new markers get 503 while queued ones are written")
+            await app.start_draining(application)
         finally:
             listener.close()
     finally:

@@ -8,7 +8,9 @@ with exponential backoff and full jitter until ``deadline_s``; past it the call 
 attempts and the last error. Each attempt's connect and read timeouts are clipped to the time
 left, so a call never outlives its deadline by more than a scheduling hiccup.
 
-Answers 408/429/502/503/504 are retried (``Retry-After`` honoured); other 4xx/5xx answers raise
+Answers 408/429/502/503/504 are retried (``Retry-After`` honoured), and so are connection errors
+(refused, reset, closed): a sidecar that stops answers new markers 503 while it drains, then
+refuses connections until it, or the next one, listens again. Other 4xx/5xx answers raise
 :class:`~sparkguard.spark_lib.errors.MarkerError` carrying the sidecar's message, at once. Among
 them 409: the marker's instant is already committed or rolled back, so the calling task belongs
 to a finished write and must fail before it writes its data file (the message names the

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import http.client
+import json
+import logging
 import os
 import resource
 import signal
@@ -10,13 +14,16 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
-from sparkguard.sidecar import cli
+from sparkguard.sidecar import batcher, cli
 from sparkguard.spark_lib import errors, filemanager, markers
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
-from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under, run_sidecar
+from tests.sidecar.conftest import INSTANT, TOKEN, free_port, marker_dir_under, run_sidecar
 
 
 def test_cli_registers_every_flag() -> None:
@@ -108,6 +115,119 @@ def test_sigterm_drains_and_exits_cleanly(root: str) -> None:
     manager, path = filemanager.resolve(directory)
     assert acked
     assert set(acked) <= markers.read_marked_files(manager, path)
+
+
+class _Records(logging.Handler):
+    """Keeps the messages of a logger (here the client's retries) for the test to read."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def wait_for(self, fragment: str) -> None:
+        deadline = time.monotonic() + 60  # a hang guard, not a measurement
+        while not any(fragment in message for message in list(self.messages)):
+            assert time.monotonic() < deadline, f"no {fragment!r} in {self.messages}"
+            time.sleep(0.05)
+
+
+def _readyz(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refusal:
+        return refusal.code, json.loads(refusal.read())
+
+
+def _release_fifo(path: Path) -> None:
+    """Open the writing end of the FIFO at ``path`` once its reader waits, then close it."""
+    deadline = time.monotonic() + 60  # a hang guard, not a measurement
+    while True:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError as exc:  # ENXIO: nobody has opened it for reading yet
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_sigterm_answers_503_while_draining_and_the_client_rides_through(
+    root: str, tmp_path: Path
+) -> None:
+    """Kubernetes sends SIGTERM while the pod's endpoints are still being removed. While queued
+    markers are written, the sidecar keeps listening: /readyz and new markers get 503 +
+    Retry-After, not a refused connection. Then it stops listening and exits 0; the client
+    retries the 503 and the refused connections, and succeeds against the next sidecar."""
+    directory = marker_dir_under(root)
+    port = free_port()
+    log_path = tmp_path / "sidecar.log"
+    env = {"SPARKGUARD_SIDECAR_LOG_LEVEL": "INFO", "SPARKGUARD_SIDECAR_SHUTDOWN_TIMEOUT_S": "600"}
+    retries = _Records()
+    client_log = logging.getLogger("sparkguard.spark_lib.marker_http")
+    client_log.addHandler(retries)
+    client_log.setLevel(logging.DEBUG)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def create(name: str) -> None:
+        client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=120)
+        try:
+            client.create(directory, name)
+            outcomes[name] = None
+        except BaseException as exc:  # reported by the assertion on outcomes below
+            outcomes[name] = exc
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=create, args=(name,)) for name in ("queued", "racing")]
+    try:
+        with run_sidecar(port=port, roots=root, extra_env=env, log_path=log_path) as process:
+            HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN).create(directory, "before")
+            # Hold the drain: the next flush reads the instant's outcome, here a FIFO whose
+            # open() waits until the test opens its other end.
+            fifo = Path(batcher.outcome_path(directory, INSTANT))
+            fifo.parent.mkdir(parents=True)
+            os.mkfifo(fifo)
+            threads[0].start()
+            while _readyz(port)[1].get("pending") != 1:
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            try:
+                while _readyz(port)[0] == 200:
+                    time.sleep(0.05)
+            except OSError as exc:  # refused, reset, or no answer within the hang guard
+                raise AssertionError(f"/readyz after SIGTERM: {exc!r}, not 503") from None
+            assert _readyz(port)[0] == 503
+            probe = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            probe.request(
+                "POST",
+                "/v1/markers/create",
+                json.dumps({"markerdir": directory, "markername": "racing"}),
+                {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            )
+            answer = probe.getresponse()
+            assert (answer.status, answer.headers["Retry-After"]) == (503, "1")
+            assert "the sidecar is stopping" in json.loads(answer.read())["error"]
+            probe.close()
+            threads[1].start()
+            retries.wait_for("HTTP 503: the sidecar is stopping")
+            _release_fifo(fifo)  # the held flush fails (a FIFO is no outcome): 503, not acked
+            assert process.wait(timeout=60) == 0
+        fifo.unlink()
+        retries.wait_for("ConnectionRefusedError")
+        with run_sidecar(port=port, roots=root, extra_env=env):
+            for thread in threads:
+                thread.join(timeout=120)
+    finally:
+        client_log.removeHandler(retries)
+        client_log.setLevel(logging.NOTSET)
+    assert outcomes == {"queued": None, "racing": None}
+    assert "Traceback" not in log_path.read_text(errors="replace")
+    manager, path = filemanager.resolve(directory)
+    assert markers.read_marked_files(manager, path) == {"before", "queued", "racing"}
 
 
 def _wait_for_log(log_path: Path, text: str, process: subprocess.Popen[bytes]) -> None:

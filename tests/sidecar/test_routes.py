@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,115 @@ async def test_oversize_and_malformed_bodies(client: Client, root: str) -> None:
     )
     assert response.status == 400
     assert "twice" in (await response.json())["error"]
+
+
+#: every route taking markerdir/markername, with its method and what it takes besides markerdir
+MARKER_ROUTES = [
+    ("POST", "create", True),
+    ("POST", "create-and-merge", True),
+    ("POST", "append", True),
+    ("GET", "all", False),
+    ("GET", "dir/exists", False),
+    ("POST", "dir/delete", False),
+]
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def bad_escape_cases(directory: str) -> list[tuple[str, str, str, str]]:
+    """(method, route, query-or-form string, the parameter it names) for every marker route: an
+    escape of a byte that is not UTF-8 (%FF, %FE would both decode to U+FFFD)."""
+    quoted_dir = urllib.parse.quote(directory, safe="/")
+    table, _, instant_dir = quoted_dir.partition("/_sparkguard/")
+    bad_dir = f"{table}%FF/_sparkguard/{instant_dir}"  # a table named t<0xFF>: no marker dir
+    cases = []
+    for method, route, takes_name in MARKER_ROUTES:
+        name = "&markername=a.parquet" if takes_name else ""
+        cases.append((method, route, f"markerdir={bad_dir}{name}", "markerdir"))
+        if takes_name:
+            cases.append(
+                (method, route, f"markerdir={quoted_dir}&markername=%FFx.parquet", "markername")
+            )
+            cases.append(
+                (method, route, f"markerdir={quoted_dir}&markername=a%C3%28.parquet", "markername")
+            )
+    return cases
+
+
+async def test_percent_escapes_that_are_not_utf8_are_refused(client: Client, root: str) -> None:
+    """%FF and %FE would both be read as U+FFFD: the marker would name another file than the
+    one the client writes, and two different files would share it. Query string and form body,
+    on every marker route."""
+    directory = marker_dir_under(root)
+    cases = bad_escape_cases(directory)
+    for method, route, encoded, parameter in cases:
+        where = [("query string", {"path": f"/v1/markers/{route}?{encoded}"})]
+        if method == "POST":
+            where.append(("form body", {"path": f"/v1/markers/{route}", "data": encoded}))
+        for place, request in where:
+            headers = {**AUTH, **FORM} if "data" in request else AUTH
+            response = await client.request(method, request.pop("path"), headers=headers, **request)
+            answer = await response.json()
+            assert response.status == 400, (method, route, place, answer)
+            message = answer["error"]
+            assert f"parameter {parameter!r} in the {place}" in message, message
+            assert "not UTF-8" in message, message
+            assert "send UTF-8 percent-encoding" in message, message
+    assert os.listdir(root) == []
+    # Escapes of UTF-8 bytes are fine, in either place.
+    quoted_dir = urllib.parse.quote(directory, safe="/")
+    response = await client.post(
+        f"/v1/markers/create?markerdir={quoted_dir}&markername=%C3%A9.parquet", headers=AUTH
+    )
+    assert response.status == 200, await response.text()
+    response = await client.post(
+        "/v1/markers/create",
+        data=f"markerdir={quoted_dir}&markername=%C3%A8.parquet",
+        headers={**AUTH, **FORM},
+    )
+    assert response.status == 200, await response.text()
+    assert marked(directory) == {"\u00e9.parquet", "\u00e8.parquet"}
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "key"),
+    [
+        (
+            '{{"markerdir": "{dir}", "markername": "a", "markername": "b"}}',
+            "application/json",
+            "markername",
+        ),
+        (
+            '{{"markerdir": "{dir}", "markerdir": "{dir}x", "markername": "a"}}',
+            "application/json",
+            "markerdir",
+        ),
+        ("markerdir={dir}&markername=a&markername=b", FORM["Content-Type"], "markername"),
+    ],
+    ids=["json markername", "json markerdir", "form markername"],
+)
+async def test_a_body_naming_a_parameter_twice_is_refused(
+    client: Client, root: str, body: str, content_type: str, key: str
+) -> None:
+    """Not "the last one wins": the same message as a parameter in both query and body."""
+    directory = marker_dir_under(root)
+    response = await client.post(
+        "/v1/markers/create",
+        data=body.format(dir=directory).encode(),
+        headers={**AUTH, "Content-Type": content_type},
+    )
+    assert response.status == 400
+    assert (await response.json())["error"] == (
+        f"parameter {key!r} is given twice with different values"
+    )
+    assert not exists(directory)
+    # The same value twice is no conflict, as in the query string.
+    same = f'{{"markerdir": "{directory}", "markername": "a", "markername": "a"}}'
+    response = await client.post(
+        "/v1/markers/create",
+        data=same.encode(),
+        headers={**AUTH, "Content-Type": "application/json"},
+    )
+    assert response.status == 200, await response.text()
 
 
 async def test_bad_clients_do_not_disturb_good_ones(client: Client, root: str) -> None:
