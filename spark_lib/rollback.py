@@ -337,6 +337,14 @@ def _files_by_prefix(tl: timeline.Timeline, prefix: str, *, job_id: str) -> set[
 class _Deleted:
     files: int = 0
     temp_files: int = 0
+    #: the relative names whose files this call actually removed (not those already absent)
+    names: set[str] = dataclasses.field(default_factory=set)
+
+    def add(self, other: _Deleted) -> None:
+        """Add what another delete call removed."""
+        self.files += other.files
+        self.temp_files += other.temp_files
+        self.names |= other.names
 
 
 def _delete(
@@ -361,9 +369,12 @@ def _delete(
         result.temp_files = sum(1 for leftover in leftovers if not leftover.checksum)
         return result
     result.temp_files = manager.remove_leftovers(leftovers)
+    relative_of = dict(zip(full, relative, strict=True))
     total = len(full)
     for start in range(0, total, DELETE_CHUNK):
-        result.files += len(manager.delete_existing(full[start : start + DELETE_CHUNK]))
+        removed = manager.delete_existing(full[start : start + DELETE_CHUNK])
+        result.files += len(removed)
+        result.names.update(relative_of[path] for path in removed)
         if progress is not None:
             progress("delete", min(start + DELETE_CHUNK, total), total)
     return result
@@ -464,16 +475,17 @@ def _roll_back(
     previous: Mapping[str, Any] = status.rolledback or {}
     passes = int(previous.get("passes", 0))
 
-    def record(files_deleted: int, temp_removed: int, deleted: list[str], *, done: bool) -> None:
+    def record(deleted: _Deleted, absent: Iterable[str], *, done: bool) -> None:
         tl.record_rolled_back(
             instant,
             {
                 "owner": status.owner,
                 "marked": sorted(names),
-                "filesDeleted": int(previous.get("filesDeleted", 0)) + files_deleted,
-                "tempFilesRemoved": int(previous.get("tempFilesRemoved", 0)) + temp_removed,
+                "filesDeleted": int(previous.get("filesDeleted", 0)) + deleted.files,
+                "tempFilesRemoved": int(previous.get("tempFilesRemoved", 0)) + deleted.temp_files,
                 "filesKept": sorted(kept)[:RECORDED_NAMES_LIMIT],
-                "deleted": deleted[:RECORDED_NAMES_LIMIT],
+                "deleted": sorted(deleted.names)[:RECORDED_NAMES_LIMIT],
+                "absent": sorted(absent)[:RECORDED_NAMES_LIMIT],
                 "passes": passes + (1 if done else 0),
                 "complete": done,
                 "warnings": warnings[:RECORDED_NAMES_LIMIT],
@@ -502,7 +514,7 @@ def _roll_back(
     if names - recorded:
         # The names must stay findable before their markers go: a zombie task may still
         # publish one of them after this pass (docs/storage-contract.md, "Late files").
-        record(0, 0, [], done=False)
+        record(_Deleted(), (), done=False)
     # Instants of one job mark the same names again and again (reruns): check each once.
     deleted = _delete(manager, tl.table, [n for n in doomed if n not in settled], progress)
     settled.update(doomed)
@@ -512,12 +524,10 @@ def _roll_back(
         # A batch file was rewritten after the snapshot: its new names are doomed too.
         nonlocal names
         names |= new_files
-        record(deleted.files, deleted.temp_files, [], done=False)
+        record(deleted, (), done=False)
         extra = sorted(new_files - committed_names(tl, job_id=status.job_id, marked=new_files))
         extra = [n for n in extra if n not in protected]
-        more = _delete(manager, tl.table, extra, None)
-        deleted.files += more.files
-        deleted.temp_files += more.temp_files
+        deleted.add(_delete(manager, tl.table, extra, None))
         late.update(extra)
 
     markers_deleted = 0
@@ -532,7 +542,9 @@ def _roll_back(
         or warnings
     )
     if changed:
-        record(deleted.files, deleted.temp_files, sorted(set(doomed) | late), done=True)
+        # Doomed names this pass found no file of (never written, or already gone, also when
+        # another instant of this run deleted it) are "absent", not "deleted".
+        record(deleted, (set(doomed) | late) - deleted.names, done=True)
     if kept:
         logger.warning(
             "instant %s: kept %d marked files that a committed instant lists", instant, len(kept)
@@ -785,9 +797,7 @@ def clean_stream_dir(
     deleted = _delete(tl.manager, tl.table, doomed, progress)
 
     def delete_late(new_files: set[str]) -> None:
-        more = _delete(tl.manager, tl.table, sorted(new_files - listed), None)
-        deleted.files += more.files
-        deleted.temp_files += more.temp_files
+        deleted.add(_delete(tl.manager, tl.table, sorted(new_files - listed), None))
 
     count = markers.delete_snapshot(tl.manager, snapshot, on_new_names=delete_late)
     action = Action.COMMITTED if winner and winner.run == run else Action.ROLLED_BACK

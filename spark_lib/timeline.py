@@ -303,7 +303,11 @@ class Timeline:
         return decided is not None and decided[0] is Outcome.ROLLED_BACK
 
     def record_rolled_back(self, instant: str, summary: Mapping[str, Any]) -> None:
-        """Write ``<instant>.rolledback`` with what the rollback deleted (after the fact)."""
+        """Write ``<instant>.rolledback`` with what the rollback deleted (after the fact).
+
+        ``summary`` holds the fields of docs/storage-contract.md (``marked``, ``deleted``: the
+        names actually removed, ``absent``: marked names that had no file, ...).
+        """
         data = formats.encode(
             ROLLEDBACK_KIND,
             VERSION,

@@ -19,7 +19,6 @@ Options and configuration keys are documented in docs/writer.md.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import fcntl
@@ -222,10 +221,54 @@ class WriteMessage(WriterCommitMessage):
     run: str = ""  # streaming: the query run that wrote them
 
 
+class _ParquetSink:
+    """The file object a ``ParquetWriter`` writes into: the data file's stream, behind a guard.
+
+    pyarrow calls :meth:`write` from its C++ code. A stream error raised there (the upload a
+    rollback aborted, a full disk) would unwind through pyarrow's C++ frames and leave the
+    writer half-failed; instead the first error is kept, later writes are dropped, and
+    :meth:`raise_if_failed`, called after every pyarrow call, raises it from Python.
+    """
+
+    def __init__(self, stream: filemanager.AtomicStream) -> None:
+        self.stream = stream
+        self.error: Exception | None = None
+
+    def write(self, data: bytes | memoryview) -> int:
+        if self.error is None:
+            try:
+                return self.stream.write(data)
+            except Exception as exc:  # noqa: BLE001 - raised by raise_if_failed, from Python
+                self.error = exc
+        return memoryview(data).nbytes
+
+    def raise_if_failed(self) -> None:
+        """Raise the stream's error, if a write failed."""
+        if self.error is not None:
+            raise self.error
+
+    def flush(self) -> None:
+        """Nothing to flush: the stream publishes on close."""
+
+    @property
+    def closed(self) -> bool:
+        return self.stream.closed
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+
 class _OpenFile:
     def __init__(self, rel: str, stream: filemanager.AtomicStream, fmt: FileFormat) -> None:
         self.rel = rel
         self.stream = stream
+        self.sink = _ParquetSink(stream)
         self.fmt = fmt
         self.rows = 0
         self.buffered: list[pa.RecordBatch] = []
@@ -253,27 +296,58 @@ class _OpenFile:
             return
         table = pa.Table.from_batches(self.buffered)
         if self.parquet is None:
-            self.parquet = pq.ParquetWriter(self.stream, table.schema)
+            self.parquet = pq.ParquetWriter(self.sink, table.schema)
         self.parquet.write_table(table, row_group_size=max(table.num_rows, 1))
+        self.sink.raise_if_failed()
         self.buffered = []
         self.buffered_rows = 0
         self.buffered_bytes = 0
 
     def finish(self, schema: pa.Schema) -> timeline.DataFile:
-        if self.fmt is FileFormat.PARQUET:
-            self.flush()
-            if self.parquet is None:
-                self.parquet = pq.ParquetWriter(self.stream, schema)
-            self.parquet.close()
-        size = self.stream.tell()
-        self.stream.close()  # publishes atomically
+        """Close the file and publish it; on any error, cancel it (see :meth:`cancel`)."""
+        try:
+            if self.fmt is FileFormat.PARQUET:
+                self.flush()
+                if self.parquet is None:
+                    self.parquet = pq.ParquetWriter(self.sink, schema)
+                self.parquet.close()
+                self.parquet = None
+                self.sink.raise_if_failed()
+            size = self.stream.tell()
+            self.stream.close()  # publishes atomically
+        except BaseException:
+            self.cancel()
+            raise
         return timeline.DataFile(path=self.rel, size=size, rows=self.rows)
 
     def cancel(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.parquet is not None:
-                self.parquet.close()
-        self.stream.cancel()
+        """Discard the file: close the Parquet writer, then cancel the stream. Safe to repeat.
+
+        Both are closed here, on the error path, never left to the garbage collector: an open
+        ``ParquetWriter`` closes itself in its destructor, whenever that runs (the exception's
+        traceback keeps it alive, so possibly at interpreter teardown), writing into a stream
+        that is gone; the task's process then aborted (``terminate called without an active
+        exception``) after the task had already failed cleanly.
+        """
+        parquet, self.parquet = self.parquet, None
+        self.buffered = []
+        try:
+            if parquet is not None:
+                _close_quietly(parquet, self.rel)
+        finally:
+            self.stream.cancel()
+
+
+def _close_quietly(parquet: pq.ParquetWriter, rel: str) -> None:
+    """Close ``parquet`` on an error path: a failure is logged, and the writer is marked closed
+    either way so that its destructor never tries again (the C++ writer does not retry a close
+    that failed; pyarrow's Python wrapper would)."""
+    try:
+        parquet.close()
+    except Exception as exc:  # noqa: BLE001 - the task is failing already; keep its error
+        logger.debug("closing the Parquet writer of %s after an error failed too: %s", rel, exc)
+    finally:
+        parquet.is_open = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,7 +406,7 @@ class _TaskFiles:
         handle = self.open_files.pop(directory)
         self.buffered_bytes -= handle.buffered_bytes
         assert self.data_schema is not None
-        self.written.append(handle.finish(self.data_schema))
+        self.written.append(handle.finish(self.data_schema))  # cancels itself on an error
         self.fault(faults.Point.TASK_AFTER_FILE)
 
     def add(self, directory: str, batch: pa.RecordBatch) -> None:

@@ -18,7 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import filemanager, reader, rollback, sinklog, sparkconf, timeline
+from sparkguard.spark_lib import (
+    commands,
+    filemanager,
+    reader,
+    rollback,
+    sinklog,
+    sparkconf,
+    timeline,
+)
 from tests.jvm.conftest import JOBS, run_job
 from tests.support.process import kill_session
 
@@ -132,6 +140,42 @@ def test_a_batch_killed_mid_write_is_rolled_back_and_rerun_exactly_once(tmp_path
     assert reader.committed_paths(sink_dir) == [f"{sink_dir}/{n}" for n in sorted(_listed(sink))]
     again = rollback.rollback_job(JOB, str(tmp_path / "journal"))
     assert again.files_deleted == 0
+
+
+def test_a_query_stopped_mid_batch_leaves_no_rolling_back_instant(tmp_path: Path) -> None:
+    conf, (source, sink_dir, checkpoint) = _args(tmp_path)
+    sink = Path(sink_dir)
+    _inputs(Path(source), 3)
+    flag = tmp_path / "stall"
+    flag.write_text("the task holding row 1500 waits while this file exists\n")
+    # Batch 1 stalls in the task holding row 1500; once the other task published its file, the
+    # driver stops the query cleanly (query.stop()): Spark aborts the batch.
+    result = run_job(
+        "stream_stop.py", source, sink_dir, checkpoint, str(flag), "1500", "1", conf=conf
+    )
+    assert result == {"rows": ROWS_PER_FILE, "ids": ROWS_PER_FILE}  # batch 0 only
+    report = commands.inspect_table(sink_dir, options={})
+    states = {i["instant"]: i["state"] for i in report["instants"]}
+    assert sorted(states.values()) == ["committed", "rolled_back"], states
+    aborted = next(i for i, state in states.items() if state == "rolled_back")
+    record = timeline.timeline_for(sink_dir).read_rolledback(aborted)
+    assert record is not None
+    # The stopped batch's published file was deleted by the abort, and recorded as such.
+    assert record["deleted"], record
+    assert {NAME.match(n).group(1) for n in record["deleted"]} == {"0000000001"}  # type: ignore[union-attr]
+    assert set(record["deleted"]) <= set(record["marked"])
+    assert record["complete"] is True
+    assert record["filesDeleted"] == len(record["deleted"])
+    assert _on_disk(sink) == _listed(sink)  # no orphan left for a directory lister
+    assert _temp_files(sink) == []
+    assert list((sink / "_sparkguard" / "markers").iterdir()) == []
+    # A rollback afterwards has nothing left to do.
+    summary = rollback.rollback_job(JOB, str(tmp_path / "journal"))
+    assert (summary.files_deleted, summary.instants_rolled_back) == (0, ())
+    # The restart re-executes batch 1 under the same names: each row once.
+    result = run_job("stream_write.py", source, sink_dir, checkpoint, conf=conf)
+    assert result == {"rows": 3 * ROWS_PER_FILE, "ids": 3 * ROWS_PER_FILE}
+    assert _on_disk(sink) == _listed(sink)
 
 
 def _last_instant(sink: Path) -> str:

@@ -428,6 +428,23 @@ def test_files_deleted_counts_files_removed_not_names_marked(
     assert tl_rolledback(url, options, w.instant)["filesDeleted"] == 3
 
 
+def test_rolledback_deleted_lists_only_files_removed(
+    where: tuple[str, str, dict[str, Any]],
+) -> None:
+    url, journal, options = where
+    w = _start(url, journal, options, "count-2")
+    written = sorted(f.path for p, ids in PARTS.items() for f in _task(w, p, ids).files)
+    manager, table = filemanager.resolve(url, storage_options=options)
+    never = "part-00007-count-2-c000.parquet"  # marked, but its task died before writing it
+    markers.DirectMarkerClient(manager).create(markers.marker_dir(table, w.instant), never)
+    rollback.rollback_job("count-2", journal, storage_options=options)
+    record = tl_rolledback(url, options, w.instant)
+    assert record["marked"] == sorted([*written, never])
+    assert record["deleted"] == written
+    assert record["absent"] == [never]
+    assert record["filesDeleted"] == len(record["deleted"]) == 3
+
+
 def tl_rolledback(url: str, options: dict[str, Any], instant: str) -> dict[str, Any]:
     tl = timeline.timeline_for(url, storage_options=options)
     record = tl.read_rolledback(instant)

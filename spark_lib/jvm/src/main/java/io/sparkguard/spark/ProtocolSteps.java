@@ -155,6 +155,124 @@ final class ProtocolSteps {
     }
   }
 
+  /** How many names {@code .rolledback}'s lists record, as the Python rollback does. */
+  static final int RECORDED_NAMES_LIMIT = 1000;
+
+  /**
+   * R4-R8 of docs/storage-contract.md ("Rollback, step by step") for {@code instant}, which the
+   * caller's abort has just claimed as rolled back (its put-if-absent won, so no commit and no
+   * other cleanup of it has started): delete the leftovers and the files of every marked name,
+   * record {@code <instant>.rolledback} (put-if-absent, {@code complete}: the files are gone;
+   * the names are recorded before any marker is deleted), then delete exactly the markers read.
+   *
+   * <p>Only when it is plainly safe: every file in the marker directory must be a marker, a
+   * whole {@code MARKERS<i>} batch file (every line a marker name, ending with a newline) or
+   * {@code MARKERS.type}; no other undecided instant of the job may mark one of the names (O2);
+   * and {@code keep} (names a commit lists) must not meet them. Otherwise nothing is deleted and
+   * the instant stays ROLLING_BACK for {@code sparkguard rollback}, which handles every case
+   * (torn lines, protected and committed names). A task still running publishes its file
+   * afterwards under a recorded name (the next rollback pass deletes it) or with a marker
+   * created after the listing (kept here: the next rollback finds it).
+   *
+   * @return the {@code .rolledback} body written, or {@code null} when it left the instant
+   */
+  static Map<String, Object> finishClaimedRollback(
+      AtomicStore store, SidecarMarkerClient sidecar, Timeline timeline, String table,
+      String instant, String jobId, Set<String> keep, String protocol) throws IOException {
+    Path markers = timeline.markerDirectory(instant);
+    List<String> files = store.listFiles(markers);
+    Set<String> marked = plainMarkedNames(store, markers, files);
+    if (marked == null || !java.util.Collections.disjoint(marked, keep)) {
+      return null;
+    }
+    for (String other : timeline.undecided(jobId)) {
+      Set<String> theirs =
+          SparkguardCommitProtocol.markedFiles(store, timeline.markerDirectory(other));
+      if (!other.equals(instant) && !java.util.Collections.disjoint(marked, theirs)) {
+        return null;  // O2: a live instant marked one of these names
+      }
+    }
+    List<String> deleted = new ArrayList<>();
+    List<String> absent = new ArrayList<>();
+    int temps = 0;
+    for (String relative : marked) {
+      Path target = new Path(table, relative);
+      // Leftovers first: an upload or temp file of a name published meanwhile fails to publish.
+      temps += store.deleteLeftovers(target);
+      (store.delete(target) ? deleted : absent).add(relative);
+    }
+    Map<String, Object> body = new java.util.TreeMap<>();
+    body.put("owner", timeline.ownerOf(instant));
+    body.put("marked", new ArrayList<>(marked));
+    body.put("filesDeleted", deleted.size());
+    body.put("tempFilesRemoved", temps);
+    body.put("filesKept", List.of());
+    body.put("deleted", deleted.subList(0, Math.min(deleted.size(), RECORDED_NAMES_LIMIT)));
+    body.put("absent", absent.subList(0, Math.min(absent.size(), RECORDED_NAMES_LIMIT)));
+    body.put("passes", 1);
+    body.put("complete", true);
+    body.put("warnings", List.of());
+    body.put("protocol", protocol);
+    if (!timeline.recordRolledBack(instant, body)) {
+      return null;  // a rollback got here first: the markers are its to delete
+    }
+    if (sidecar != null) {
+      sidecar.deleteDir(markerDirName(markers));  // it refuses markers of a decided instant
+    } else {
+      // Exactly the markers read, MARKERS.type last: one created since the listing stays.
+      for (String file : files) {
+        if (!file.equals("MARKERS.type")) {
+          store.delete(new Path(markers, file));
+        }
+      }
+      store.delete(new Path(markers, "MARKERS.type"));
+      if (store.listFiles(markers).isEmpty()) {
+        store.deleteDirectory(markers);
+      }
+    }
+    return body;
+  }
+
+  /**
+   * The names marked in {@code markers} (whose files are {@code files}), or {@code null} when
+   * any file there is not plainly a marker, a whole batch file or {@code MARKERS.type}.
+   */
+  private static Set<String> plainMarkedNames(AtomicStore store, Path markers, List<String> files)
+      throws IOException {
+    Set<String> marked = new java.util.TreeSet<>();
+    for (String file : files) {
+      if (file.equals("MARKERS.type")) {
+        continue;
+      }
+      if (file.matches("MARKERS(0|[1-9][0-9]{0,5})")) {
+        String text =
+            new String(store.read(new Path(markers, file)), java.nio.charset.StandardCharsets.UTF_8);
+        if (!text.isEmpty() && !text.endsWith("\n")) {
+          return null;  // a torn last line
+        }
+        for (String line : text.split("\n")) {
+          if (!line.isBlank() && !addMarkerName(marked, line.strip())) {
+            return null;
+          }
+        }
+      } else if (!addMarkerName(marked, file)) {
+        return null;
+      }
+    }
+    return marked;
+  }
+
+  private static boolean addMarkerName(Set<String> marked, String name) {
+    for (String io : new String[] {".marker.CREATE", ".marker.MERGE", ".marker.APPEND"}) {
+      String file = name.endsWith(io) ? name.substring(0, name.length() - io.length()) : "";
+      if (!file.isEmpty() && !file.startsWith("/") && !file.contains("..")) {
+        marked.add(file);
+        return true;
+      }
+    }
+    return false;
+  }
+
   /**
    * The outcome's {@code extra.partitionBy} (the {@code key=} directories of the first file)
    * and {@code extra.format} (from its extension, when known), put into {@code extra}.

@@ -55,9 +55,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * write the final name, nothing to rename); {@link
  * #commitJob} deletes marked names no task reported, refuses if a rollback claimed the instant,
  * writes the manifest (Spark's put-if-absent {@code _spark_metadata/<batch>}), then the committed
- * outcome, then deletes the markers. {@link #abortJob} deletes nothing (with deterministic names a
- * concurrent query's committed file may have the same name): it claims the instant, unless the
- * manifest already committed the batch.
+ * outcome, then deletes the markers. {@link #abortJob} (a failed batch, or the query's stop)
+ * records the instant as committed if the manifest has the batch; else it claims it and, when
+ * its claim won and the markers are plain, finishes the rollback ({@link
+ * ProtocolSteps#finishClaimedRollback}: the batch's marked files are deleted, {@code .rolledback}
+ * written, the markers deleted), so a stopped query leaves no ROLLING_BACK instant.
  *
  * <p><b>Stores</b> ({@link AtomicStore#forTable}, with the session's Hadoop conf so {@code
  * spark.hadoop.fs.s3a.*} apply): local paths and {@code hdfs://}/{@code viewfs://} are rename
@@ -407,10 +409,25 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
         recordCommitted(timeline, instant, batchId, manifestFiles(), "abort");
         return;
       }
-      boolean claimed = timeline.claimRollback(instant);
-      LOG.warn("sparkguard: batch {} ({}) of {} aborted{}; 'sparkguard rollback' deletes its"
-          + " files, a restart from the checkpoint rewrites the same names", batchId, instant,
-          path, claimed ? " and claimed as rolled back" : " (it was already decided)");
+      if (!timeline.claimRollback(instant)) {
+        LOG.warn("sparkguard: batch {} ({}) of {} aborted; it was already decided (a rollback"
+            + " deletes its files)", batchId, instant, path);
+        return;
+      }
+      // Claimed by this abort (a failed batch, or the query's stop): finish the rollback now,
+      // so a clean stop leaves no ROLLING_BACK instant. The manifest has not committed this
+      // batch (checked above), so no committed file carries one of its names (every name holds
+      // the batch id).
+      Map<String, Object> done = ProtocolSteps.finishClaimedRollback(
+          store, sidecar, timeline, path, instant, settings.jobId(), Set.of(), PROTOCOL);
+      if (done == null) {
+        LOG.warn("sparkguard: batch {} ({}) of {} aborted and claimed as rolled back; its"
+            + " markers need 'sparkguard rollback' to delete its files", batchId, instant, path);
+      } else {
+        LOG.warn("sparkguard: batch {} ({}) of {} aborted and rolled back: {} files deleted; a"
+            + " restart from the checkpoint rewrites the same names", batchId, instant, path,
+            done.get("filesDeleted"));
+      }
     } catch (IOException e) {
       LOG.warn("sparkguard: cannot settle aborted batch {} (a rollback will)", instant, e);
     }

@@ -28,6 +28,7 @@ public final class Timeline implements Serializable {
   public static final String SPARKGUARD_DIR = "_sparkguard";
   static final String INFLIGHT_KIND = "sparkguard.instant.inflight";
   static final String OUTCOME_KIND = "sparkguard.instant.outcome";
+  static final String ROLLEDBACK_KIND = "sparkguard.instant.rolledback";
   static final int VERSION = 1;
   private static final DateTimeFormatter INSTANT_TIME = DateTimeFormatter.ofPattern("yyyyMMddHHmmssSSS");
   private static final DateTimeFormatter COMMITTED_AT = DateTimeFormatter.ofPattern("yyyyMMddHHmmssSSSSSS");
@@ -224,6 +225,18 @@ public final class Timeline implements Serializable {
   /** The {@code .inflight} document of {@code instant}. */
   com.fasterxml.jackson.databind.JsonNode inflight(String instant) throws IOException {
     return JSON.readTree(store.read(file(instant, ".inflight")));
+  }
+
+  /**
+   * Write {@code <instant>.rolledback} with {@code body} (the fields of docs/storage-contract.md)
+   * put-if-absent: true when this call wrote it, false when a rollback already recorded one (it
+   * then owns the rest of the cleanup).
+   */
+  public boolean recordRolledBack(String instant, Map<String, Object> body) throws IOException {
+    Map<String, Object> document = new TreeMap<>(body);
+    document.put("instant", instant);
+    document.put("finished", ZonedDateTime.now(ZoneOffset.UTC).toOffsetDateTime().toString());
+    return store.putIfAbsent(file(instant, ".rolledback"), encode(ROLLEDBACK_KIND, document));
   }
 
   /** The owner recorded in {@code instant}'s {@code .inflight} ({@code job:<jobId>} if none). */

@@ -136,6 +136,99 @@ class ProtocolStepsTest {
     assertEquals(-1, store.size(new Path(local, "b.parquet")), "marked, not reported: deleted");
   }
 
+  /** A table on local disk with instant {@code instant} of job {@code j} open (an .inflight). */
+  private Timeline openInstant(AtomicStore store, String table, String instant) throws IOException {
+    Timeline timeline = new Timeline(store, new Path(table));
+    Map<String, Object> body = new TreeMap<>();
+    body.put("instant", instant);
+    body.put("jobId", "j");
+    body.put("owner", "job:j");
+    body.put("operation", "stream-batch");
+    store.putIfAbsent(timeline.file(instant, ".inflight"),
+        Timeline.encode(Timeline.INFLIGHT_KIND, body));
+    return timeline;
+  }
+
+  private static final String BATCH_NAME = "k=0/part-00000-j-b0000000001-c000.snappy.parquet";
+  private static final String NEVER_WRITTEN = "k=1/part-00001-j-b0000000001-c000.snappy.parquet";
+
+  @Test
+  void aClaimedAbortDeletesOnlyWhatExistsRecordsItThenDeletesTheMarkers() throws IOException {
+    String table = dir.resolve("t").toString();
+    AtomicStore store = AtomicStore.forTable(new Path(table));
+    String instant = "20260101000000000-j";
+    Timeline timeline = openInstant(store, table, instant);
+    Path markers = timeline.markerDirectory(instant);
+    store.putIfAbsent(new Path(markers, "MARKERS.type"), "DIRECT".getBytes());
+    for (String name : List.of(BATCH_NAME, NEVER_WRITTEN)) {
+      ProtocolSteps.markAndPrepare(store, null, markers, new Path(table, name), name);
+    }
+    Files.createDirectories(dir.resolve("t/k=0"));
+    Files.write(dir.resolve("t").resolve(BATCH_NAME), new byte[] {1, 2, 3});
+    Files.write(dir.resolve("t/k=0/.part-00000-j-b0000000001-c000.snappy.parquet.sg-tmp-0123456789ab"),
+        new byte[] {4});
+    assertTrue(timeline.claimRollback(instant));
+
+    Map<String, Object> done = ProtocolSteps.finishClaimedRollback(
+        store, null, timeline, table, instant, "j", java.util.Set.of(), "p");
+    assertEquals(List.of(BATCH_NAME), done.get("deleted"));
+    assertEquals(List.of(NEVER_WRITTEN), done.get("absent"));
+    assertEquals(1, done.get("filesDeleted"));
+    assertEquals(1, done.get("tempFilesRemoved"));
+    assertEquals(-1, store.size(new Path(table, BATCH_NAME)));
+    assertFalse(Files.exists(
+        dir.resolve("t/k=0/.part-00000-j-b0000000001-c000.snappy.parquet.sg-tmp-0123456789ab")));
+    assertFalse(Files.exists(dir.resolve("t/_sparkguard/markers/" + instant)));
+    com.fasterxml.jackson.databind.JsonNode record = new com.fasterxml.jackson.databind.ObjectMapper()
+        .readTree(store.read(timeline.file(instant, ".rolledback")));
+    assertEquals("sparkguard.instant.rolledback", record.get("kind").asText());
+    assertEquals(1, record.get("version").asInt());
+    assertEquals(BATCH_NAME, record.get("deleted").get(0).asText());
+    assertEquals(NEVER_WRITTEN, record.get("absent").get(0).asText());
+    assertEquals(2, record.get("marked").size());
+    assertTrue(record.get("complete").asBoolean());
+    assertEquals("job:j", record.get("owner").asText());
+  }
+
+  @Test
+  void aClaimedAbortLeavesUnusualMarkersAndProtectedNamesToTheRollback() throws IOException {
+    String table = dir.resolve("t").toString();
+    AtomicStore store = AtomicStore.forTable(new Path(table));
+    String instant = "20260101000000000-j";
+    Timeline timeline = openInstant(store, table, instant);
+    Path markers = timeline.markerDirectory(instant);
+    // A torn last line in a batch file: only the Python rollback looks its file up by prefix.
+    store.putIfAbsent(new Path(markers, "MARKERS0"),
+        (BATCH_NAME + ".marker.CREATE\nk=1/part-00001-j-b00").getBytes());
+    Files.createDirectories(dir.resolve("t/k=0"));
+    Files.write(dir.resolve("t").resolve(BATCH_NAME), new byte[] {1});
+    assertTrue(timeline.claimRollback(instant));
+    assertEquals(null, ProtocolSteps.finishClaimedRollback(
+        store, null, timeline, table, instant, "j", java.util.Set.of(), "p"));
+    assertEquals(1, store.size(new Path(table, BATCH_NAME)));
+    assertEquals(-1, store.size(timeline.file(instant, ".rolledback")));
+
+    // O2: another undecided instant of the job marked the same name.
+    String other = "20260101000000001-j";
+    String live = "20260101000000002-j";
+    openInstant(store, table, other);
+    openInstant(store, table, live);
+    ProtocolSteps.markAndPrepare(store, null, timeline.markerDirectory(other),
+        new Path(table, BATCH_NAME), BATCH_NAME);
+    ProtocolSteps.markAndPrepare(store, null, timeline.markerDirectory(live),
+        new Path(table, BATCH_NAME), BATCH_NAME);
+    assertTrue(timeline.claimRollback(other));
+    assertEquals(null, ProtocolSteps.finishClaimedRollback(
+        store, null, timeline, table, other, "j", java.util.Set.of(), "p"));
+    assertEquals(1, store.size(new Path(table, BATCH_NAME)));
+    // ... and a name a commit lists.
+    assertTrue(timeline.claimRollback(live));
+    assertEquals(null, ProtocolSteps.finishClaimedRollback(
+        store, null, timeline, table, other, "j", java.util.Set.of(BATCH_NAME), "p"));
+    assertEquals(1, store.size(new Path(table, BATCH_NAME)));
+    assertEquals(-1, store.size(timeline.file(other, ".rolledback")));
+  }
+
   @Test
   void theLayoutComesFromTheFirstFile() {
     Map<String, Object> extra = new TreeMap<>();
