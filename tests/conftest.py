@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import s3server, xdist_groups
+from tests.support import jvm_options, s3server, xdist_groups
 
 # Spark's Python workers run `python -m pyspark.daemon` in the driver's cwd; the repo's
 # top-level operator/ folder would shadow the stdlib module there. Never prepend the cwd.
@@ -17,17 +18,29 @@ os.environ["PYTHONSAFEPATH"] = "1"
 # Spark JVMs and Python workers the tests start inherit it.
 os.environ["SPARKGUARD_ENABLE_FAULTS"] = "1"
 # Every Spark driver a test starts (in-process sessions, job processes, the stand-in's drivers)
-# is a short-lived JVM on a 2-core machine shared by two pytest workers: most of its CPU goes
-# to C2 compiling code it will run for seconds, and to G1's concurrent threads. The C1 compiler
-# alone and the serial collector halve a small job's wall time here (tests/README.md). Tests
-# only: the demo, the benchmarks and users' jobs keep the JVM's defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-if TEST_JVM_OPTIONS not in os.environ.get("SPARK_SUBMIT_OPTS", ""):  # xdist workers inherit it
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-        filter(None, [os.environ.get("SPARK_SUBMIT_OPTS", ""), TEST_JVM_OPTIONS])
-    )
+# gets the test JVM options (tests/support/jvm_options.py): C1 only, the serial collector and,
+# once pytest_configure has it, a class-data-sharing archive. xdist workers inherit them.
+if jvm_options.COMPILER_AND_GC not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(None)
 
 pytest_plugins = ["tests.kubebench.fixtures"]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When the run starts Spark: the test JVMs' class-data-sharing archive (dumped once per
+    machine under ~/.cache/sparkguard/cds/, a lock serialising the xdist workers), put into
+    ``SPARK_SUBMIT_OPTS`` before any test runs. The dump never counts against a test's timeout."""
+    if session.config.option.collectonly:
+        return
+    if not any(item.get_closest_marker("spark") for item in session.items):
+        return
+    cache = Path(os.environ.get("SPARKGUARD_CACHE", Path.home() / ".cache" / "sparkguard"))
+    archive, how = jvm_options.ensure_archive(cache)
+    if archive is None:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"tests: Spark JVMs run without a class-data archive ({how})")
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive)
 
 
 @pytest.fixture(scope="session")
