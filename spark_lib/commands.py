@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, TextIO
 
 from sparkguard.spark_lib import config, errors, filemanager, markers, reader, rollback, timeline
@@ -270,7 +270,7 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
                 "attempt": info.attempt if info else None,
                 "files": len(status.files),
                 "bytes": sum(f.size for f in status.files),
-                "rows": sum(f.rows for f in status.files),
+                **count_rows(status.files),
                 "marked": marked,
                 "warnings": warnings,
                 "error": error,
@@ -280,14 +280,15 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
     for job_id in reader.stream_jobs(manager, path):
         log = reader.StreamLog(manager, path, job_id)
         entries = log.committed()
+        stream_files = [f for e in entries for f in e.files]
         streams.append(
             {
                 "jobId": job_id,
                 "batches": len(entries),
                 "lastBatch": entries[-1].batch_id if entries else None,
-                "files": sum(len(e.files) for e in entries),
-                "bytes": sum(f.size for e in entries for f in e.files),
-                "rows": sum(f.rows for e in entries for f in e.files),
+                "files": len(stream_files),
+                "bytes": sum(f.size for f in stream_files),
+                **count_rows(stream_files),
                 "pendingMarkerDirs": len(log.marker_dirs()),
             }
         )
@@ -300,10 +301,41 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
         "visible": {
             "files": len(visible),
             "bytes": sum(f.size for f in visible.values()),
-            "rows": sum(f.rows for f in visible.values()),
+            **count_rows(visible.values()),
         },
         "superseded": len(reader.superseded_files(commits)),
     }
+
+
+def count_rows(files: Iterable[timeline.DataFile]) -> dict[str, Any]:
+    """The row totals of ``files``, never adding an unknown count (a file's ``rows`` is -1
+    when its writer could not count them: ORC, JSON, CSV and streaming-sink files).
+
+    ``rows`` is the exact total, or ``None`` when any file's count is unknown; ``rowsKnown``
+    sums the known counts (a lower bound then) and ``filesRowsUnknown`` counts the others.
+    A purely computational function with no side-effects.
+    """
+    known = unknown = 0
+    for file in files:
+        if file.rows >= 0:
+            known += file.rows
+        else:
+            unknown += 1
+    return {"rows": None if unknown else known, "rowsKnown": known, "filesRowsUnknown": unknown}
+
+
+def describe_rows(totals: Mapping[str, Any], *, short: bool = False) -> str:
+    """Totals of :func:`count_rows` for people: ``300 rows``, ``>= 42 rows (2 files
+    unknown)`` or ``rows unknown`` (no count known); ``short`` (a table cell): ``300``,
+    ``>=42`` or ``?``. A purely computational function with no side-effects."""
+    if totals["rows"] is not None:
+        return str(totals["rows"]) if short else f"{totals['rows']} rows"
+    if totals["rowsKnown"] == 0:  # ">= 0" says nothing
+        return "?" if short else "rows unknown"
+    if short:
+        return f">={totals['rowsKnown']}"
+    unknown = totals["filesRowsUnknown"]
+    return f">= {totals['rowsKnown']} rows ({unknown} file{'s' if unknown > 1 else ''} unknown)"
 
 
 def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
@@ -318,7 +350,7 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
         "attempt": None,
         "files": 0,
         "bytes": 0,
-        "rows": 0,
+        **count_rows(()),
         "marked": None,
         "warnings": [],
         "error": error,
@@ -346,6 +378,7 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
         columns=[
             "instant",
             "job",
+            "owner",
             "state",
             "operation",
             "write",
@@ -358,12 +391,13 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
             [
                 i["instant"],
                 i["jobId"],
+                "" if i["owner"] is None else i["owner"],
                 i["state"],
                 " ".join([i["operation"] or "", *(i["partitions"] or [])]).strip(),
                 "" if i["write"] is None else i["write"],
                 i["files"],
                 i["bytes"],
-                i["rows"],
+                describe_rows(i, short=True),
                 "?" if i["marked"] is None else i["marked"],
             ]
             for i in report["instants"]
@@ -377,12 +411,12 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
     for stream in report["streams"]:
         out.write(
             f"stream {stream['jobId']}: {stream['batches']} batches (last "
-            f"{stream['lastBatch']}), {stream['files']} files, {stream['rows']} rows, "
+            f"{stream['lastBatch']}), {stream['files']} files, {describe_rows(stream)}, "
             f"{stream['pendingMarkerDirs']} pending marker dirs\n"
         )
     visible = report["visible"]
     out.write(
-        f"visible: {visible['files']} files, {visible['bytes']} bytes, {visible['rows']} rows; "
+        f"visible: {visible['files']} files, {visible['bytes']} bytes, {describe_rows(visible)}; "
         f"superseded: {report['superseded']} files\n"
     )
     return 0
@@ -400,6 +434,9 @@ def _render(out: TextIO, *, title: str, columns: list[str], rows: list[list[Any]
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
-    for row in rows:
-        table.add_row(*(str(v) for v in row))
-    Console(file=out, width=160).print(table)
+    cells = [[str(v) for v in row] for row in rows]
+    for row_cells in cells:
+        table.add_row(*row_cells)
+    # Wide enough that no cell wraps: an owner or instant is copied from here into a command.
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    Console(file=out, width=max(160, sum(widths) + 3 * len(widths) + 1)).print(table)

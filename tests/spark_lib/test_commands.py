@@ -109,3 +109,73 @@ def test_rollback_with_nothing_to_do_is_quick(
     )
     assert code == 0
     assert json.loads(out)["instantsRolledBack"] == []
+
+
+def test_inspect_table_shows_each_instant_s_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Orphan recovery (``rollback --owner '<its owner>'``) needs the owner the table shows."""
+    url = str(tmp_path / "t")
+    owner = "k8s:spark-jobs/nightly-orders-europe/4f2a9c1e-7b3d-4e8f-9a0b-1c2d3e4f5a6b"
+    w = _start(url, "", {}, "nightly-orders-europe-2026-11-22", owner=owner)
+    _task(w, 0, PARTS[0])  # left in flight: the orphan a user must roll back by its owner
+    code, out, _ = _run("inspect", [url], capsys)
+    assert code == 0
+    header = next(line for line in out.splitlines() if "instant" in line and "state" in line)
+    assert "owner" in header
+    row = next(line for line in out.splitlines() if "inflight" in line)
+    assert owner in row  # whole, on one line: it is copied into rollback --owner
+
+
+def _commit_files(url: str, job_id: str, rows: list[int]) -> None:
+    """A committed instant listing one file per entry of ``rows`` (-1: unknown, as the JVM
+    protocol records ORC, JSON and CSV files and the streaming sink records every file)."""
+    from sparkguard.spark_lib import filemanager, timeline
+
+    manager, path = filemanager.resolve(url)
+    tl = timeline.Timeline(manager, path)
+    instant = tl.start(job_id, attempt=0, marker_type="DIRECT")
+    tl.commit(
+        instant,
+        [
+            timeline.DataFile(path=f"part-{i:05d}-{job_id}-c000.orc", size=100, rows=n)
+            for i, n in enumerate(rows)
+        ],
+        extra={"operation": "append", "format": "orc"},
+    )
+
+
+def test_inspect_never_sums_unknown_row_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(tmp_path / "t")
+    _commit_files(url, "orc-1", [-1, -1])  # nothing known
+    code, out, _ = _run("inspect", [url], capsys)
+    assert code == 0
+    assert "visible: 2 files, 200 bytes, rows unknown;" in out
+    assert " -2 " not in out  # no sum of unknowns in a table cell
+    assert " -1 " not in out
+    assert " ? " in next(line for line in out.splitlines() if "orc-1" in line)
+    code, out, _ = _run("inspect", [url, "--json"], capsys)
+    report = json.loads(out)
+    assert report["visible"]["rows"] is None
+    assert report["visible"]["rowsKnown"] == 0
+    assert report["visible"]["filesRowsUnknown"] == 2
+    assert report["instants"][0]["rows"] is None
+
+    _commit_files(url, "parquet-1", [40, 2])  # now some are known: a lower bound
+    code, out, _ = _run("inspect", [url], capsys)
+    assert code == 0
+    assert "visible: 4 files, 400 bytes, >= 42 rows (2 files unknown);" in out
+    report = json.loads(_run("inspect", [url, "--json"], capsys)[1])
+    assert report["visible"] == {
+        "files": 4,
+        "bytes": 400,
+        "rows": None,
+        "rowsKnown": 42,
+        "filesRowsUnknown": 2,
+    }
+    by_job = {i["jobId"]: i for i in report["instants"]}
+    assert by_job["parquet-1"]["rows"] == 42
+    assert by_job["parquet-1"]["filesRowsUnknown"] == 0
+    assert by_job["orc-1"]["rows"] is None
