@@ -96,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
             return run_inspect(args.table, as_json=args.json, options=options, out=sys.stdout)
         return run_rollback(args, options=options, out=sys.stdout, err=sys.stderr)
     except errors.ConfigError as exc:
-        print(f"sparkguard: error: {exc}", file=sys.stderr)
+        print(f"sparkguard {args._command}: error: {exc}", file=sys.stderr)
         return 2
     except errors.SparkguardError as exc:
-        print(f"sparkguard: failed: {exc}", file=sys.stderr)
+        print(f"sparkguard {args._command}: failed: {exc}", file=sys.stderr)
         return 1
     except NotADirectoryError as exc:
         print(

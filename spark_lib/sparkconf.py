@@ -248,7 +248,11 @@ def run(args: argparse.Namespace) -> int:
             names=FLAG_NAMES,
         )
     except errors.ConfigError as exc:
-        print(f"sparkguard spark-conf: {exc}", file=sys.stderr)
+        print(
+            f"sparkguard spark-conf: error: {exc}; run 'sparkguard spark-conf --help' for the "
+            "options",
+            file=sys.stderr,
+        )
         return 2
     except JarNotBuiltError as exc:
         print(f"sparkguard spark-conf: {exc}, or pass --jar PATH", file=sys.stderr)

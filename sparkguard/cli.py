@@ -11,9 +11,10 @@ import argparse
 import dataclasses
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final, NoReturn
 
 from sparkguard import __version__
 
@@ -125,9 +126,64 @@ flags override a few of them for local runs.""",
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+_ARGUMENT_ERROR = re.compile(r"argument (?P<names>[^:]+): (?P<problem>.*)", re.DOTALL)
+_REQUIRED_ERROR = re.compile(r"the following arguments are required: (?P<names>.+)", re.DOTALL)
+
+
+def describe_argument_error(message: str) -> str:
+    """argparse's error ``message`` said once and plainly: ``--job-id 'X' is not valid: ...``
+    (not ``argument --job-id: --job-id 'X' ...``), ``--journal is required``.
+
+    A purely computational function with no side-effects; a message it does not know is
+    returned unchanged.
+    """
+    message = " ".join(message.split())  # one line, whatever the message held
+    required = _REQUIRED_ERROR.fullmatch(message)
+    if required:
+        names = required.group("names")
+        return f"{names} {'are' if ',' in names else 'is'} required"
+    argument = _ARGUMENT_ERROR.fullmatch(message)
+    if argument:
+        names = argument.group("names").split("/")  # "--namespace/-n": say the long one
+        name = next((n for n in names if n.startswith("--")), names[-1])
+        problem = argument.group("problem")
+        return problem if problem.startswith(name) else f"{name}: {problem}"
+    return message
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line naming the input, with a pointer to
+    ``--help`` instead of the usage block (docs/writer.md, "CLI"); exit status 2. Subcommand
+    parsers are of the same class (argparse creates them with the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: the parsers of the subcommands, by name (:func:`build_parser` registers them)
+        self.subcommands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``<prog>: error: <what was wrong>; run '<prog> --help' ...`` and exit 2."""
+        self.exit(
+            2,
+            f"{self.prog}: error: {describe_argument_error(message)}; run "
+            f"'{self.prog} --help' for the options\n",
+        )
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but an unknown flag of a subcommand is reported by that subcommand
+        (``sparkguard sidecar: error: unrecognized arguments: ...``), not by ``sparkguard``."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self.subcommands.get(getattr(parsed, "command", None) or "", self)
+            command.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+def build_parser() -> CommandLineParser:
     """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="sparkguard",
         description="Exactly-once output for Spark on Kubernetes.",
         epilog="Run 'sparkguard COMMAND --help' for the options of a command.",
@@ -151,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         module.add_arguments(sub)
         sub.set_defaults(_module=command.module)
+        parser.subcommands[name] = sub
     return parser
 
 

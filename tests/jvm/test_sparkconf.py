@@ -173,7 +173,8 @@ def test_cli_bad_input_is_one_line_exit_2(
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("sparkguard spark-conf: ")
+    assert lines[0].startswith("sparkguard spark-conf: error: ")
+    assert lines[0].endswith("; run 'sparkguard spark-conf --help' for the options")
     for name in names:
         assert name in lines[0]
 

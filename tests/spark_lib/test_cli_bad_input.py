@@ -144,3 +144,50 @@ def test_the_installed_command_on_a_file(a_file: Path) -> None:
     assert done.returncode == 2
     assert "is a file" in _one_line(done.stderr)
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "names"),
+    [
+        (
+            ["rollback", "--job-id", "Bad_Job", "--journal", "/j"],
+            "rollback",
+            ["--job-id 'Bad_Job' is"],
+        ),
+        (
+            ["rollback", "--job-id", "j-1", "--journal", "/j", "--owner", ""],
+            "rollback",
+            ["--owner ''"],
+        ),
+        (["rollback", "--job-id", "j-1"], "rollback", ["--journal is required"]),
+        (["rollback"], "rollback", ["--job-id, --journal are required"]),
+        (["inspect"], "inspect", ["table is required"]),
+        (["spark-conf", "--journal", "/j"], "spark-conf", ["--job-id is required"]),
+        (["spark-conf", "--job-id", "j", "--format", "xml"], "spark-conf", ["--format", "'xml'"]),
+        (["bundle"], "bundle", ["--dest is required"]),
+        (["sidecar", "--bogus"], "sidecar", ["unrecognized arguments: --bogus"]),
+        (["operator", "--webhook-mode", "x"], "operator", ["--webhook-mode", "'x'"]),
+        (["operator", "-n"], "operator", ["--namespace: expected one argument"]),
+        (["demo", "--rows", "many"], "demo", ["--rows", "'many'"]),
+        ([], None, ["COMMAND is required"]),
+        (["nope"], None, ["COMMAND", "'nope'"]),
+    ],
+)
+def test_argument_errors_are_one_line_pointing_to_help(
+    argv: list[str], command: str | None, names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/writer.md, "CLI": bad input is one line naming the input and the fix (no usage
+    block), exit status 2."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    line = _one_line(err)
+    prog = "sparkguard" if command is None else f"sparkguard {command}"
+    assert line.startswith(f"{prog}: error: "), line
+    assert "usage:" not in err
+    for name in names:
+        assert name in line
+    assert line.endswith(f"; run '{prog} --help' for the options"), line
+    assert "argument --" not in line  # argparse's prefix, said twice with our messages
