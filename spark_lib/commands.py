@@ -101,20 +101,10 @@ def run(args: argparse.Namespace) -> int:
     except errors.SparkguardError as exc:
         print(f"sparkguard {args._command}: failed: {exc}", file=sys.stderr)
         return 1
-    except NotADirectoryError as exc:
-        print(
-            f"sparkguard: failed: {exc.filename} is not a directory: a file stands where a "
-            "table or journal directory should be; move that file away, then run again",
-            file=sys.stderr,
-        )
-        return 1
     except OSError as exc:
-        where = f": {exc.filename}" if exc.filename else ""
-        print(
-            f"sparkguard: failed: storage error ({exc.strerror or exc}){where}; check the "
-            "location and the credentials, then run again",
-            file=sys.stderr,
-        )
+        retry = f"run the {args._command} again"
+        described = errors.describe_storage_error(exc, retry=retry)
+        print(f"sparkguard {args._command}: failed: {described}", file=sys.stderr)
         return 1
 
 
@@ -134,7 +124,9 @@ def open_location(
             f"or a URL starting with one of {known}"
         )
     try:
-        return filemanager.resolve(url, storage_options=options)
+        return filemanager.resolve(url, storage_options=options, options_source=STORAGE_ENV)
+    except errors.ConfigError as exc:
+        raise errors.ConfigError(f"{exc} (for {what} {url!r})") from None
     except (errors.UnsupportedStoreError, errors.InvalidPathError) as exc:
         raise errors.ConfigError(f"{what} {url!r}: {exc}") from None
 
@@ -228,7 +220,7 @@ def run_rollback(
 
 def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
     """Everything ``inspect`` shows, as a JSON-serialisable dict."""
-    manager, path = filemanager.resolve(url, storage_options=options)
+    manager, path = filemanager.resolve(url, storage_options=options, options_source=STORAGE_ENV)
     tl = timeline.Timeline(manager, path)
     instants = []
     for instant_id in tl.instant_ids():

@@ -54,6 +54,8 @@ class WriteSettings:
     file_manager: filemanager.Kind | None = None
     create_mode: filemanager.CreateMode = filemanager.CreateMode.CONDITIONAL
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: the setting ``storage_options`` came from, named when one of them is refused
+    storage_options_key: str = KEYS["storage_options"][0]
 
     @property
     def instant_owner(self) -> str:
@@ -67,6 +69,7 @@ class WriteSettings:
             storage_options=self.storage_options,
             kind=self.file_manager,
             create_mode=self.create_mode,
+            options_source=self.storage_options_key,
         )
 
 
@@ -174,8 +177,8 @@ def parse_settings(
     raw_mode, where = _lookup("create_mode", conf, options)
     create_mode = filemanager.parse_create_mode(raw_mode, key=where)
 
-    raw_storage, where = _lookup("storage_options", conf, options)
-    storage = {} if raw_storage is None else parse_storage_options(raw_storage, key=where)
+    raw_storage, storage_key = _lookup("storage_options", conf, options)
+    storage = {} if raw_storage is None else parse_storage_options(raw_storage, key=storage_key)
 
     return WriteSettings(
         job_id=job_id,
@@ -188,6 +191,7 @@ def parse_settings(
         file_manager=kind,
         create_mode=create_mode,
         storage_options=storage,
+        storage_options_key=storage_key,
     )
 
 

@@ -32,6 +32,7 @@ import ctypes.util
 import dataclasses
 import enum
 import errno
+import inspect
 import logging
 import os
 import re
@@ -188,7 +189,10 @@ class AtomicStream(abc.ABC):
         # No copy: pyarrow hands over large buffers; every backend consumes them before
         # returning (file write, bytearray append, or bytes() where it keeps them).
         view = memoryview(data).cast("B")
-        self._write(view)
+        try:
+            self._write(view)
+        except OSError as exc:
+            raise self._named(exc)
         self._position += view.nbytes
         return view.nbytes
 
@@ -218,12 +222,21 @@ class AtomicStream(abc.ABC):
             return
         try:
             self._publish()
-        except BaseException:
+        except BaseException as exc:
             self._state = "cancelled"
             with contextlib.suppress(Exception):
                 self._discard()
+            if isinstance(exc, OSError) and not isinstance(exc, errors.SparkguardError):
+                raise self._named(exc)
             raise
         self._state = "published"
+
+    def _named(self, exc: OSError) -> OSError:
+        """``exc`` naming this stream's path when it names no file (``os.write``'s errors,
+        ENOSPC among them, name none): an error message can then say where it happened."""
+        if exc.filename is None:
+            exc.filename = self.path
+        return exc
 
     def cancel(self) -> None:
         """Discard everything written; nothing becomes visible. Safe to call more than once."""
@@ -935,8 +948,12 @@ def resolve(
     storage_options: Mapping[str, Any] | None = None,
     kind: str | Kind | None = None,
     create_mode: str | CreateMode | None = None,
+    options_source: str = "storage options",
 ) -> tuple[FileManager, str]:
     """Return the file manager for ``url`` and the path inside its filesystem.
+
+    ``storage_options`` the filesystem does not take are refused (:func:`check_storage_options`),
+    naming ``options_source`` (the setting they came from).
 
     The backend comes from ``kind`` when given, else from the protocol (:data:`DEFAULT_KINDS`).
     Filesystem instances are never shared through fsspec's instance cache (they may hold event
@@ -961,6 +978,7 @@ def resolve(
         raise errors.UnsupportedStoreError(
             f"cannot open storage {url!r}: {exc}. Install the fsspec backend for {protocol!r}"
         ) from exc
+    check_storage_options(fs_class, protocol, storage_options or {}, source=options_source)
     options: dict[str, Any] = {"skip_instance_cache": True}
     if chosen is Kind.DIRECT_PUT:
         options["use_listings_cache"] = False
@@ -978,6 +996,63 @@ def resolve(
     else:
         manager = backend(fs, protocol=protocol)
     return manager, path
+
+
+#: What every fsspec filesystem takes besides its own parameters (``AbstractFileSystem``
+#: hands them to its listings cache and its instance cache).
+_COMMON_OPTIONS: Final = frozenset(
+    {"use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache"}
+)
+
+
+def storage_option_names(fs_class: type[AbstractFileSystem]) -> frozenset[str] | None:
+    """The keyword options ``fs_class`` takes: its constructor's named parameters and those of
+    the constructors its ``**kwargs`` reach, plus :data:`_COMMON_OPTIONS`. ``None`` when a
+    constructor cannot be inspected (then nothing is checked)."""
+    names = set(_COMMON_OPTIONS)
+    for klass in fs_class.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            break
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names.update(
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        )
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return frozenset(names)
+
+
+def check_storage_options(
+    fs_class: type[AbstractFileSystem],
+    protocol: str,
+    options: Mapping[str, Any],
+    *,
+    source: str = "storage options",
+) -> None:
+    """Refuse an option ``fs_class`` does not take: fsspec filesystems swallow unknown keyword
+    arguments, so a misspelt ``endpoint_url``, or S3 credentials given for a local path, would
+    be silently ignored. Raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the
+    key and the options there are."""
+    known = storage_option_names(fs_class)
+    if known is None:
+        return
+    unknown = sorted(str(key) for key in options if key not in known)
+    if unknown:
+        own = sorted(known - _COMMON_OPTIONS) or ["none of its own"]
+        raise errors.ConfigError(
+            f"{source}: key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"{'are' if len(unknown) > 1 else 'is'} not known to {protocol}:// storage "
+            f"({fs_class.__name__} takes {', '.join(own)}); remove "
+            f"{'them' if len(unknown) > 1 else 'it'} from {source} or fix the spelling"
+        )
 
 
 @contextlib.contextmanager

@@ -108,7 +108,15 @@ insertInto, ...) through sparkguard's commit protocol, with no code change: the
 protocol class, sparkguard's jar in spark.jars and the spark.sparkguard.*
 settings. The operator injects the same conf; use this without the operator:
 
-  eval "spark-submit $(sparkguard spark-conf --job-id nightly-1 | tr '\\n' ' ') job.py"
+  eval "spark-submit $(sparkguard spark-conf --job-id nightly-1 \\
+      --journal s3a://bucket/sparkguard/journal | tr '\\n' ' ') job.py"
+
+and after a failed run, before rerunning it:
+
+  sparkguard rollback --job-id nightly-1 --journal s3a://bucket/sparkguard/journal
+
+Give the job's other jars with --extra-jars (not spark-submit's --jars, which
+would replace spark.jars and drop sparkguard's jar).
 
 --format json prints a JSON object (e.g. for a SparkApplication's sparkConf),
 --format properties a file for spark-submit --properties-file.""",
@@ -224,6 +232,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # storage: where, why and what to do, whatever the command
+        from sparkguard.spark_lib import errors
+
+        retry = f"run 'sparkguard {args.command}' again"
+        print(
+            f"sparkguard {args.command}: failed: {errors.describe_storage_error(exc, retry=retry)}",
+            file=sys.stderr,
+        )
+        return 1
     except Exception as exc:  # a bug or an unforeseen failure: one line, traceback on request
         logger.debug("sparkguard %s failed", args.command, exc_info=True)
         print(

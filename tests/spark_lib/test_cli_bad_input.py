@@ -7,6 +7,7 @@ installed ``sparkguard`` script as a subprocess, as a user would.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -191,3 +192,149 @@ def test_argument_errors_are_one_line_pointing_to_help(
         assert name in line
     assert line.endswith(f"; run '{prog} --help' for the options"), line
     assert "argument --" not in line  # argparse's prefix, said twice with our messages
+
+
+def _failing_writes(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    """Every byte the local file manager writes from now on fails with ``error`` (as
+    ``os.write`` does: the error names no file)."""
+    from sparkguard.spark_lib import filemanager
+
+    def fail(self: object, data: object) -> None:
+        raise error
+
+    monkeypatch.setattr(filemanager._LocalAtomicStream, "_write", fail)
+
+
+def _failed_rollback(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *,
+    error: OSError,
+) -> tuple[str, str]:
+    """Roll back an interrupted write while every write fails with ``error``; returns the
+    table's path and the one line of stderr."""
+    url, journal = str(tmp_path / "t"), str(tmp_path / "j")
+    w = _start(url, journal, {}, "full-1")
+    _task(w, 0, PARTS[0])
+    _failing_writes(monkeypatch, error)
+    code, _, err = _main(
+        ["rollback", "--job-id", "full-1", "--journal", journal, "--quiet"], capsys
+    )
+    assert code == 1
+    return url, _one_line(err)
+
+
+def test_disk_full_during_rollback_names_the_path_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    url, line = _failed_rollback(tmp_path, monkeypatch, capsys, error=full)
+    # The first write of a rollback decides the instant: <table>/_sparkguard/timeline/...
+    assert f"the filesystem holding {url}/_sparkguard/timeline/" in line
+    assert "is full (No space left on device)" in line
+    assert "free space and run the rollback again" in line
+    assert "credentials" not in line
+
+
+def test_permission_denied_during_rollback_says_permissions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    url, line = _failed_rollback(tmp_path, monkeypatch, capsys, error=denied)
+    assert f"permission denied on {url}/_sparkguard/timeline/" in line
+    assert "run the rollback again as a user who may write there" in line
+    assert "credentials" not in line
+
+
+def _store_error(error: OSError, url: str) -> OSError:
+    error.filename = url
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "needles"),
+    [
+        (
+            OSError(errno.EROFS, os.strerror(errno.EROFS), "/data/t/x"),
+            ["/data/t/x is on a read-only filesystem", "remount"],
+        ),
+        (
+            OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "/data/t/x"),
+            ["the filesystem holding /data/t/x is full", "quota"],
+        ),
+        (
+            OSError(errno.EIO, os.strerror(errno.EIO), "/data/t/x"),
+            ["I/O error on /data/t/x", "the disk or mount"],
+        ),
+        (
+            OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), "/data/t"),
+            ["/data/t is not a directory", "move that file away"],
+        ),
+        # s3fs: a PermissionError with the store's message and no errno (AccessDenied,
+        # InvalidAccessKeyId, ExpiredToken, ...); the file manager names the URL
+        (
+            _store_error(PermissionError("Access Denied"), "s3://b/t/x"),
+            ["access to s3://b/t/x was denied (Access Denied)", "credentials"],
+        ),
+    ],
+)
+def test_storage_errors_name_the_path_and_the_cause(error: OSError, needles: list[str]) -> None:
+    from sparkguard.spark_lib import errors as sg_errors
+
+    text = sg_errors.describe_storage_error(error, retry="run the rollback again")
+    for needle in needles:
+        assert needle in text
+    assert text.endswith("run the rollback again")
+    if "credentials" not in needles:
+        assert "credentials" not in text
+
+
+def test_storage_errors_of_other_commands_are_explained_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only rollback and inspect: the entry point explains a storage error of any command."""
+    from sparkguard.spark_lib import bundle
+
+    def full(dest: Path) -> list[str]:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))
+
+    monkeypatch.setattr(bundle, "build_bundle", full)
+    code, _, err = _main(["bundle", "--dest", str(tmp_path / "lib")], capsys)
+    assert code == 1
+    line = _one_line(err)
+    assert line.startswith("sparkguard bundle: failed: ")
+    assert f"the filesystem holding {tmp_path / 'lib'} is full" in line
+    assert "unexpected error" not in line
+
+
+@pytest.mark.parametrize("command", ["inspect", "rollback"])
+def test_an_unknown_storage_option_for_a_local_path_is_refused(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """fsspec's local filesystem swallows any keyword: S3 credentials, or a misspelt option,
+    meant for another location must not be silently ignored."""
+    url, journal = str(tmp_path / "t"), str(tmp_path / "j")
+    w = _start(url, journal, {}, "opts-1")
+    _task(w, 0, PARTS[0])
+    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", '{"endpoint_url": "http://s3:9000"}')
+    argv = (
+        ["inspect", url]
+        if command == "inspect"
+        else ["rollback", "--job-id", "opts-1", "--journal", journal, "--quiet"]
+    )
+    code, out, err = _main(argv, capsys)
+    assert (code, out) == (2, "")
+    line = _one_line(err)
+    assert line.startswith(f"sparkguard {command}: error: SPARKGUARD_STORAGE_OPTIONS: ")
+    assert "'endpoint_url' is not known to file:// storage" in line
+    assert "auto_mkdir" in line  # what it does take
+    assert "remove it" in line
+    # Nothing was rolled back: the task's file is still there, the instant still in flight.
+    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", "{}")
+    code, out, _ = _main(["inspect", url, "--json"], capsys)
+    assert code == 0
+    assert '"inflight"' in out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from pathlib import Path
 
@@ -164,6 +166,63 @@ def test_unknown_protocol_and_kind_are_clear() -> None:
         filemanager.resolve("s3://b/x", create_mode="maybe")
     with pytest.raises(errors.InvalidPathError):
         filemanager.resolve("")
+
+
+def test_storage_options_a_filesystem_does_not_take_are_refused(tmp_path: Path) -> None:
+    """fsspec filesystems swallow unknown keywords; sparkguard names them instead."""
+    with pytest.raises(errors.ConfigError) as caught:
+        filemanager.resolve(str(tmp_path), storage_options={"key": "AKIA", "secret": "s"})
+    message = str(caught.value)
+    assert "keys 'key', 'secret' are not known to file:// storage" in message
+    assert "LocalFileSystem takes auto_mkdir" in message
+    with pytest.raises(errors.ConfigError, match=r"^spark.sparkguard.storageOptions: key "):
+        filemanager.resolve(
+            "s3://b/t",
+            storage_options={"endpoint_ur": "http://x"},  # misspelt
+            options_source="spark.sparkguard.storageOptions",
+        )
+    # What they do take, their own and fsspec's common ones, passes.
+    filemanager.resolve(str(tmp_path), storage_options={"auto_mkdir": True})
+    filemanager.resolve(
+        "s3://b/t",
+        storage_options={
+            "endpoint_url": "http://127.0.0.1:1",
+            "key": "k",
+            "secret": "s",
+            "client_kwargs": {"region_name": "us-east-1"},
+            "use_listings_cache": False,
+        },
+    )
+
+
+def test_the_python_writer_names_its_storage_options_key(tmp_path: Path) -> None:
+    from sparkguard.spark_lib import config
+
+    conf = {"spark.sparkguard.jobId": "j-1", "spark.sparkguard.storageOptions": '{"anon": true}'}
+    settings = config.parse_settings(conf=conf)
+    with pytest.raises(errors.ConfigError, match=r"^spark.sparkguard.storageOptions: key 'anon'"):
+        settings.resolve(str(tmp_path))
+    settings = config.parse_settings(conf=conf, options={"storageOptions": '{"anon": true}'})
+    with pytest.raises(errors.ConfigError, match=r"^write option 'storageOptions': key 'anon'"):
+        settings.resolve(str(tmp_path))
+
+
+def test_a_write_error_names_the_file_being_written(tmp_path: Path) -> None:
+    """``os.write`` errors (ENOSPC among them) name no file: the stream adds its path, so the
+    message a user sees says where the disk is full."""
+    manager, base = filemanager.resolve(str(tmp_path))
+    stream = manager.create_atomic(f"{base}/data.bin")
+
+    def full(data: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    stream._write = full  # type: ignore[method-assign]
+    with pytest.raises(OSError) as caught:
+        stream.write(b"x")
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == f"{base}/data.bin"
+    stream.cancel()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_local_leftover_temp_files_are_recognisable(tmp_path: Path) -> None:
