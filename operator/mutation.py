@@ -559,7 +559,7 @@ def _ensure_jvm_layer(
     for key, value in jvm_conf.items():
         current = conf.get(key)
         if key == sparkconf.JARS_KEY:
-            conf[key] = _with_jar(None if current is None else str(current), value)
+            conf[key] = sparkconf.append_jar(None if current is None else str(current), value)
             # spark-operator passes spec.deps.jars as spark-submit's --jars, which replaces a
             # spark.jars given with --conf: with deps.jars set, ours must be in there too
             deps = spec.get("deps")
@@ -604,15 +604,6 @@ def _remove_jvm_layer(
                 jars.remove(value)
         elif not key.startswith(CONF_PREFIX) and current == value:
             del conf[key]
-
-
-def _with_jar(current: str | None, jar: str) -> str:
-    """``spark.jars`` with ``jar`` appended (the user's jars first, their spelling kept)."""
-    if current is None or not current.strip(" ,"):
-        return jar
-    if jar in (e.strip() for e in current.split(",")):
-        return current
-    return f"{current.rstrip(' ,')},{jar}"
 
 
 def _sidecar_list(driver: Mapping[str, Any], *, native: bool) -> str:

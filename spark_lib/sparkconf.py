@@ -85,7 +85,16 @@ def jar_path() -> Path:
 #: How each parameter is called in error messages: by the function, and by the CLI.
 PARAMETER_NAMES: Final[Mapping[str, str]] = {
     name: name
-    for name in ("job_id", "owner", "markers", "endpoint", "token_file", "journal", "jar")
+    for name in (
+        "job_id",
+        "owner",
+        "markers",
+        "endpoint",
+        "token_file",
+        "journal",
+        "jar",
+        "extra_jars",
+    )
 }
 FLAG_NAMES: Final[Mapping[str, str]] = {
     name: "--" + name.replace("_", "-") for name in PARAMETER_NAMES
@@ -101,6 +110,7 @@ def build_spark_conf(
     token_file: str | None = None,
     journal: str | None = None,
     jar: str | Path | None = None,
+    extra_jars: str | None = None,
     streaming_sink: bool = True,
     names: Mapping[str, str] = PARAMETER_NAMES,
 ) -> dict[str, str]:
@@ -118,7 +128,10 @@ def build_spark_conf(
     to the marker sidecar at ``endpoint``, with the bearer token in ``token_file``; ``endpoint``
     may contain ``{driverHost}``). ``owner=None`` leaves the owner to the default
     ``job:<jobId>``. ``jar`` is where the driver finds the jar (e.g. ``local:///...`` inside a
-    pod); by default the one packaged here. ``names`` says how errors call each parameter.
+    pod); by default the one packaged here. ``extra_jars`` is the job's own ``spark.jars``
+    (comma-separated, e.g. hadoop-aws and the AWS SDK for S3A): ``spark.jars`` is then those,
+    then sparkguard's, so neither list replaces the other. ``names`` says how errors call each
+    parameter.
 
     Raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the parameter and the fix.
     """
@@ -133,7 +146,9 @@ def build_spark_conf(
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
         CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
-        JARS_KEY: _jar_location(jar, what=names["jar"]),
+        JARS_KEY: append_jar(
+            _extra_jars(extra_jars, what=names["extra_jars"]), _jar_location(jar, what=names["jar"])
+        ),
         config.KEYS["job_id"][0]: job_id,
     }
     if streaming_sink:
@@ -177,6 +192,29 @@ def _jar_location(jar: str | Path | None, *, what: str) -> str:
     return location
 
 
+def append_jar(current: str | None, jar: str) -> str:
+    """``spark.jars`` with ``jar`` appended (the user's jars first, their spelling kept; ``jar``
+    once). A purely computational function with no side-effects."""
+    if current is None or not current.strip(" ,"):
+        return jar
+    if jar in (e.strip() for e in current.split(",")):
+        return current
+    return f"{current.rstrip(' ,')},{jar}"
+
+
+def _extra_jars(value: str | None, *, what: str) -> str | None:
+    if value is None:
+        return None
+    entries = [e.strip() for e in value.split(",")]
+    if not all(entries):
+        raise errors.ConfigError(
+            f"{what} {value!r} has an empty entry: give jar locations separated by single commas"
+        )
+    for entry in entries:
+        _non_empty(entry, what=what)
+    return ",".join(entries)
+
+
 def _non_empty(value: str, *, what: str) -> str:
     if not value.strip() or not value.isprintable():
         raise errors.ConfigError(
@@ -214,9 +252,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--endpoint", help="the sidecar's URL, with --markers sidecar")
     parser.add_argument("--token-file", help="the sidecar's bearer token file")
-    parser.add_argument("--journal", help="the job journal's location (for sparkguard rollback)")
+    parser.add_argument(
+        "--journal",
+        help="the job journal's location, where each write records its table: 'sparkguard "
+        "rollback --journal' needs it to find what a failed run left (give one)",
+    )
     parser.add_argument(
         "--jar", help="where Spark finds sparkguard's jar (default: the one installed here)"
+    )
+    parser.add_argument(
+        "--extra-jars",
+        metavar="JARS",
+        help="the job's other jars, comma-separated (e.g. hadoop-aws and the AWS SDK for S3A): "
+        "spark.jars lists them, then sparkguard's; spark-submit's --jars would replace it",
     )
     parser.add_argument(
         "--streaming-sink",
@@ -244,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
             token_file=args.token_file,
             journal=args.journal,
             jar=args.jar,
+            extra_jars=args.extra_jars,
             streaming_sink=args.streaming_sink,
             names=FLAG_NAMES,
         )
@@ -257,5 +306,13 @@ def run(args: argparse.Namespace) -> int:
     except JarNotBuiltError as exc:
         print(f"sparkguard spark-conf: {exc}, or pass --jar PATH", file=sys.stderr)
         return 1
+    if args.journal is None:
+        # stderr: the conf on stdout still goes into spark-submit's command line unchanged
+        print(
+            "sparkguard spark-conf: note: no --journal, so 'sparkguard rollback' cannot find "
+            "what a failed run of this job left; give --journal URL (e.g. "
+            "s3a://bucket/sparkguard/journal)",
+            file=sys.stderr,
+        )
     sys.stdout.write(format_conf(conf, args.format))
     return 0

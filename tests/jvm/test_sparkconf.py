@@ -136,7 +136,8 @@ def test_args_format_is_conf_lines_for_spark_submit(capsys: pytest.CaptureFixtur
         ["--job-id", "j-1", "--markers", "sidecar", "--endpoint", "http://{driverHost}:8765"],
         capsys,
     )
-    assert (code, err) == (0, "")
+    assert code == 0
+    assert "Traceback" not in err  # stderr: only the note that no journal was given
     words = shlex.split(out)  # what a shell makes of it
     assert words[0::2] == ["--conf"] * 7
     assert dict(w.split("=", 1) for w in words[1::2]) == sparkconf.build_spark_conf(
@@ -192,3 +193,62 @@ def test_cli_without_a_built_jar_says_how_to_build_it(
     code, out, _ = _cli(["--job-id", "j", "--jar", "local:///opt/x.jar"], capsys)
     assert code == 0
     assert "--conf spark.jars=local:///opt/x.jar" in out.splitlines()
+
+
+def test_extra_jars_come_first_and_keep_sparkguard_s_jar(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s3a = "/opt/jars/hadoop-aws-3.4.1.jar, /opt/jars/s3-2.29.52.jar"
+    conf = sparkconf.build_spark_conf("j-1", extra_jars=s3a)
+    assert conf["spark.jars"] == f"/opt/jars/hadoop-aws-3.4.1.jar,/opt/jars/s3-2.29.52.jar,{JAR}"
+    # Our jar among them already: listed once, where the user put it.
+    mine = f"{JAR},/opt/x.jar"
+    assert sparkconf.build_spark_conf("j-1", extra_jars=mine)["spark.jars"] == mine
+    code, out, _ = _cli(["--job-id", "j-1", "--extra-jars", "/opt/x.jar"], capsys)
+    assert code == 0
+    assert f"--conf spark.jars=/opt/x.jar,{JAR}" in out.splitlines()
+
+
+@pytest.mark.parametrize("value", ["", "a.jar,,b.jar", "a.jar,", " , "])
+def test_extra_jars_with_an_empty_entry_are_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(["--job-id", "j-1", "--extra-jars", value], capsys)
+    assert (code, out) == (2, "")
+    assert "--extra-jars" in err
+    assert err.count("\n") == 1
+
+
+def test_without_a_journal_the_cli_says_rollback_will_not_find_the_job(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = _cli(["--job-id", "j-1"], capsys)
+    assert code == 0
+    assert "spark.sparkguard.journal" not in out  # stdout stays a clean conf
+    assert "no --journal" in err
+    assert "sparkguard rollback" in err
+    code, out, err = _cli(["--job-id", "j-1", "--journal", "/j"], capsys)
+    assert (code, err) == (0, "")
+
+
+def test_the_help_example_sets_the_journal_its_rollback_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A user who copies the two commands of ``--help`` can roll back by hand."""
+    with pytest.raises(SystemExit):
+        cli.main(["spark-conf", "--help"])
+    text = capsys.readouterr().out.replace("\\\n", " ")
+    conf_command = next(line for line in text.splitlines() if "$(sparkguard spark-conf" in line)
+    rollback_command = next(
+        line.strip() for line in text.splitlines() if line.strip().startswith("sparkguard rollback")
+    )
+    conf_argv = shlex.split(conf_command.split("$(", 1)[1].split("|", 1)[0])[2:]
+    code, out, _ = _cli(conf_argv, capsys)
+    assert code == 0
+    conf = dict(w.split("=", 1) for w in shlex.split(out)[1::2])
+    rollback_argv = shlex.split(rollback_command)
+    journal = rollback_argv[rollback_argv.index("--journal") + 1]
+    assert conf["spark.sparkguard.journal"] == journal
+    job_id = rollback_argv[rollback_argv.index("--job-id") + 1]
+    assert conf["spark.sparkguard.jobId"] == job_id
+    cli.build_parser().parse_args(rollback_argv[1:])  # a valid rollback command line
