@@ -35,7 +35,8 @@ RUN scripts/image-install.sh deps /opt/sparkguard/venv /src
 # Then the source, and the jar from the jar stage (package data of sparkguard.spark_lib.jars);
 # image-install.sh app refuses to install without it.
 COPY README.md ./
-COPY sparkguard/ sparkguard/
+# src/sparkguard/ holds relative symlinks to the three folders below (COPY keeps them).
+COPY src/ src/
 COPY spark_lib/ spark_lib/
 COPY --from=jar /src/spark_lib/jars/sparkguard-spark.jar spark_lib/jars/
 COPY sidecar/ sidecar/

@@ -26,8 +26,10 @@ case "$phase" in
     stub=$(mktemp -d)
     cp "$src/pyproject.toml" "$src/constraints.txt" "$stub/"
     : > "$stub/README.md"
-    for pkg in sparkguard spark_lib sidecar operator; do mkdir -p "$stub/$pkg" && : > "$stub/$pkg/__init__.py"; done
-    mkdir -p "$stub/spark_lib/jars"  # a declared (data-only) package
+    for pkg in "" /spark_lib /sidecar /operator; do
+      mkdir -p "$stub/src/sparkguard$pkg" && : > "$stub/src/sparkguard$pkg/__init__.py"
+    done
+    mkdir -p "$stub/src/sparkguard/spark_lib/jars"  # a declared (data-only) package
     "$venv/bin/pip" install --disable-pip-version-check -q -c "$stub/constraints.txt" "$stub[$extras]"
     "$venv/bin/pip" uninstall -q -y sparkguard
     rm -rf "$stub"

@@ -32,11 +32,11 @@ ruff format --check .
 echo "== mypy --strict"
 scripts/typecheck.sh
 echo "== import contracts"
-# import-linter cannot follow the package-dir mapping either (and does not walk symlinked
-# folders): give it a copy of the installed layout.
+# import-linter does not walk symlinked folders (src/sparkguard/{spark_lib,sidecar,operator}):
+# give it a copy of the installed layout.
 layout=.cache/importlint
 rm -rf "$layout" && mkdir -p "$layout/sparkguard"
-cp sparkguard/*.py "$layout/sparkguard/"
+cp src/sparkguard/*.py "$layout/sparkguard/"
 for pkg in spark_lib sidecar operator; do
   mkdir -p "$layout/sparkguard/$pkg" && cp "$pkg"/*.py "$layout/sparkguard/$pkg/"
 done

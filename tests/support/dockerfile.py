@@ -165,6 +165,11 @@ def copy_context(root: Path, dest: Path) -> None:
         rel = Path(folder).relative_to(root)
         if can_prune:
             dirnames[:] = [d for d in dirnames if not is_ignored((rel / d).as_posix(), patterns)]
+        for name in [d for d in dirnames if (Path(folder) / d).is_symlink()]:
+            # the context holds a symlink as a symlink (os.walk does not descend into it)
+            if not is_ignored((rel / name).as_posix(), patterns):
+                (dest / rel).mkdir(parents=True, exist_ok=True)
+                os.symlink(os.readlink(Path(folder) / name), dest / rel / name)
         for name in filenames:
             if is_ignored((rel / name).as_posix(), patterns):
                 continue
@@ -175,7 +180,7 @@ def copy_context(root: Path, dest: Path) -> None:
 
 def _copy(source: Path, dest: Path, *, into_dir: bool) -> None:
     if source.is_dir():
-        shutil.copytree(source, dest, dirs_exist_ok=True)
+        shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)  # as COPY does
         return
     target = dest / source.name if into_dir else dest
     target.parent.mkdir(parents=True, exist_ok=True)
