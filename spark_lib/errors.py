@@ -57,6 +57,26 @@ class MarkerServiceUnavailableError(MarkerError):
     """The marker sidecar did not answer before the deadline; the task must fail."""
 
 
+#: The local causes a message can name precisely: errno -> (what, fix).
+_LOCAL_CAUSES: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("the filesystem holding {where} is full ({cause})", "free space and {retry}"),
+    errno.EDQUOT: (
+        "the filesystem holding {where} is full for this user ({cause})",
+        "raise the quota or free space, then {retry}",
+    ),
+    errno.EROFS: (
+        "{where} is on a read-only filesystem ({cause})",
+        "remount it read-write or use a writable location, then {retry}",
+    ),
+    errno.EIO: ("I/O error on {where} ({cause})", "check the disk or mount, then {retry}"),
+    errno.ENOTDIR: (
+        "{where} is not a directory: a file stands where a table or journal directory should be",
+        "move that file away, then {retry}",
+    ),
+    errno.ENOENT: ("{where} does not exist ({cause})", "check the location, then {retry}"),
+}
+
+
 def describe_storage_error(exc: OSError, *, retry: str) -> str:
     """One sentence for an :class:`OSError` of the storage: what failed, where, the cause in
     the system's words and the fix, ending with ``retry`` (e.g. ``"run the rollback again"``).
@@ -69,37 +89,17 @@ def describe_storage_error(exc: OSError, *, retry: str) -> str:
     # OSError(errno, strerror[, filename]) or, from s3fs, PermissionError("Access Denied")
     message = exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], str) else None
     cause = exc.strerror or message or type(exc).__name__
-    code = exc.errno
-    if code == errno.ENOSPC:
-        return f"the filesystem holding {where} is full ({cause}); free space and {retry}"
-    if code == errno.EDQUOT:
-        return (
-            f"the filesystem holding {where} is full for this user ({cause}); raise the quota "
-            f"or free space, then {retry}"
-        )
-    if code == errno.EROFS:
-        return (
-            f"{where} is on a read-only filesystem ({cause}); remount it read-write or use a "
-            f"writable location, then {retry}"
-        )
-    if code == errno.EIO:
-        return f"I/O error on {where} ({cause}); check the disk or mount, then {retry}"
-    if code == errno.ENOTDIR or isinstance(exc, NotADirectoryError):
-        return (
-            f"{where} is not a directory: a file stands where a table or journal directory "
-            f"should be; move that file away, then {retry}"
-        )
     remote = "://" in where
-    if isinstance(exc, PermissionError) or code in (errno.EACCES, errno.EPERM):
-        if remote:
-            return (
-                f"access to {where} was denied ({cause}); check the credentials and the "
-                f"bucket's policy, then {retry}"
-            )
-        return (
-            f"permission denied on {where} ({cause}); {retry} as a user who may write there"
-        )
-    if isinstance(exc, FileNotFoundError):
-        return f"{where} does not exist ({cause}); check the location, then {retry}"
-    check = "the location, the network and the credentials" if remote else "the location"
-    return f"storage error on {where} ({cause}); check {check}, then {retry}"
+    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
+        what, fix = (
+            ("access to {where} was denied ({cause})", "check the credentials and the bucket's "
+             "policy, then {retry}")
+            if remote
+            else ("permission denied on {where} ({cause})", "{retry} as a user who may write there")
+        )  # fmt: skip
+    elif exc.errno in _LOCAL_CAUSES:
+        what, fix = _LOCAL_CAUSES[exc.errno]
+    else:
+        check = "the location, the network and the credentials" if remote else "the location"
+        what, fix = "storage error on {where} ({cause})", f"check {check}, then {{retry}}"
+    return f"{what}; {fix}".format(where=where, cause=cause, retry=retry)

@@ -192,7 +192,8 @@ class AtomicStream(abc.ABC):
         try:
             self._write(view)
         except OSError as exc:
-            raise self._named(exc)
+            self._name(exc)
+            raise
         self._position += view.nbytes
         return view.nbytes
 
@@ -227,16 +228,15 @@ class AtomicStream(abc.ABC):
             with contextlib.suppress(Exception):
                 self._discard()
             if isinstance(exc, OSError) and not isinstance(exc, errors.SparkguardError):
-                raise self._named(exc)
+                self._name(exc)
             raise
         self._state = "published"
 
-    def _named(self, exc: OSError) -> OSError:
-        """``exc`` naming this stream's path when it names no file (``os.write``'s errors,
+    def _name(self, exc: OSError) -> None:
+        """Make ``exc`` name this stream's path when it names no file (``os.write``'s errors,
         ENOSPC among them, name none): an error message can then say where it happened."""
         if exc.filename is None:
             exc.filename = self.path
-        return exc
 
     def cancel(self) -> None:
         """Discard everything written; nothing becomes visible. Safe to call more than once."""

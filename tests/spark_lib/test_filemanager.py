@@ -217,7 +217,7 @@ def test_a_write_error_names_the_file_being_written(tmp_path: Path) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     stream._write = full  # type: ignore[method-assign]
-    with pytest.raises(OSError) as caught:
+    with pytest.raises(OSError, match="No space left") as caught:
         stream.write(b"x")
     assert caught.value.errno == errno.ENOSPC
     assert caught.value.filename == f"{base}/data.bin"
