@@ -32,6 +32,7 @@ import ctypes.util
 import dataclasses
 import enum
 import errno
+import functools
 import inspect
 import logging
 import os
@@ -1030,6 +1031,19 @@ def storage_option_names(fs_class: type[AbstractFileSystem]) -> frozenset[str] |
     return frozenset(names)
 
 
+@functools.cache
+def _every_store_option() -> frozenset[str]:
+    """The options of every filesystem sparkguard opens whose fsspec backend is installed."""
+    names: set[str] = set()
+    for protocol in DEFAULT_KINDS:
+        try:
+            fs_class = fsspec.get_filesystem_class(protocol)
+        except (ValueError, ImportError):
+            continue
+        names |= storage_option_names(fs_class) or set()
+    return frozenset(names)
+
+
 def check_storage_options(
     fs_class: type[AbstractFileSystem],
     protocol: str,
@@ -1037,21 +1051,25 @@ def check_storage_options(
     *,
     source: str = "storage options",
 ) -> None:
-    """Refuse an option ``fs_class`` does not take: fsspec filesystems swallow unknown keyword
-    arguments, so a misspelt ``endpoint_url``, or S3 credentials given for a local path, would
-    be silently ignored. Raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the
-    key and the options there are."""
+    """Refuse an option no filesystem sparkguard opens takes: fsspec filesystems swallow
+    unknown keyword arguments, so a misspelt ``endpoint_url`` would be silently ignored.
+    An option of another store (S3 credentials while the journal is on local disk and the
+    tables on S3: one setting serves both) is left to the locations it is for. Raises
+    :class:`~sparkguard.spark_lib.errors.ConfigError` naming the key and what ``fs_class``
+    takes."""
     known = storage_option_names(fs_class)
     if known is None:
         return
     unknown = sorted(str(key) for key in options if key not in known)
+    unknown = [key for key in unknown if key not in _every_store_option()]
     if unknown:
         own = sorted(known - _COMMON_OPTIONS) or ["none of its own"]
+        many = len(unknown) > 1
         raise errors.ConfigError(
-            f"{source}: key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-            f"{'are' if len(unknown) > 1 else 'is'} not known to {protocol}:// storage "
-            f"({fs_class.__name__} takes {', '.join(own)}); remove "
-            f"{'them' if len(unknown) > 1 else 'it'} from {source} or fix the spelling"
+            f"{source}: key{'s' if many else ''} {', '.join(map(repr, unknown))} "
+            f"{'are' if many else 'is'} not an option of {protocol}:// storage "
+            f"({fs_class.__name__} takes {', '.join(own)}) nor of any other storage sparkguard "
+            f"opens; remove {'them' if many else 'it'} from {source} or fix the spelling"
         )
 
 

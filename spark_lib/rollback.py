@@ -32,10 +32,20 @@ import collections
 import dataclasses
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
-from sparkguard.spark_lib import errors, filemanager, markers, paths, reader, sinklog, timeline
+from sparkguard.spark_lib import (
+    errors,
+    filemanager,
+    markers,
+    owners,
+    paths,
+    reader,
+    sinklog,
+    timeline,
+)
 from sparkguard.spark_lib import journal as job_journal
 
 logger = logging.getLogger(__name__)
@@ -704,6 +714,99 @@ def roll_back_before_write(
         logger.info("rolling back stale instant %s before writing", status.instant)
         results.append(rollback_instant(tl, status.instant, owner=owner, table_label=table_label))
     return results
+
+
+#: How long a writer that just took over a job waits for an instant another owner opened at
+#: the same moment to be decided (that owner backs off within milliseconds when it sees the
+#: newer claim; one still undecided after this is a running write, and this one backs off).
+SETTLE_TIMEOUT: Final = 10.0
+_SETTLE_POLL: Final = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteGuard:
+    """What a writer knows before opening its instant: its owner claim and the instants of the
+    job it found (:func:`guard_write`), checked again by :func:`confirm_sole_writer`."""
+
+    claim: owners.Claim
+    known: frozenset[str]
+    skipped: frozenset[str] = frozenset()
+
+
+def guard_write(
+    tl: timeline.Timeline,
+    *,
+    job_id: str,
+    owner: str,
+    table_label: str | None = None,
+    skip_operations: Iterable[str] = (),
+) -> WriteGuard:
+    """W1 of a batch write: :func:`roll_back_before_write` (refuses another owner's undecided
+    instant, O4; rolls back this owner's), then this owner's claim on the job (O4a)."""
+    # What the O4 check decides on: an instant of another owner not in here appeared after it.
+    known = frozenset(tl.instant_ids(job_id=job_id))
+    roll_back_before_write(
+        tl, job_id=job_id, owner=owner, table_label=table_label, skip_operations=skip_operations
+    )
+    claim = owners.OwnerClaims(tl.manager, tl.table, job_id).acquire(owner)
+    return WriteGuard(claim=claim, known=known, skipped=frozenset(skip_operations))
+
+
+def confirm_sole_writer(
+    tl: timeline.Timeline,
+    guard: WriteGuard,
+    *,
+    instant: str,
+    table_label: str | None = None,
+    settle_timeout: float = SETTLE_TIMEOUT,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """W2b, after ``instant``'s ``.inflight`` and before anything else of the write (O4a): make
+    sure no other owner writes this job on the table at the same time.
+
+    Backs off (rolls ``instant`` back, then raises
+    :class:`~sparkguard.spark_lib.errors.OwnerConflictError`) when another owner claimed the
+    job after this writer did, or when an instant of another owner that appeared since
+    :func:`guard_write` committed or stays undecided for ``settle_timeout`` seconds. Of writers
+    racing to start, at least one backs off whenever two would write; nothing was written yet.
+    """
+    job_id = timeline.job_of_instant(instant)
+    owner = guard.claim.owner
+    label = table_label or tl.table
+
+    def back_off(reason: str) -> NoReturn:
+        rollback_instant(tl, instant, owner=owner, table_label=label)
+        raise errors.OwnerConflictError(
+            f"{reason}, so this write of job {job_id!r} on {label} by owner {owner!r} backed off "
+            f"(its instant {instant} is rolled back; nothing was written): two owners would "
+            "write the same file names. Run it again once that write has finished, or give this "
+            "job another job id"
+        )
+
+    successor = owners.OwnerClaims(tl.manager, tl.table, job_id).successor(guard.claim)
+    if successor is not None:
+        back_off(f"owner {successor.owner!r} took over the job while this write was starting")
+    deadline = clock() + settle_timeout
+    while True:
+        waiting = []
+        for status in tl.statuses(job_id=job_id):
+            if status.instant == instant or status.owner == owner:
+                continue
+            if status.info is not None and status.info.operation in guard.skipped:
+                continue
+            if status.state is timeline.State.INFLIGHT:
+                waiting.append(status.instant)
+            elif status.state is timeline.State.COMMITTED and status.instant not in guard.known:
+                back_off(f"instant {status.instant} of owner {status.owner!r} committed meanwhile")
+        if not waiting:
+            return
+        if clock() >= deadline:
+            back_off(
+                f"instant {waiting[0]} of another owner is in flight (opened while this write "
+                "was starting)"
+            )
+        sleep(_SETTLE_POLL)
 
 
 def sweep_late_files(

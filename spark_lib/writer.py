@@ -51,6 +51,7 @@ from sparkguard.spark_lib import (
     markers,
     paths,
     reader,
+    rollback,
     timeline,
 )
 
@@ -634,16 +635,16 @@ def record_journal(settings: config.WriteSettings, *, table_url: str, instant: s
     )
 
 
-def roll_back_stale(target: Target, settings: config.WriteSettings) -> None:
-    """Roll back this job's undecided instants on the table: an earlier attempt's leftovers.
+def roll_back_stale(target: Target, settings: config.WriteSettings) -> rollback.WriteGuard:
+    """Roll back this job's undecided instants on the table: an earlier attempt's leftovers;
+    then claim the job for this owner (O4a). Returns what :func:`rollback.confirm_sole_writer`
+    checks once the instant is open.
 
     Runs before a new attempt writes anything, so the old attempt's rollback can never delete
     files the new attempt writes under the same names; it also fences the old driver.
     """
-    from sparkguard.spark_lib import rollback
-
     # Only this owner's instants; another owner's undecided instant refuses the write.
-    rollback.roll_back_before_write(
+    return rollback.guard_write(
         target.timeline,
         job_id=settings.job_id,
         owner=settings.instant_owner,
@@ -714,7 +715,7 @@ class SparkguardDataSource(DataSource):
             ) from None
         target = open_target(url, settings)
         write = next_write_index(driver_run_dir(), job_id=settings.job_id, table_url=target.url)
-        roll_back_stale(target, settings)
+        guard = roll_back_stale(target, settings)
         committed = [
             s
             for s in target.timeline.statuses(job_id=settings.job_id)
@@ -744,10 +745,17 @@ class SparkguardDataSource(DataSource):
             attempt=settings.attempt,
             marker_type=settings.marker_type.value,
             operation=operation.value,
-            extra={"format": fmt.value, "partitionBy": list(parts)},
+            extra={
+                "format": fmt.value,
+                "partitionBy": list(parts),
+                "ownerClaim": guard.claim.epoch,
+            },
             write=write,
         )
         record_journal(settings, table_url=target.url, instant=instant)
+        rollback.confirm_sole_writer(
+            target.timeline, guard, instant=instant, table_label=target.url
+        )
         mdir = markers.marker_dir(target.path, instant)
         if settings.marker_type is markers.MarkerType.DIRECT:
             markers.DirectMarkerClient(target.manager).write_type(mdir)

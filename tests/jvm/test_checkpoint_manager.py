@@ -24,7 +24,7 @@ import pytest
 
 from sparkguard.spark_lib import sparkconf
 from tests.jvm import s3a
-from tests.jvm.conftest import JOBS, run_job
+from tests.jvm.conftest import JOBS, job_env, run_job
 from tests.support import s3server
 from tests.support.process import kill_session
 
@@ -254,9 +254,7 @@ def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_er
     bucket = s3_server.create_bucket()
     checkpoint = f"s3a://{bucket}/cp"
     conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
-    env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env = job_env()  # with the test JVM options
     args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
     queries: list[subprocess.Popen[bytes]] = []
     outputs = [(tmp_path / f"q{i}.out", tmp_path / f"q{i}.err") for i in range(2)]
@@ -316,9 +314,7 @@ def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
     bucket = s3_server.create_bucket()
     checkpoint, output = f"s3a://{bucket}/cp", f"s3a://{bucket}/out"
     conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
-    env.update({"PYTHONSAFEPATH": "1", "AWS_EC2_METADATA_DISABLED": "true"})
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env = job_env()  # with the test JVM options
     args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
     client = s3_server.client()
 

@@ -51,6 +51,8 @@ def test_python_tools_read_what_the_jvm_protocol_committed(
         "files": 4,
         "bytes": sum((table / n).stat().st_size for n in NAMES),
         "rows": 1000,
+        "rowsKnown": 1000,
+        "filesRowsUnknown": 0,
     }
     # The journal names the table, so a journal-based rollback finds it: nothing to undo.
     summary = rollback.rollback_job(JOB, str(journal))

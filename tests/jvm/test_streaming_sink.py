@@ -27,7 +27,7 @@ from sparkguard.spark_lib import (
     sparkconf,
     timeline,
 )
-from tests.jvm.conftest import JOBS, run_job
+from tests.jvm.conftest import JOBS, job_env, run_job
 from tests.support.process import kill_session
 
 pytestmark = pytest.mark.spark
@@ -94,8 +94,7 @@ def test_a_batch_killed_mid_write_is_rolled_back_and_rerun_exactly_once(tmp_path
     _inputs(Path(source), 3)
     flag = tmp_path / "stall"
     flag.write_text("the task holding row 1500 waits while this file exists\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
-    env.update({"PYTHONSAFEPATH": "1", "SPARK_LOCAL_IP": "127.0.0.1"})
+    env = job_env()  # with the test JVM options
     # Batch 1 (rows 1000-1999) stalls in the task holding row 1500; the other task publishes.
     process = subprocess.Popen(
         [sys.executable, str(JOBS / "stream_write.py"), json.dumps(conf), source, sink_dir,

@@ -315,12 +315,12 @@ def test_an_unknown_storage_option_for_a_local_path_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """fsspec's local filesystem swallows any keyword: S3 credentials, or a misspelt option,
-    meant for another location must not be silently ignored."""
+    """fsspec's local filesystem swallows any keyword: a misspelt option must not be silently
+    ignored (an option of another store, e.g. S3's for tables a local journal names, is fine)."""
     url, journal = str(tmp_path / "t"), str(tmp_path / "j")
     w = _start(url, journal, {}, "opts-1")
     _task(w, 0, PARTS[0])
-    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", '{"endpoint_url": "http://s3:9000"}')
+    monkeypatch.setenv("SPARKGUARD_STORAGE_OPTIONS", '{"endpont_url": "http://s3:9000"}')
     argv = (
         ["inspect", url]
         if command == "inspect"
@@ -330,7 +330,7 @@ def test_an_unknown_storage_option_for_a_local_path_is_refused(
     assert (code, out) == (2, "")
     line = _one_line(err)
     assert line.startswith(f"sparkguard {command}: error: SPARKGUARD_STORAGE_OPTIONS: ")
-    assert "'endpoint_url' is not known to file:// storage" in line
+    assert "'endpont_url' is not an option of file:// storage" in line
     assert "auto_mkdir" in line  # what it does take
     assert "remove it" in line
     # Nothing was rolled back: the task's file is still there, the instant still in flight.

@@ -156,9 +156,27 @@ public final class LocalAtomicStore implements AtomicStore {
       return Collections.emptyList();
     }
     List<String> names = new ArrayList<>();
-    try (Stream<java.nio.file.Path> walk = Files.walk(root)) {
-      walk.filter(Files::isRegularFile).forEach(p -> names.add(root.relativize(p).toString()));
-    }
+    // Not Files.walk: it fails when a file goes away between the directory read and its
+    // attributes, which a temp file being published or discarded by another writer does.
+    Files.walkFileTree(root, new java.nio.file.SimpleFileVisitor<>() {
+      @Override
+      public java.nio.file.FileVisitResult visitFile(
+          java.nio.file.Path file, java.nio.file.attribute.BasicFileAttributes attrs) {
+        if (attrs.isRegularFile()) {
+          names.add(root.relativize(file).toString());
+        }
+        return java.nio.file.FileVisitResult.CONTINUE;
+      }
+
+      @Override
+      public java.nio.file.FileVisitResult visitFileFailed(java.nio.file.Path file, IOException e)
+          throws IOException {
+        if (e instanceof NoSuchFileException) {
+          return java.nio.file.FileVisitResult.CONTINUE;  // removed while listing
+        }
+        throw e;
+      }
+    });
     Collections.sort(names);
     return names;
   }

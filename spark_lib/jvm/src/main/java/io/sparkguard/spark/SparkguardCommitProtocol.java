@@ -135,7 +135,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       Map<String, Object> extra = new TreeMap<>();
       extra.put("protocol", PROTOCOL);
       extra.put("sparkJobId", sparkJobId);
+      // What the O4 check decides on: an instant of another owner not in here appeared after it.
+      java.util.Set<String> known = OwnerClaims.instantsOf(store, timeline(), settings.jobId());
       fenceEarlierAttempts();
+      OwnerClaims.Guard guard =
+          OwnerClaims.guard(store, timeline(), settings.jobId(), settings.owner(), known);
+      extra.put("ownerClaim", guard.claim().epoch());
       // Inside foreachBatch the identity is (query, batch, n-th write of the batch): a
       // restarted query begins with the batch that failed, not with the run's first write.
       microBatch = MicroBatch.current();
@@ -168,6 +173,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       operation = overwriteOperation(operation, extra);
       instant = timeline().start(settings, operation, extra, write);
       writeJournalEntry();
+      // W2b (O4a): no other owner opened a write of this job here at the same moment.
+      OwnerClaims.confirmSoleWriter(store, timeline(), guard, instant, settings.jobId(), path,
+          OwnerClaims.SETTLE_TIMEOUT_MILLIS, System::currentTimeMillis);
       if (sidecar == null) {  // the sidecar writes MARKERS.type itself, before its first batch
         store.putIfAbsent(
             new Path(timeline().markerDirectory(instant), "MARKERS.type"),

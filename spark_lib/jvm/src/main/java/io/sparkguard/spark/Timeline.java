@@ -43,6 +43,11 @@ public final class Timeline implements Serializable {
     this.table = table;
   }
 
+  /** The table this timeline belongs to. */
+  public Path table() {
+    return table;
+  }
+
   /** {@code <table>/_sparkguard/timeline}. */
   public Path directory() {
     return new Path(new Path(table, SPARKGUARD_DIR), "timeline");
@@ -220,6 +225,14 @@ public final class Timeline implements Serializable {
   /** Whether {@code instant} is decided (its {@code .outcome} exists). */
   public boolean isDecided(String instant) throws IOException {
     return store.size(file(instant, ".outcome")) >= 0;
+  }
+
+  /** Whether {@code instant} is decided as committed. */
+  public boolean isCommitted(String instant) throws IOException {
+    if (!isDecided(instant)) {
+      return false;
+    }
+    return "committed".equals(JSON.readTree(store.read(file(instant, ".outcome"))).path("outcome").asText());
   }
 
   /** The {@code .inflight} document of {@code instant}. */

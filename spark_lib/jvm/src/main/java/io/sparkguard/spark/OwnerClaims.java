@@ -1,0 +1,215 @@
+package io.sparkguard.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.time.OffsetDateTime;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.function.LongSupplier;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * Owner claims: who may open writes of a job on a table, the atomic half of rule O4
+ * (docs/storage-contract.md, "Owner claims"; the same files as {@code spark_lib/owners.py}).
+ *
+ * <p>{@code <table>/_sparkguard/owners/<jobId>/<epoch:010d>.json}, each written put-if-absent.
+ * The highest epoch is the current claim. A writer whose owner holds it writes on; another owner
+ * takes the next epoch once it found no undecided instant of the job (O4), and of owners racing
+ * for one epoch exactly one gets it. After writing its {@code .inflight} a writer confirms
+ * ({@link #confirmSoleWriter}): a later epoch means another owner took over while it was
+ * starting, so it backs off; an instant of another owner that appeared meanwhile is waited for
+ * until it is decided. Epochs are dense, so "was I superseded" is one existence check.
+ */
+final class OwnerClaims {
+
+  static final String KIND = "sparkguard.owner-claim";
+  /** How long a writer waits for a racing owner's instant to be decided (seconds, as in Python). */
+  static final long SETTLE_TIMEOUT_MILLIS = 10_000;
+  private static final long SETTLE_POLL_MILLIS = 50;
+  private static final int MAX_ROUNDS = 100;
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** One owner's turn at writing the job on the table. */
+  record Claim(long epoch, String owner) {}
+
+  /** What {@link #guard} found before the instant was opened. */
+  record Guard(Claim claim, Set<String> known) {}
+
+  private final AtomicStore store;
+  private final Path directory;
+  private final String jobId;
+
+  OwnerClaims(AtomicStore store, Path table, String jobId) {
+    this.store = store;
+    this.jobId = jobId;
+    this.directory = new Path(new Path(new Path(table, "_sparkguard"), "owners"), jobId);
+  }
+
+  Path path(long epoch) {
+    return new Path(directory, String.format("%010d.json", epoch));
+  }
+
+  /** The claim with the highest epoch, or {@code null} when the job was never claimed here. */
+  Claim current() throws IOException {
+    long max = -1;
+    for (String name : store.listFiles(directory)) {
+      if (name.startsWith(".")) {
+        continue;  // a temp file of a put in progress
+      }
+      if (!name.matches("[0-9]{10}\\.json")) {
+        throw new SparkguardException("unexpected file " + new Path(directory, name)
+            + " among the owner claims of job " + jobId + "; move it elsewhere");
+      }
+      max = Math.max(max, Long.parseLong(name.substring(0, 10)));
+    }
+    return max < 0 ? null : read(max);
+  }
+
+  /** The claim of {@code epoch}, or {@code null} when there is none. */
+  Claim read(long epoch) throws IOException {
+    Path file = path(epoch);
+    if (store.size(file) < 0) {
+      return null;
+    }
+    JsonNode doc = JSON.readTree(store.read(file));
+    String owner = doc.path("owner").asText("");
+    if (!KIND.equals(doc.path("kind").asText()) || doc.path("epoch").asLong(-1) != epoch
+        || owner.isEmpty()) {
+      throw new SparkguardException(file + ": an owner claim needs kind " + KIND + ", 'epoch' "
+          + epoch + " and a non-empty 'owner'; it was not written by sparkguard: move it elsewhere");
+    }
+    return new Claim(epoch, owner);
+  }
+
+  /**
+   * This owner's claim: the current one when it is this owner's, else a new epoch (call it only
+   * after finding no undecided instant of another owner).
+   */
+  Claim acquire(String owner) throws IOException {
+    for (int round = 0; round < MAX_ROUNDS; round++) {
+      Claim current = current();
+      if (current != null && current.owner().equals(owner)) {
+        return current;
+      }
+      long epoch = current == null ? 0 : current.epoch() + 1;
+      Map<String, Object> body = new TreeMap<>();
+      body.put("jobId", jobId);
+      body.put("owner", owner);
+      body.put("epoch", epoch);
+      body.put("claimed", OffsetDateTime.now(ZoneOffset.UTC).toString());
+      if (store.putIfAbsent(path(epoch), Timeline.encode(KIND, body))) {
+        return new Claim(epoch, owner);
+      }
+    }
+    throw new SparkguardException("could not claim job " + jobId + " in " + directory + " after "
+        + MAX_ROUNDS + " rounds of racing owners; run the write again");
+  }
+
+  /** The instant ids of {@code jobId} in the timeline (one listing). */
+  static Set<String> instantsOf(AtomicStore store, Timeline timeline, String jobId)
+      throws IOException {
+    Set<String> instants = new TreeSet<>();
+    for (String name : store.listFiles(timeline.directory())) {
+      int dot = name.lastIndexOf('.');
+      String instant = dot < 0 ? name : name.substring(0, dot);
+      if (instant.matches("[0-9]{17}-.*") && instant.substring(18).equals(jobId)) {
+        instants.add(instant);
+      }
+    }
+    return instants;
+  }
+
+  /**
+   * After the O4 check (which refused another owner's undecided instant and claimed this
+   * owner's), before the instant is opened: the instants that check saw, and this owner's claim.
+   */
+  static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
+      Set<String> known) throws IOException {
+    return new Guard(new OwnerClaims(store, timeline.table(), jobId).acquire(owner), known);
+  }
+
+  /**
+   * W2b: after {@code instant}'s {@code .inflight}, before anything else of the write. Throws
+   * {@link SparkguardException.OwnerConflictException}, after deciding {@code instant} rolled
+   * back (nothing was written yet), when another owner claimed the job after this writer did,
+   * or when an instant of another owner that appeared since the check committed or stays
+   * undecided for the settle timeout.
+   */
+  static void confirmSoleWriter(AtomicStore store, Timeline timeline, Guard guard,
+      String instant, String jobId, String table, long settleTimeoutMillis, LongSupplier clock)
+      throws IOException {
+    String owner = guard.claim().owner();
+    Claim successor = new OwnerClaims(store, timeline.table(), jobId).read(guard.claim().epoch() + 1);
+    if (successor != null) {
+      backOff(timeline, instant, jobId, owner, table,
+          "owner '" + successor.owner() + "' took over the job while this write was starting");
+    }
+    long deadline = clock.getAsLong() + settleTimeoutMillis;
+    while (true) {
+      List<String> waiting = new ArrayList<>();
+      for (String other : instantsOf(store, timeline, jobId)) {
+        if (other.equals(instant) || store.size(timeline.file(other, ".inflight")) < 0) {
+          continue;
+        }
+        String theirs = timeline.ownerOf(other);
+        if (theirs.equals(owner) || isStreamRegistration(timeline, other)) {
+          continue;
+        }
+        if (!timeline.isDecided(other)) {
+          waiting.add(other);
+        } else if (!guard.known().contains(other) && timeline.isCommitted(other)) {
+          backOff(timeline, instant, jobId, owner, table,
+              "instant " + other + " of owner '" + theirs + "' committed meanwhile");
+        }
+      }
+      if (waiting.isEmpty()) {
+        return;
+      }
+      if (clock.getAsLong() >= deadline) {
+        backOff(timeline, instant, jobId, owner, table, "instant " + waiting.get(0)
+            + " of another owner is in flight (opened while this write was starting)");
+      }
+      try {
+        Thread.sleep(SETTLE_POLL_MILLIS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IOException("interrupted while confirming the write of job " + jobId, e);
+      }
+    }
+  }
+
+  private static boolean isStreamRegistration(Timeline timeline, String instant)
+      throws IOException {
+    return "stream-register".equals(timeline.inflight(instant).path("operation").asText());
+  }
+
+  private static void backOff(Timeline timeline, String instant, String jobId, String owner,
+      String table, String reason) throws IOException {
+    if (timeline.claimRollback(instant)) {
+      Map<String, Object> body = new TreeMap<>();
+      body.put("owner", owner);
+      body.put("marked", List.of());
+      body.put("filesDeleted", 0);
+      body.put("tempFilesRemoved", 0);
+      body.put("filesKept", List.of());
+      body.put("deleted", List.of());
+      body.put("absent", List.of());
+      body.put("passes", 1);
+      body.put("complete", true);
+      body.put("warnings", List.of());
+      body.put("reason", "backed off: " + reason);
+      timeline.recordRolledBack(instant, body);
+    }
+    throw new SparkguardException.OwnerConflictException("sparkguard: " + reason + ", so this"
+        + " write of job " + jobId + " on " + table + " by owner '" + owner + "' backed off (its"
+        + " instant " + instant + " is rolled back; nothing was written): two owners would write"
+        + " the same file names. Run it again once that write has finished, or give this job"
+        + " another job id");
+  }
+}
