@@ -34,7 +34,15 @@ from typing import Any, Final
 from sparkguard.operator import appmeta, mutation
 from sparkguard.operator import config as config_
 
-FAILED_STATES: Final = frozenset({"FAILED", "SUBMISSION_FAILED"})
+#: spark-operator's final failure. SUBMISSION_FAILED and FAILING are never final: spark-operator
+#: retries them itself (OnFailure/Always within onSubmissionFailureRetries/onFailureRetries) or
+#: moves them to FAILED on its next reconcile (kubeflow/spark-operator
+#: internal/controller/sparkapplication/controller.go, reconcileFailedSubmissionSparkApplication
+#: and reconcileFailingSparkApplication, with pkg/util ShouldRetry). Acting on them would roll
+#: back under a submission spark-operator is about to retry, and resubmit on top of its retry.
+FAILED_STATES: Final = frozenset({"FAILED"})
+#: failures spark-operator is still handling: sparkguard waits for FAILED
+TRANSIENT_FAILURE_STATES: Final = frozenset({"SUBMISSION_FAILED", "FAILING"})
 #: coordination state of operators, never set by users (outside ``sparkguard.io/``, which
 #: admission checks key by key)
 COORDINATION_PREFIX: Final = "recovery.sparkguard.io/"
@@ -399,7 +407,8 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
 
     * not opted in → NOTHING; bad annotations → MARK_INVALID once (then NOTHING);
     * COMPLETED → MARK_SUCCEEDED once;
-    * FAILED/SUBMISSION_FAILED, a failure not handled yet (or one whose rollback was
+    * SUBMISSION_FAILED/FAILING → NOTHING (spark-operator retries it or makes it FAILED);
+    * FAILED, a failure not handled yet (or one whose rollback was
       interrupted) → ROLLBACK, or GIVE_UP when the attempt reached max-retries;
     * the handled failure, Recovering under another operator's live claim → WAIT until the
       claim expires (then it is taken over: ROLLBACK again, which is idempotent);
@@ -446,6 +455,11 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
             patch=_annotations_patch(
                 {appmeta.PHASE: Phase.SUCCEEDED.value, appmeta.NEXT_RETRY_AT: None}
             ),
+        )
+    if state in TRANSIENT_FAILURE_STATES:
+        return Decision(
+            action=Action.NOTHING,
+            reason=f"state {state!r}: spark-operator retries it or makes it FAILED",
         )
     if state not in FAILED_STATES:
         return Decision(action=Action.NOTHING, reason=f"state {state or 'new'!r} needs nothing")

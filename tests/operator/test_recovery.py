@@ -41,8 +41,24 @@ def test_not_opted_in_needs_nothing_even_when_failed(config: config_.OperatorCon
     assert _decide(app, config).action is Action.NOTHING
 
 
-@pytest.mark.parametrize("state", ["FAILED", "SUBMISSION_FAILED"])
-def test_a_new_failure_starts_a_rollback(config: config_.OperatorConfig, state: str) -> None:
+@pytest.mark.parametrize("policy", ["Never", "OnFailure", "Always"])
+@pytest.mark.parametrize("state", ["SUBMISSION_FAILED", "FAILING"])
+def test_a_failure_spark_operator_still_handles_needs_nothing(
+    config: config_.OperatorConfig, state: str, policy: str
+) -> None:
+    """SUBMISSION_FAILED and FAILING are never final upstream: spark-operator resubmits (within
+    its retry budget) or moves the app to FAILED itself. A rollback now could claim the
+    instant of the submission it is about to retry, and a resubmission would double it."""
+    app = _app(status=failed_status(state=state))
+    app["spec"]["restartPolicy"] = {"type": policy, "onSubmissionFailureRetries": 2}
+    decision = _decide(app, config)
+    assert decision.action is Action.NOTHING
+    assert "spark-operator retries it" in decision.reason
+    assert decision.patch is None or not decision.patch
+
+
+def test_a_new_failure_starts_a_rollback(config: config_.OperatorConfig) -> None:
+    state = "FAILED"
     decision = _decide(_app(status=failed_status(state=state)), config)
     assert decision.action is Action.ROLLBACK
     assert decision.attempt == 0
