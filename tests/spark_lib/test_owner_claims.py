@@ -80,17 +80,22 @@ def test_the_newer_owner_waits_for_a_racing_instant_to_be_decided(tmp_path: Path
     assert tl.status(instant_a).state is timeline.State.ROLLED_BACK
 
 
+def _a_writes_then_b_claims(tl: timeline.Timeline) -> tuple[str, rollback.WriteGuard]:
+    """A opens and confirms its write; B's O4 check ran before A's ``.inflight`` existed, so B
+    claims the next epoch. Returns A's instant and B's guard."""
+    guard_a = rollback.guard_write(tl, job_id=JOB, owner="k8s:ns/a/1")
+    instant_a = _open(tl, guard_a)
+    rollback.confirm_sole_writer(tl, guard_a, instant=instant_a)
+    claim_b = owners.OwnerClaims(tl.manager, tl.table, JOB).acquire("k8s:ns/b/2")
+    return instant_a, rollback.WriteGuard(claim=claim_b, known=frozenset())
+
+
 def test_an_instant_still_in_flight_after_the_wait_makes_the_newer_owner_back_off(
     tmp_path: Path,
 ) -> None:
     """A confirmed before B claimed (so A writes); B must not write over it."""
     tl = _timeline(tmp_path)
-    guard_a = rollback.guard_write(tl, job_id=JOB, owner="k8s:ns/a/1")
-    instant_a = _open(tl, guard_a)
-    rollback.confirm_sole_writer(tl, guard_a, instant=instant_a)
-    # B's own O4 check ran before A's .inflight existed: it claims the next epoch.
-    claim_b = owners.OwnerClaims(tl.manager, tl.table, JOB).acquire("k8s:ns/b/2")
-    guard_b = rollback.WriteGuard(claim=claim_b, known=frozenset())
+    instant_a, guard_b = _a_writes_then_b_claims(tl)
     instant_b = _open(tl, guard_b)
     now = [0.0]
 
@@ -113,11 +118,7 @@ def test_an_instant_committed_meanwhile_makes_the_newer_owner_back_off(tmp_path:
     """A wrote and committed between B's check and B's confirmation: B's write n would reuse
     A's committed names."""
     tl = _timeline(tmp_path)
-    guard_a = rollback.guard_write(tl, job_id=JOB, owner="k8s:ns/a/1")
-    instant_a = _open(tl, guard_a)
-    rollback.confirm_sole_writer(tl, guard_a, instant=instant_a)
-    claim_b = owners.OwnerClaims(tl.manager, tl.table, JOB).acquire("k8s:ns/b/2")
-    guard_b = rollback.WriteGuard(claim=claim_b, known=frozenset())
+    instant_a, guard_b = _a_writes_then_b_claims(tl)
     tl.commit(instant_a, [])
     instant_b = _open(tl, guard_b)
     with pytest.raises(errors.OwnerConflictError, match="committed meanwhile"):
