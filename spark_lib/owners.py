@@ -63,8 +63,8 @@ class OwnerClaims:
         """The claim with the highest epoch, or ``None`` when the job was never claimed here."""
         epochs = []
         for info in self.manager.list(self.directory):
-            if filemanager.is_temp_name(info.name):
-                continue
+            if info.name.startswith("."):
+                continue  # a temp file of a put in progress (or a store's own hidden file)
             match = _CLAIM_NAME.fullmatch(info.name)
             if match is None:
                 raise errors.CorruptFileError(
