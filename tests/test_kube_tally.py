@@ -80,3 +80,34 @@ def test_a_deselected_real_tier_is_said(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess(*ARGS, "-m", "not kube")
     result.stdout.fnmatch_lines(["*real kube-apiserver tests: 2 deselected*"])
     assert result.ret == pytest.ExitCode.OK
+
+
+def test_a_bench_test_gets_the_build_budget_until_a_bench_started(
+    pytester: pytest.Pytester,
+) -> None:
+    """The build runs in the bench fixture of whichever worker runs the bench tests, so until a
+    bench started in the process a bench test's timeout is longer by the build's budget; every
+    other test keeps its limit."""
+    pytester.makeconftest(
+        "pytest_plugins = ['tests.kubebench.fixtures']\n"
+        "import tests.kubebench.fixtures as f\n"
+        "f.BUILD_BUDGET_SECONDS = 5.0\n"
+    )
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+
+        @pytest.mark.kube
+        def test_building():  # no bench started yet: 1 s + the budget
+            time.sleep(2)
+
+        def test_plain():  # 1 s
+            time.sleep(2)
+        """
+    )
+    result = pytester.runpytest_inprocess(*ARGS, "--timeout=1", "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*Failed: Timeout (>1.0s) from pytest-timeout.", "FAILED *::test_plain"]
+    )
