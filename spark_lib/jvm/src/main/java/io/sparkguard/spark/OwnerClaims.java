@@ -203,7 +203,6 @@ final class OwnerClaims {
       body.put("passes", 1);
       body.put("complete", true);
       body.put("warnings", List.of());
-      body.put("reason", "backed off: " + reason);
       timeline.recordRolledBack(instant, body);
     }
     throw new SparkguardException.OwnerConflictException("sparkguard: " + reason + ", so this"
