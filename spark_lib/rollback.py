@@ -789,9 +789,14 @@ def confirm_sole_writer(
         back_off(f"owner {successor.owner!r} took over the job while this write was starting")
     deadline = clock() + settle_timeout
     while True:
+        # One listing; reads only for instants in flight now or new since the O4 check (a
+        # long history of decided instants costs nothing here).
+        files = tl.files_by_instant(job_id=job_id)
+        undecided = {i for i, suffixes in files.items() if ".outcome" not in suffixes}
+        candidates = undecided | (set(files) - guard.known)
         waiting = []
-        for status in tl.statuses(job_id=job_id):
-            if status.instant == instant or status.owner == owner:
+        for status in (tl.status(i) for i in sorted(candidates - {instant})):
+            if status.owner == owner:
                 continue
             if status.info is not None and status.info.operation in guard.skipped:
                 continue

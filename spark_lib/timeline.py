@@ -381,7 +381,18 @@ class Timeline:
 
     def instant_ids(self, *, job_id: str | None = None) -> list[str]:
         """Instant ids in start order (one listing), optionally only those of ``job_id``."""
-        found: set[str] = set()
+        return sorted(self.files_by_instant(job_id=job_id))
+
+    def undecided_ids(self, *, job_id: str | None = None) -> list[str]:
+        """Ids of the instants with an ``.inflight`` and no ``.outcome``, from one listing (no
+        read): the INFLIGHT ones, and none else."""
+        listing = self.files_by_instant(job_id=job_id)
+        return sorted(i for i, s in listing.items() if ".inflight" in s and ".outcome" not in s)
+
+    def files_by_instant(self, *, job_id: str | None = None) -> dict[str, set[str]]:
+        """Instant id -> the suffixes of its files (``.inflight``, ``.outcome``,
+        ``.rolledback``), from one listing of the timeline, optionally only ``job_id``'s."""
+        found: dict[str, set[str]] = {}
         for info in self.manager.list(self.directory):
             name = info.name
             if filemanager.is_temp_name(name):
@@ -396,11 +407,9 @@ class Timeline:
                 )
             if not _INSTANT_PATTERN.fullmatch(instant):
                 raise errors.CorruptFileError(f"{info.path} is not named by an instant id")
-            found.add(instant)
-        ids = sorted(found)
-        if job_id is not None:
-            ids = [i for i in ids if job_of_instant(i) == job_id]
-        return ids
+            if job_id is None or job_of_instant(instant) == job_id:
+                found.setdefault(instant, set()).add(name[len(instant) :])
+        return found
 
     def status(self, instant: str) -> InstantStatus:
         """Everything the timeline knows about ``instant``."""

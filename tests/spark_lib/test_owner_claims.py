@@ -222,3 +222,30 @@ def test_two_processes_opening_one_job_at_once_exactly_one_writes(
         assert_exactly_once(url, PARTS[0])
     # The race is real: in some rounds both writers got as far as opening an instant.
     print(f"rounds where both opened an instant: {raced}/{ROUNDS}")
+
+
+def test_confirming_reads_nothing_of_a_long_decided_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The confirmation lists the timeline once and reads only instants in flight or new since
+    the O4 check: a job with a long history (a micro-batch writer's instants) pays nothing per
+    decided instant."""
+    tl = _timeline(tmp_path)
+    for _ in range(30):
+        guard = rollback.guard_write(tl, job_id=JOB, owner="k8s:ns/a/1")
+        earlier = _open(tl, guard)
+        rollback.confirm_sole_writer(tl, guard, instant=earlier)
+        tl.commit(earlier, [])
+    guard = rollback.guard_write(tl, job_id=JOB, owner="k8s:ns/a/1")
+    instant = _open(tl, guard)
+    reads: list[str] = []
+    original = tl.manager.read_bytes
+
+    def counting(path: str) -> bytes:
+        reads.append(path)
+        return original(path)
+
+    monkeypatch.setattr(tl.manager, "read_bytes", counting)
+    rollback.confirm_sole_writer(tl, guard, instant=instant)
+    assert all("/owners/" in r for r in reads), reads  # at most the successor check
+    assert len(reads) <= 1
