@@ -114,15 +114,21 @@ final class OwnerClaims {
   /** The instant ids of {@code jobId} in the timeline (one listing). */
   static Set<String> instantsOf(AtomicStore store, Timeline timeline, String jobId)
       throws IOException {
-    Set<String> instants = new TreeSet<>();
+    return filesOf(store, timeline, jobId).keySet();
+  }
+
+  /** Instant id of {@code jobId} -> the suffixes of its files, from one listing. */
+  static Map<String, Set<String>> filesOf(AtomicStore store, Timeline timeline, String jobId)
+      throws IOException {
+    Map<String, Set<String>> files = new TreeMap<>();
     for (String name : store.listFiles(timeline.directory())) {
       int dot = name.lastIndexOf('.');
       String instant = dot < 0 ? name : name.substring(0, dot);
       if (instant.matches("[0-9]{17}-.*") && instant.substring(18).equals(jobId)) {
-        instants.add(instant);
+        files.computeIfAbsent(instant, k -> new TreeSet<>()).add(dot < 0 ? "" : name.substring(dot));
       }
     }
-    return instants;
+    return files;
   }
 
   /**
@@ -152,18 +158,24 @@ final class OwnerClaims {
     }
     long deadline = clock.getAsLong() + settleTimeoutMillis;
     while (true) {
+      // One listing; reads only for instants in flight now or new since the O4 check (a long
+      // history of decided instants costs nothing here).
+      Map<String, Set<String>> files = filesOf(store, timeline, jobId);
       List<String> waiting = new ArrayList<>();
-      for (String other : instantsOf(store, timeline, jobId)) {
-        if (other.equals(instant) || store.size(timeline.file(other, ".inflight")) < 0) {
+      for (Map.Entry<String, Set<String>> entry : files.entrySet()) {
+        String other = entry.getKey();
+        boolean decided = entry.getValue().contains(".outcome");
+        if (other.equals(instant) || !entry.getValue().contains(".inflight")
+            || (decided && guard.known().contains(other))) {
           continue;
         }
         String theirs = timeline.ownerOf(other);
         if (theirs.equals(owner) || isStreamRegistration(timeline, other)) {
           continue;
         }
-        if (!timeline.isDecided(other)) {
+        if (!decided) {
           waiting.add(other);
-        } else if (!guard.known().contains(other) && timeline.isCommitted(other)) {
+        } else if (timeline.isCommitted(other)) {
           backOff(timeline, instant, jobId, owner, table,
               "instant " + other + " of owner '" + theirs + "' committed meanwhile");
         }
