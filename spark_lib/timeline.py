@@ -383,12 +383,6 @@ class Timeline:
         """Instant ids in start order (one listing), optionally only those of ``job_id``."""
         return sorted(self.files_by_instant(job_id=job_id))
 
-    def undecided_ids(self, *, job_id: str | None = None) -> list[str]:
-        """Ids of the instants with an ``.inflight`` and no ``.outcome``, from one listing (no
-        read): the INFLIGHT ones, and none else."""
-        listing = self.files_by_instant(job_id=job_id)
-        return sorted(i for i, s in listing.items() if ".inflight" in s and ".outcome" not in s)
-
     def files_by_instant(self, *, job_id: str | None = None) -> dict[str, set[str]]:
         """Instant id -> the suffixes of its files (``.inflight``, ``.outcome``,
         ``.rolledback``), from one listing of the timeline, optionally only ``job_id``'s."""
