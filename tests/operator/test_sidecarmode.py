@@ -68,7 +68,9 @@ def test_preserved_unknown_fields_keep_restart_policy() -> None:
     # Preserving at driver level does not help: initContainers is declared, and pruned inside.
     crd = _crd("1.x")
     root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    root["properties"]["spec"]["properties"]["driver"]["x-kubernetes-preserve-unknown-fields"] = True
+    root["properties"]["spec"]["properties"]["driver"]["x-kubernetes-preserve-unknown-fields"] = (
+        True
+    )
     assert not sidecarmode.keeps_init_container_restart_policy(crd)[0]
     # ... unless initContainers itself is not declared there.
     del root["properties"]["spec"]["properties"]["driver"]["properties"]["initContainers"]
