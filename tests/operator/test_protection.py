@@ -54,7 +54,8 @@ def driver_pod(
 def test_a_pod_without_our_containers_is_unprotected(config: config_.OperatorConfig) -> None:
     app = _mutated(config)
     verdict = protection.check_driver_pod(app, driver_pod(app, protected=False))
-    assert verdict.relevant and not verdict.protected
+    assert verdict.relevant
+    assert not verdict.protected
     assert verdict.missing == (
         mutation.LIB_INIT_NAME,
         mutation.ROLLBACK_INIT_NAME,
@@ -139,7 +140,8 @@ async def test_the_operator_posts_unprotected_once_per_pod_and_clears_it(
         await kmocking.eventually(lambda: protection.REASON in kmocking.event_reasons(kmock, "etl"))
         (event,) = [e for e in kmocking.posted_events(kmock) if e["reason"] == protection.REASON]
         assert event["type"] == "Warning"
-        assert "etl-driver" in event["message"] and "webhook.enable=true" in event["message"]
+        assert "etl-driver" in event["message"]
+        assert "webhook.enable=true" in event["message"]
 
         # The same pod changes (its phase): no second Event, no second patch.
         patches = len(kmocking.app_patches(kmock, "etl"))
