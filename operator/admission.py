@@ -1,7 +1,9 @@
 """Admission with the cluster in view: what the pure :func:`mutation.review` cannot know.
 
 - the owner's fresh random id (one per CREATE request);
-- whether the API server runs native sidecars (Kubernetes >= 1.29), asked once;
+- whether the marker sidecar can be a native sidecar: the API server runs them (Kubernetes
+  >= 1.29) *and* the installed SparkApplication CRD keeps a container's ``restartPolicy``
+  (:mod:`sidecarmode`, read again every few minutes);
 - whether another live SparkApplication already uses the job id: a metadata-only list, selected
   by the job id's label (``sparkguard.io/job-id-hash``), of the apps the operator sees (every
   watched namespace, or the whole cluster).
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import secrets
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, cast
@@ -24,7 +25,7 @@ from typing import Any, Final, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import appmeta, mutation, sidecarmode
 from sparkguard.operator import config as config_
 
 logger = logging.getLogger(__name__)
@@ -34,19 +35,6 @@ _METADATA_ONLY: Final = (
     "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 )
 _PAGE: Final = 500
-#: the first Kubernetes version that runs native sidecars (SidecarContainers beta, on)
-NATIVE_SIDECARS_SINCE: Final = (1, 29)
-_MINOR: Final = re.compile(r"[0-9]+")
-
-
-def supports_native_sidecars(major: str, minor: str) -> bool:
-    """Whether an API server reporting ``major``/``minor`` (as ``/version`` does) runs native
-    sidecars. A purely computational function with no side-effects; ``minor`` may carry a
-    suffix (``"29+"`` on some distributions)."""
-    found = _MINOR.match(minor or "")
-    if not major.isdigit() or found is None:
-        return False
-    return (int(major), int(found.group())) >= NATIVE_SIDECARS_SINCE
 
 
 def effective_job_id(app: Mapping[str, Any]) -> str | None:
@@ -78,29 +66,23 @@ def is_live(app: Mapping[str, Any]) -> bool:
 class Admission:
     """The admission decisions of one running operator (shared by every request)."""
 
-    def __init__(self, config: config_.OperatorConfig, api_client: client.ApiClient) -> None:
+    def __init__(
+        self,
+        config: config_.OperatorConfig,
+        api_client: client.ApiClient,
+        *,
+        sidecar_mode: sidecarmode.SidecarModeCache | None = None,
+    ) -> None:
         self.config = config
         self.api_client = api_client
-        self._native: bool | None = None
+        self.sidecar_mode = sidecar_mode or sidecarmode.SidecarModeCache(api_client)
 
     async def native_sidecars(self) -> bool:
-        """Whether to inject the marker sidecar as a native sidecar (asked once per process)."""
+        """Whether to inject the marker sidecar as a native sidecar: the setting when forced,
+        else what the cluster can keep and run (:mod:`sidecarmode`, cached for minutes)."""
         if self.config.sidecar_native is not None:
             return self.config.sidecar_native
-        if self._native is None:
-            try:
-                info = await asyncio.to_thread(client.VersionApi(self.api_client).get_code)
-            except Exception as exc:  # noqa: BLE001 - any failure: the safe choice, ask again later
-                logger.warning("cannot read the API server version (%s): regular sidecar", exc)
-                return False
-            self._native = supports_native_sidecars(str(info.major), str(info.minor))
-            logger.info(
-                "API server %s: marker sidecar injected as a %s",
-                info.git_version,
-                "native sidecar (initContainer, restartPolicy Always)" if self._native else
-                "regular sidecar container",
-            )  # fmt: skip
-        return self._native
+        return (await self.sidecar_mode.current()).native
 
     async def review(
         self, app: Mapping[str, Any], *, old: Mapping[str, Any] | None

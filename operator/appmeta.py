@@ -21,7 +21,9 @@ Identity (written by admission once, at CREATE): ``sparkguard.io/owner`` =
 ``k8s:<namespace>/<name>/<random id>``, the owner recorded in every instant the app writes.
 
 Progress (written by the operator, never by users): ``attempt``, ``phase``, ``handled-failure``,
-``next-retry-at``, ``last-rollback``, ``message``.
+``next-retry-at``, ``last-rollback``, ``message``; and the protection signal ``protection``
+(``unprotected``) with ``protection-reason``, when a driver pod ran without sparkguard's
+containers.
 
 Values are strict: ASCII, no surrounding spaces, one canonical form (``3``, not ``+3``,
 `` 3 `` or ``03``); a message echoes at most the first 64 characters of a bad value.
@@ -75,6 +77,14 @@ MESSAGE: Final = PREFIX + "message"
 PROGRESS_KEYS: Final = frozenset(
     {ATTEMPT, PHASE, HANDLED_FAILURE, NEXT_RETRY_AT, LAST_ROLLBACK, MESSAGE}
 )
+
+#: written by the operator when a driver pod of the app runs without sparkguard's containers
+#: (spark-operator's pod webhook off or failing open): ``unprotected``; removed once a later
+#: driver pod has them (see :mod:`protection`)
+PROTECTION: Final = PREFIX + "protection"
+#: why: the pod, what it lacks, the likely cause and the fix
+PROTECTION_REASON: Final = PREFIX + "protection-reason"
+SIGNAL_KEYS: Final = frozenset({PROTECTION, PROTECTION_REASON})
 
 #: written by admission at CREATE, immutable afterwards; see :func:`storage_owner`
 OWNER_ANNOTATION: Final = PREFIX + "owner"
@@ -281,7 +291,7 @@ def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
             )
         )
 
-    known_keys = OPTION_KEYS | PROGRESS_KEYS | IDENTITY_KEYS
+    known_keys = OPTION_KEYS | PROGRESS_KEYS | IDENTITY_KEYS | SIGNAL_KEYS
     for key in sorted(values):
         if key.startswith(PREFIX) and key not in known_keys:
             known = ", ".join(sorted(k.removeprefix(PREFIX) for k in OPTION_KEYS))

@@ -78,7 +78,8 @@ class OperatorConfig:
     sidecar_token_secret: str = "sparkguard-marker-token"  # noqa: S105 - a Secret's name
     sidecar_token_key: str = "token"  # noqa: S105 - a key's name
     #: marker sidecar as a native sidecar (initContainer, restartPolicy Always): True, False,
-    #: or None = when the API server is Kubernetes >= 1.29 (asked once at the first admission)
+    #: or None = when the API server is Kubernetes >= 1.29 and the installed SparkApplication
+    #: CRD keeps a container's restartPolicy (read every few minutes, see sidecarmode.py)
     sidecar_native: bool | None = None
     #: default journal location; an app's journal is ``<journal_root>/<namespace>``
     journal_root: str | None = None

@@ -37,6 +37,7 @@ from sparkguard.operator import (
     leadership,
     metrics,
     mutation,
+    podwatch,
     recovery,
     rollbacks,
 )
@@ -145,6 +146,8 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
             return  # the echo of our own patch: its worker holds that very version already
         wake(runtime, key, logger=logger)
 
+    # Driver pods without sparkguard's containers: the Unprotected signal (podwatch.py).
+    podwatch.DriverPodWatch(runtime).register(registry)
     return registry
 
 

@@ -160,7 +160,10 @@ def test_cert_manager_mode_uses_a_certificate() -> None:
 
 def test_namespaced_rbac_when_namespaces_are_listed() -> None:
     objects = render(FLIPPED)
-    assert not _by_kind(objects, "ClusterRole")
+    # Only the CRD reader is cluster-wide (a CRD is cluster-scoped), limited to one CRD by name.
+    (crd_reader,) = _by_kind(objects, "ClusterRole")
+    assert crd_reader["metadata"]["name"].endswith("-crd-reader")
+    assert crd_reader["rules"] == CRD_READER_RULES
     roles = [  # the leader-election Role (release namespace) is tested in test_ha.py
         r
         for r in _by_kind(objects, "Role")
@@ -172,14 +175,30 @@ def test_namespaced_rbac_when_namespaces_are_listed() -> None:
     assert not _by_kind(objects, "ServiceAccount")  # serviceAccount.create: false
 
 
+CRD_READER_RULES = [
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "resourceNames": ["sparkapplications.sparkoperator.k8s.io"],
+        "verbs": ["get"],
+    }
+]
+
+
 def test_clusterwide_rbac_by_default_and_every_rule_is_commented() -> None:
     objects = render(None)
-    (role,) = _by_kind(objects, "ClusterRole")
+    role, crd_reader = sorted(
+        _by_kind(objects, "ClusterRole"),
+        key=lambda r: r["metadata"]["name"].endswith("-crd-reader"),
+    )
+    assert crd_reader["rules"] == CRD_READER_RULES
     verbs = {
         (res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]
     }
     assert ("sparkapplications", "patch") in verbs
     assert ("secrets", "get") in verbs
+    assert {("pods", "list"), ("pods", "watch")} <= verbs
+    assert ("pods", "get") not in verbs
     assert not any(verb in ("*", "delete", "deletecollection") for _, verb in verbs)
     source = (CHART / "templates" / "rbac.yaml").read_text()
     rules_block = source[source.index('define "sparkguard.rules"') :]
@@ -300,9 +319,15 @@ def test_notes_say_exactly_what_to_grant_without_rbac(namespaces: list[str]) -> 
     assert "system:serviceaccount:ops:sg-sparkguard" in tail
     _, _, rules_text = tail.partition(" to it")
     rules_text, _, lease_text = rules_text.split(":\n", 1)[1].partition("\nand, for leader")
+    rules_text, _, crd_text = rules_text.partition("\nand, to read the SparkApplication CRD")
+    assert yaml.safe_load(crd_text.split(":\n", 1)[1]) == CRD_READER_RULES
     granted_by_chart = render({"operator": {"watchNamespaces": namespaces}})
     kind = "Role" if namespaces else "ClusterRole"
-    roles = [r for r in _by_kind(granted_by_chart, kind) if "leader" not in r["metadata"]["name"]]
+    roles = [
+        r
+        for r in _by_kind(granted_by_chart, kind)
+        if "leader" not in r["metadata"]["name"] and "crd-reader" not in r["metadata"]["name"]
+    ]
     assert yaml.safe_load(rules_text) == roles[0]["rules"]
     (lease_role,) = [
         r for r in _by_kind(granted_by_chart, "Role") if "leader" in r["metadata"]["name"]

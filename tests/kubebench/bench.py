@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILD_SCRIPT",
     "CRD_DIR",
+    "SPARK_OPERATOR_CRDS",
     "KubeApiError",
     "KubeBench",
     "KubeBenchError",
@@ -63,6 +64,13 @@ __all__ = [
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build.sh"
 CRD_DIR = HERE / "crds"
+#: the SparkApplication CRD of each spark-operator major version (tests/kubebench/crds/generate.py)
+SPARK_OPERATOR_CRDS = {
+    version: CRD_DIR / "sparkapplications" / f"spark-operator-{version}.yaml"
+    for version in ("1.x", "2.x")
+}
+#: Set to ``1.x`` to start the bench with spark-operator 1.x's SparkApplication CRD (default 2.x).
+SPARK_OPERATOR_ENV = "SPARKGUARD_KUBEBENCH_SPARK_OPERATOR"
 
 #: Set to a directory holding ``kube-apiserver`` and ``etcd`` to use those instead of building.
 BIN_DIR_ENV = "SPARKGUARD_KUBE_BIN_DIR"
@@ -76,6 +84,17 @@ FIELD_MANAGER = "kubebench"
 _LOOPBACK_NO_PROXY = "127.0.0.1,localhost,::1"
 
 JsonObj = dict[str, Any]
+
+
+def spark_operator_version(given: str | None = None) -> str:
+    """``given``, else $SPARKGUARD_KUBEBENCH_SPARK_OPERATOR, else ``2.x``; checked."""
+    version = given or os.environ.get(SPARK_OPERATOR_ENV) or "2.x"
+    if version not in SPARK_OPERATOR_CRDS:
+        raise KubeBenchError(
+            f"{SPARK_OPERATOR_ENV}={version!r} is not a spark-operator version of the bench; "
+            f"use one of {', '.join(sorted(SPARK_OPERATOR_CRDS))}"
+        )
+    return version
 
 
 class KubeBenchError(RuntimeError):
@@ -422,13 +441,19 @@ class KubeBench:
         self,
         *,
         crd_files: Iterable[Path] | None = None,
+        spark_operator: str | None = None,
         extra_apiserver_args: Sequence[str] = (),
         startup_timeout: float = 120.0,
         build_timeout: float = 3 * 3600.0,
         temp_root: Path | None = None,
     ) -> None:
+        #: whose SparkApplication CRD is installed: ``"1.x"`` or ``"2.x"`` (argument, else
+        #: $SPARKGUARD_KUBEBENCH_SPARK_OPERATOR, else 2.x)
+        self.spark_operator = spark_operator_version(spark_operator)
         self._crd_files = (
-            sorted(CRD_DIR.glob("*.yaml")) if crd_files is None else [Path(p) for p in crd_files]
+            [*sorted(CRD_DIR.glob("*.yaml")), SPARK_OPERATOR_CRDS[self.spark_operator]]
+            if crd_files is None
+            else [Path(p) for p in crd_files]
         )
         self._extra_args = list(extra_apiserver_args)
         self._startup_timeout = startup_timeout
@@ -932,6 +957,18 @@ class KubeBench:
                 if exc.status != 409:
                     raise
         raise KubeBenchError(f"could not replace {kind} {ns}/{name}: resourceVersion kept changing")
+
+    def install_spark_operator_crd(self, version: str) -> JsonObj:
+        """Replace the SparkApplication CRD by spark-operator ``version``'s (``1.x``/``2.x``).
+
+        Returns the stored CRD. The apiserver applies a new schema a moment after the CRD is
+        Established; callers that depend on pruning wait for it (see the round-trip tests).
+        """
+        stored = self.apply_manifest(
+            SPARK_OPERATOR_CRDS[spark_operator_version(version)].read_text(encoding="utf-8")
+        )
+        self.spark_operator = version
+        return stored[0]
 
     def wait_for_crd(self, name: str, timeout: float = 60.0) -> None:
         """Wait until the CRD is Established (names accepted) and its versions are served."""

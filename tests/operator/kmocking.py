@@ -26,7 +26,8 @@ _VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
 
 def declare_resources(server: kmock.KubernetesEmulator) -> None:
-    """What kopf must discover: namespaces (it waits for them), events, secrets, our CRD."""
+    """What kopf must discover: namespaces (it waits for them), events, secrets, pods (the
+    driver pod watch), our CRD."""
     server.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", namespaced=False, verbs=_VERBS
     )
@@ -34,6 +35,7 @@ def declare_resources(server: kmock.KubernetesEmulator) -> None:
     server.resources["v1/secrets"] = kmock.ResourceInfo(
         kind="Secret", namespaced=True, verbs=_VERBS
     )
+    server.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True, verbs=_VERBS)
     server.resources[f"{GROUP}/{VERSION}/{PLURAL}"] = kmock.ResourceInfo(
         kind="SparkApplication",
         namespaced=True,

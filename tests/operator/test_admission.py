@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard.operator import admission, appmeta
+from sparkguard.operator import admission, appmeta, sidecarmode
 from tests.operator.apps import spark_app
 
 
@@ -13,7 +13,7 @@ from tests.operator.apps import spark_app
     [("1", "28", False), ("1", "29", True), ("1", "29+", True), ("1", "37", True), ("", "", False)],
 )
 def test_native_sidecars_from_kubernetes_1_29(major: str, minor: str, native: bool) -> None:
-    assert admission.supports_native_sidecars(major, minor) is native
+    assert sidecarmode.supports_native_sidecars(major, minor) is native
 
 
 def test_effective_job_id_and_liveness() -> None:

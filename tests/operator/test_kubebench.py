@@ -66,7 +66,7 @@ def _spark_app(name: str, **spec_extra: Any) -> dict[str, Any]:
             ],
         },
         "executor": {"cores": 1, "instances": 2, "memory": "512m"},
-        # Not modelled in the CRD schema: must be preserved, not pruned.
+        # Typed in the CRD schema (spec.deps): kept.
         "deps": {"pyFiles": ["local:///opt/app/deps.zip"]},
     }
     spec.update(spec_extra)

@@ -1,0 +1,191 @@
+"""sparkguard's admission against spark-operator's real CRDs (1.x and 2.x), on the kube bench.
+
+An app admitted by sparkguard's webhook must come back from the API server with everything
+sparkguard added: a structural CRD silently prunes what it does not declare. On the 2.x CRD
+the marker sidecar is native (an initContainer with ``restartPolicy: Always``); on the 1.x CRD,
+which would prune that field, sparkguard must choose the regular sidecar, so again nothing it
+added is lost. And a driver pod created without sparkguard's containers (spark-operator's pod
+webhook off) makes the app ``Unprotected``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sparkguard.operator import appmeta, mutation, protection
+from tests.kubebench.bench import KubeBench
+from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
+from tests.operator.kmocking import FakeRollback
+from tests.operator.test_protection import driver_pod
+from tests.operator.test_real_apiserver import Cluster, _eventually, operating
+
+pytestmark = pytest.mark.kube
+
+
+def _probe_keeps_restart_policy(bench: KubeBench, namespace: str) -> bool:
+    """Whether the CRD in effect now stores an initContainer's restartPolicy (not opted in:
+    the webhook leaves the probe alone)."""
+    custom = client.CustomObjectsApi(bench.api_client())
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    app = spark_app(name, namespace=namespace, enabled=False)
+    app["spec"]["driver"]["initContainers"] = [
+        {"name": "side", "image": "busybox", "restartPolicy": "Always"}
+    ]
+    try:
+        stored = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, app)
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    finally:
+        custom.api_client.close()
+    return "restartPolicy" in stored["spec"]["driver"]["initContainers"][0]
+
+
+def _use_crd(bench: KubeBench, version: str, namespace: str) -> None:
+    """Install spark-operator ``version``'s CRD and wait until the apiserver prunes by it."""
+    bench.install_spark_operator_crd(version)
+    keeps = version == "2.x"
+    _eventually(lambda: _probe_keeps_restart_policy(bench, namespace) is keeps, timeout=60)
+
+
+@pytest.fixture(params=["2.x", "1.x"])
+def crd_cluster(request: pytest.FixtureRequest, kube_bench: KubeBench) -> Iterator[Cluster]:
+    """A watched namespace with spark-operator ``request.param``'s CRD installed (the session's
+    own CRD is put back afterwards)."""
+    from sparkguard.operator import config as config_
+
+    namespace = f"sg-crd-{uuid.uuid4().hex[:8]}"
+    kube_bench.ensure_namespace(namespace)
+    before = kube_bench.spark_operator
+    _use_crd(kube_bench, request.param, namespace)
+    api = kube_bench.api_client()
+    config = config_.OperatorConfig(
+        namespaces=(namespace,),
+        webhook_mode=config_.WebhookMode.MANAGED,
+        webhook_config_name=f"{namespace}.sparkguard.io",
+        image="registry.example/sparkguard:test",
+        journal_root="s3://warehouse/_journal",
+        metrics_port=0,
+        liveness_port=0,
+        error_backoff_seconds=1.0,
+    )  # sidecar_native: auto, decided from the cluster
+    try:
+        yield Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
+    finally:
+        with contextlib.suppress(ApiException):
+            client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(
+                config.webhook_config_name
+            )
+        api.close()
+        _use_crd(kube_bench, before, namespace)
+
+
+def test_an_admitted_app_comes_back_intact(crd_cluster: Cluster) -> None:
+    cluster = crd_cluster
+    native = cluster.bench.spark_operator == "2.x"
+    with operating(cluster, FakeRollback()):
+        original = spark_app("roundtrip", namespace=cluster.namespace)
+        created = cluster.create(copy.deepcopy(original))
+    stored = cluster.get("roundtrip")
+    assert stored["spec"] == created["spec"]
+
+    # Exactly what admission meant to write, every field of it, is what the server kept.
+    owner = stored["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+    with_owner = copy.deepcopy(original)
+    with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
+    expected = mutation.mutate(with_owner, config=cluster.config, native_sidecar=native)
+    assert stored["spec"] == expected["spec"]
+    assert expected["metadata"]["annotations"].items() <= stored["metadata"]["annotations"].items()
+    assert expected["metadata"]["labels"].items() <= stored["metadata"]["labels"].items()
+
+    driver = stored["spec"]["driver"]
+    init = {c["name"]: c for c in driver["initContainers"]}
+    sidecars = {c["name"]: c for c in driver.get("sidecars") or []}
+    assert {mutation.LIB_INIT_NAME, mutation.ROLLBACK_INIT_NAME} <= set(init)
+    if native:  # 2.x keeps restartPolicy: a native sidecar
+        assert init[mutation.SIDECAR_NAME]["restartPolicy"] == "Always"
+        assert init[mutation.SIDECAR_NAME]["startupProbe"]["httpGet"]["path"] == "/readyz"
+        assert mutation.SIDECAR_NAME not in sidecars
+    else:  # 1.x would prune it: sparkguard chose the regular sidecar
+        assert mutation.SIDECAR_NAME not in init
+        assert "restartPolicy" not in sidecars[mutation.SIDECAR_NAME]
+        assert driver["shareProcessNamespace"] is True
+    volumes = {v["name"] for v in stored["spec"]["volumes"]}
+    assert {mutation.LIB_VOLUME, mutation.TOKEN_VOLUME} <= volumes
+    for role in ("driver", "executor"):
+        mounts = {m["name"] for m in stored["spec"][role]["volumeMounts"]}
+        assert mutation.LIB_VOLUME in mounts
+    conf = stored["spec"]["sparkConf"]
+    assert conf["spark.sparkguard.owner"] == owner
+    assert conf["spark.sparkguard.jobId"] == f"{cluster.namespace}.roundtrip"
+
+
+def test_the_1x_crd_prunes_a_native_sidecar_written_by_hand(crd_cluster: Cluster) -> None:
+    """Why the choice matters: what the 1.x CRD does to restartPolicy (the 2.x one keeps it)."""
+    kept = _probe_keeps_restart_policy(crd_cluster.bench, crd_cluster.namespace)
+    assert kept is (crd_cluster.bench.spark_operator == "2.x")
+
+
+def test_a_driver_pod_without_our_containers_makes_the_app_unprotected(
+    kube_bench: KubeBench,
+) -> None:
+    from sparkguard.operator import config as config_
+
+    namespace = f"sg-pod-{uuid.uuid4().hex[:8]}"
+    kube_bench.ensure_namespace(namespace)
+    api = kube_bench.api_client()
+    config = config_.OperatorConfig(
+        namespaces=(namespace,),
+        webhook_mode=config_.WebhookMode.MANAGED,
+        webhook_config_name=f"{namespace}.sparkguard.io",
+        image="registry.example/sparkguard:test",
+        journal_root="s3://warehouse/_journal",
+        metrics_port=0,
+        liveness_port=0,
+    )
+    cluster = Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
+    core = client.CoreV1Api(api)
+    try:
+        with operating(cluster, FakeRollback()):
+            app = cluster.create(spark_app("etl", namespace=namespace))
+            # As spark-operator creates it when its pod webhook is off: labels, no containers
+            # of ours (the bench has no scheduler: the pod just stays Pending).
+            pod = driver_pod(app, protected=False)
+            del pod["metadata"]["uid"]
+            core.create_namespaced_pod(namespace, pod)
+
+            def flagged() -> dict[str, str]:
+                notes = cluster.notes("etl")
+                return notes if notes.get(appmeta.PROTECTION) == "unprotected" else {}
+
+            notes = _eventually(flagged)
+            reason = notes[appmeta.PROTECTION_REASON]
+            assert "driver pod etl-driver lacks sparkguard's" in reason
+            assert mutation.ROLLBACK_INIT_NAME in reason
+            assert "webhook.enable=true" in reason
+            _eventually(lambda: protection.REASON in cluster.event_reasons("etl"))
+            events = core.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=etl,reason=Unprotected"
+            ).items
+            assert len(events) == 1
+            assert events[0].type == "Warning"
+            assert "etl-driver" in events[0].message
+
+            # The next run's driver pod has them (the webhook fixed): the signal is cleared.
+            fixed = driver_pod(app, name="etl-driver-2", protected=True)
+            del fixed["metadata"]["uid"]
+            core.create_namespaced_pod(namespace, fixed)
+            _eventually(lambda: appmeta.PROTECTION not in cluster.notes("etl"))
+            assert appmeta.PROTECTION_REASON not in cluster.notes("etl")
+            assert cluster.event_reasons("etl").count(protection.REASON) == 1
+    finally:
+        with contextlib.suppress(ApiException):
+            client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(
+                config.webhook_config_name
+            )
+        api.close()
