@@ -110,6 +110,9 @@ class OperatorConfig:
     claim_ttl_seconds: float = 30.0
     #: how long a resubmitted app may stay FAILED before the resubmission is patched again
     resubmit_timeout_seconds: float = 60.0
+    #: longest time a deleted opted-in app is held for its rollback (then a Warning, and the
+    #: finalizer goes anyway); see "Deleted apps" in docs/operator.md
+    delete_rollback_timeout_seconds: float = 120.0
 
     @property
     def clusterwide(self) -> bool:
@@ -217,6 +220,23 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+#: bounds of SPARKGUARD_DELETE_ROLLBACK_TIMEOUT: a deletion is never held for longer than this
+_LONGEST_DELETE_HOLD: Final = 3600.0
+
+
+def _delete_timeout(value: str) -> float:
+    try:
+        seconds = durations.parse_duration(value)
+    except ValueError:
+        seconds = -1.0
+    if not 1 <= seconds <= _LONGEST_DELETE_HOLD:
+        raise ValueError(
+            "must be a duration from 1s to 1h, e.g. '120' (seconds) or '2m': how long a deleted "
+            "app may wait for its rollback"
+        )
+    return seconds
+
+
 def _journal_root(value: str) -> str | None:
     value = value.strip().rstrip("/")
     if value and "://" not in value and not value.startswith("/"):
@@ -274,6 +294,7 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "pod_name": ("POD_NAME", _optional),
     "claim_ttl_seconds": ("CLAIM_TTL", _seconds),
     "resubmit_timeout_seconds": ("RESUBMIT_TIMEOUT", _seconds),
+    "delete_rollback_timeout_seconds": ("DELETE_ROLLBACK_TIMEOUT", _delete_timeout),
 }
 
 

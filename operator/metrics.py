@@ -55,6 +55,12 @@ class Metrics:
             ["step"],
             registry=self.registry,
         )
+        self.deletions = prometheus_client.Counter(
+            "sparkguard_operator_deletions",
+            "Deleted opted-in apps let go by the sparkguard.io/rollback finalizer.",
+            ["outcome"],  # rolled_back | no_rollback | abandoned
+            registry=self.registry,
+        )
         self.leader = prometheus_client.Gauge(
             "sparkguard_operator_leader",
             "1 while this replica holds the leader Lease (and runs recoveries), else 0.",

@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sparkguard.operator import appmeta, errors
+from sparkguard.operator import appmeta, errors, finalizers
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib import bundle, sparkconf
 from sparkguard.spark_lib import errors as lib_errors
@@ -408,6 +408,10 @@ def review(
     the manifest brought along, e.g. copied from another app, is replaced, with a warning). On
     UPDATE it is immutable: dropped (a ``kubectl replace`` from the original manifest) it is
     restored; changed or added it is denied.
+
+    The finalizer ``sparkguard.io/rollback`` is added to an opted-in app at CREATE, and at an
+    UPDATE of an app that did not have it (:func:`finalizers.admission_adds`): never twice,
+    never to an app being deleted, never again after it was removed.
     """
     prepared = copy.deepcopy(dict(app))
     notes: list[appmeta.Problem] = []
@@ -455,6 +459,10 @@ def review(
     job_id = None
     if appmeta.opted_in(mutated):
         job_id = appmeta.of(mutated).get(appmeta.JOB_ID)
+        if finalizers.admission_adds(mutated, old=old):
+            # The deleted app is rolled back first (see finalizers); deduplicated, others kept.
+            meta = _dict_at(mutated, "metadata")
+            meta["finalizers"] = finalizers.with_finalizer(finalizers.finalizers_of(mutated))
     return Review(
         allowed=True, patch=merge_diff(app, mutated), problems=tuple(notes), job_id=job_id
     )

@@ -252,6 +252,16 @@ class Apps:
                 GROUP, VERSION, self.namespace, PLURAL, name
             )
 
+    def exists(self, name: str) -> bool:
+        """Whether the app is stored (one being deleted, held by a finalizer, counts)."""
+        try:
+            self.get(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def set_status(self, name: str, status: dict[str, Any]) -> None:
         """As spark-operator does: through the /status subresource."""
         self.custom.patch_namespaced_custom_object_status(

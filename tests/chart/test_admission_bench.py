@@ -207,7 +207,9 @@ def test_the_owner_is_written_once_and_kept(bench: Bench) -> None:
         GROUP, VERSION, apps.namespace, PLURAL, "kept", replaced
     )
     assert after["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] == owner
-    # Recreated under the same name: another owner.
+    # Recreated under the same name: another owner. (The operator lets the deleted app go at
+    # once: it never started, so its finalizer needs no rollback.)
     apps.delete("kept")
+    eventually(lambda: not apps.exists("kept"), what="the deleted app to be gone")
     again = apps.create(spark_app("kept"))
     assert again["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] != owner

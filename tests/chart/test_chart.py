@@ -99,6 +99,7 @@ def test_operator_accepts_the_environment_the_chart_gives_it(values: dict[str, A
         assert loaded.jvm_layer_default is True
         assert loaded.image == "ghcr.io/sparkguard/sparkguard:0.1.0"
         assert loaded.webhook_port == 9443
+        assert loaded.delete_rollback_timeout_seconds == 120
 
 
 def _images(objects: list[dict[str, Any]]) -> tuple[str, str]:

@@ -207,6 +207,18 @@ def stored(server: kmock.KubernetesEmulator, ns: str, name: str) -> dict[str, An
     return dict(server.objects[key].raw) if key in server.objects else {}
 
 
+def exists(server: kmock.KubernetesEmulator, ns: str, name: str) -> bool:
+    """Whether kmock still stores the app (a deleted one held by finalizers counts)."""
+    key = (kmock.resource(GROUP, VERSION, PLURAL), ns, name)
+    return key in server.objects and not server.objects[key].deleted
+
+
+async def delete_app(server: kmock.KubernetesEmulator, ns: str, name: str) -> None:
+    """DELETE the app, as spark-operator's TTL or a ScheduledSparkApplication's history does."""
+    async with server.delete(APPS.format(ns=ns) + f"/{name}") as resp:
+        assert resp.status < 300, await resp.text()
+
+
 def notes(server: kmock.KubernetesEmulator, ns: str, name: str) -> dict[str, str]:
     return dict((stored(server, ns, name).get("metadata") or {}).get("annotations") or {})
 

@@ -70,6 +70,29 @@ def test_every_bad_variable_is_named_with_its_fix() -> None:
         assert expected in message
 
 
+def test_delete_rollback_timeout_defaults_to_two_minutes_and_takes_durations() -> None:
+    managed = {"SPARKGUARD_WEBHOOK_MODE": "managed"}
+    assert config_.load_config(managed).delete_rollback_timeout_seconds == 120
+    assert (
+        config_.load_config(
+            {**managed, "SPARKGUARD_DELETE_ROLLBACK_TIMEOUT": "5m"}
+        ).delete_rollback_timeout_seconds
+        == 300
+    )
+
+
+@pytest.mark.parametrize("bad", ["0", "2h", "soon", "-5", ""])
+def test_a_bad_delete_rollback_timeout_is_named_with_its_fix(bad: str) -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        config_.load_config(
+            {"SPARKGUARD_WEBHOOK_MODE": "managed", "SPARKGUARD_DELETE_ROLLBACK_TIMEOUT": bad}
+        )
+    assert (
+        f"SPARKGUARD_DELETE_ROLLBACK_TIMEOUT={bad!r} must be a duration from 1s to 1h, "
+        "e.g. '120' (seconds) or '2m'"
+    ) in str(caught.value)
+
+
 def test_half_a_certificate_is_refused() -> None:
     with pytest.raises(errors.ConfigError, match="set both"):
         config_.load_config(

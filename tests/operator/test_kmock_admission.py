@@ -16,7 +16,7 @@ import kmock
 import kopf
 import pytest
 
-from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import appmeta, finalizers, mutation
 from sparkguard.operator import config as config_
 from tests.operator import kmocking
 from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
@@ -108,7 +108,9 @@ async def test_annotated_app_is_mutated(webhook_url: Any, config: config_.Operat
     assert re.fullmatch(r"k8s:jobs/nightly/[0-9a-f]{16}", owner), owner
     with_owner = copy.deepcopy(app)
     with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
-    assert mutated == mutation.mutate(with_owner, config=config, native_sidecar=True)
+    expected = mutation.mutate(with_owner, config=config, native_sidecar=True)
+    expected["metadata"]["finalizers"] = [finalizers.FINALIZER]  # rolled back when deleted
+    assert mutated == expected
     assert mutated["spec"]["sparkConf"]["spark.sparkguard.jobId"] == "jobs.nightly"
     assert mutated["spec"]["sparkConf"]["spark.sparkguard.owner"] == owner
     again = _patched(app, await _post(url, _review(app)))
@@ -127,6 +129,7 @@ async def test_mutated_app_is_not_patched_again(
 ) -> None:
     url, _ = webhook_url
     once = mutation.mutate(spark_app("again", namespace="jobs"), config=config, native_sidecar=True)
+    once["metadata"]["finalizers"] = [finalizers.FINALIZER]
     response = await _post(url, _review(once, operation="UPDATE", old=once))
     assert response["allowed"] is True
     assert "patch" not in response
@@ -153,3 +156,36 @@ async def test_conflict_is_denied_naming_the_field(webhook_url: Any) -> None:
     response = await _post(url, _review(app))
     assert response["allowed"] is False
     assert "spec.sparkConf[spark.sparkguard.jobId]" in response["status"]["message"]
+
+
+async def test_the_finalizer_is_added_once_and_other_finalizers_are_kept(
+    webhook_url: Any, config: config_.OperatorConfig
+) -> None:
+    url, _ = webhook_url
+    app = spark_app("held", namespace="jobs")
+    app["metadata"]["finalizers"] = ["example.com/keep", finalizers.FINALIZER]
+    created = _patched(app, await _post(url, _review(app)))
+    assert created["metadata"]["finalizers"] == ["example.com/keep", finalizers.FINALIZER]
+    # An app admitted before the finalizer existed gets it at its next UPDATE...
+    before = mutation.mutate(spark_app("old", namespace="jobs"), config=config)
+    before["metadata"]["finalizers"] = ["example.com/keep"]
+    updated = _patched(before, await _post(url, _review(before, operation="UPDATE", old=before)))
+    assert updated["metadata"]["finalizers"] == ["example.com/keep", finalizers.FINALIZER]
+    # ...but an UPDATE that removes it (the operator, or someone by hand) is never undone.
+    removed = copy.deepcopy(updated)
+    removed["metadata"]["finalizers"] = ["example.com/keep"]
+    response = await _post(url, _review(removed, operation="UPDATE", old=updated))
+    assert _patched(removed, response)["metadata"]["finalizers"] == ["example.com/keep"]
+
+
+async def test_no_finalizer_for_apps_not_opted_in_or_being_deleted(
+    webhook_url: Any, config: config_.OperatorConfig
+) -> None:
+    url, _ = webhook_url
+    plain = spark_app("plain", namespace="jobs", enabled=False)
+    assert "finalizers" not in _patched(plain, await _post(url, _review(plain)))["metadata"]
+    # The API server refuses new finalizers on an object being deleted.
+    going = mutation.mutate(spark_app("going", namespace="jobs"), config=config)
+    going["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
+    response = await _post(url, _review(going, operation="UPDATE", old=going))
+    assert "finalizers" not in _patched(going, response)["metadata"]

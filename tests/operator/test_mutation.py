@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.operator import appmeta, errors, mutation
+from sparkguard.operator import appmeta, errors, finalizers, mutation
 from sparkguard.operator import config as config_
 from tests.operator.apps import spark_app
 
@@ -263,6 +263,7 @@ def test_review_of_the_operators_own_resubmission_adds_nothing(
     config: config_.OperatorConfig,
 ) -> None:
     stored = mutation.mutate(spark_app(), config=config)
+    stored["metadata"]["finalizers"] = [finalizers.FINALIZER]  # as admission stored it
     bumped = copy.deepcopy(stored)
     bumped["spec"]["sparkConf"]["spark.sparkguard.attempt"] = "1"
     verdict = mutation.review(bumped, old=stored, config=config, owner_id="x")

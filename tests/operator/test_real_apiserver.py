@@ -37,7 +37,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta, kube, main, recovery
+from sparkguard.operator import appmeta, finalizers, kube, main, recovery
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.kubebench.bench import KubeBench
@@ -122,6 +122,24 @@ class Cluster:
 
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def release(self, name: str) -> None:
+        """Remove sparkguard's finalizer by hand (as docs/operator.md says), keeping others."""
+        held = list(self.get(name)["metadata"].get("finalizers") or [])
+        index = held.index(finalizers.FINALIZER)
+        path = f"/metadata/finalizers/{index}"
+        self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            [
+                {"op": "test", "path": path, "value": finalizers.FINALIZER},
+                {"op": "remove", "path": path},
+            ],
+            _content_type="application/json-patch+json",
+        )
 
     def lease_holder(self, name: str) -> str:
         lease = client.CoordinationV1Api(self.api).read_namespaced_lease(name, self.namespace)
@@ -533,8 +551,11 @@ def test_app_deleted_and_recreated_during_rollback_is_left_untouched(cluster: Cl
         cluster.set_status("reborn", failed_status())
         assert stuck.entered.wait(30)
         old_owner = appmeta.storage_owner(cluster.get("reborn")["metadata"])
-        # Deleted and created again under the same name while its old recovery rolls back.
+        # Deleted and created again under the same name while its old recovery rolls back:
+        # the finalizer would hold it until rolled back, so it is removed by hand (as after an
+        # uninstall, or by an impatient admin).
         cluster.delete("reborn")
+        cluster.release("reborn")
         _eventually(lambda: not cluster.exists("reborn"))
         new = cluster.create(spark_app("reborn", annotations={appmeta.BACKOFF: "0"}))
         assert new["metadata"]["uid"] != old["metadata"]["uid"]
@@ -570,3 +591,33 @@ def test_unanswered_resubmission_is_patched_again(cluster: Cluster) -> None:
     assert conf["spark.sparkguard.attempt"] == "1"
     assert conf[recovery.CONF_RESUBMISSION] == f"1.{int(nudges)}"
     assert app["metadata"]["generation"] == generation + 1 + nudges  # each nudge: a spec change
+
+
+def test_an_app_deleted_mid_recovery_goes_only_after_its_rollback(cluster: Cluster) -> None:
+    """spark-operator's TTL deletes a FAILED app while sparkguard waits to resubmit it: the
+    finalizer holds it until the rollback ran and was recorded, then lets it go (through the
+    managed webhook, which sees the operator's finalizer patch and leaves it alone)."""
+    rollback = FakeRollback()
+    with operating(cluster, rollback):
+        created = cluster.create(spark_app("expiring", annotations={appmeta.BACKOFF: "5m"}))
+        assert created["metadata"]["finalizers"] == [finalizers.FINALIZER]  # at admission
+        cluster.set_status("expiring", failed_status())
+        _eventually(lambda: cluster.notes("expiring").get(appmeta.PHASE) == "RolledBack")
+        assert len(rollback.calls) == 1
+        gate = threading.Event()
+        rollback.gate, rollback.entered = gate, threading.Event()
+        try:
+            cluster.delete("expiring")
+            assert rollback.entered.wait(30)
+            held = cluster.get("expiring")  # still there while its rollback runs
+            assert held["metadata"]["deletionTimestamp"]
+            assert held["metadata"]["finalizers"] == [finalizers.FINALIZER]
+            assert "RolledBackOnDelete" not in cluster.event_reasons("expiring")
+        finally:
+            gate.set()
+        _eventually(lambda: not cluster.exists("expiring"))
+    assert len(rollback.calls) == 2
+    assert rollback.owners[1] == appmeta.storage_owner(created["metadata"])
+    reasons = cluster.event_reasons("expiring", uid=created["metadata"]["uid"])
+    assert reasons.count("RolledBackOnDelete") == 1
+    assert "Resubmitted" not in reasons
