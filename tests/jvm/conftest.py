@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 
 from tests.jvm import s3a
 from tests.sidecar import conftest as sidecar_support
-from tests.support import s3server
+from tests.support import s3server, shared_driver
 from tests.support.process import kill_session
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -48,22 +50,43 @@ def job_command(script: str, *args: str, conf: dict[str, str]) -> list[str]:
 def run_job(
     script: str, *args: str, conf: dict[str, str], timeout: float = 300, expect_exit: int = 0
 ) -> Any:
-    """Run ``tests/jvm/jobs/<script>`` with Spark ``conf`` in its own Python process (its own
-    Spark JVM, so its jars and conf never meet another test's session); returns the JSON of its
-    last stdout line, or fails with the job's stderr when it exits otherwise than
-    ``expect_exit``."""
-    result = subprocess.run(
-        job_command(script, *args, conf=conf),
-        capture_output=True,
-        text=True,
-        env=job_env(),
-        timeout=timeout,
-        check=False,
-    )
+    """Run ``tests/jvm/jobs/<script>`` with Spark ``conf``; returns the JSON of its last stdout
+    line, or fails with the job's stderr when it exits otherwise than ``expect_exit``.
+
+    Nobody kills it, so it runs in this worker's shared driver (``tests/support/
+    shared_driver.py``: a new SparkContext of its own conf in a JVM that stays warm), or as its
+    own process when its conf sets what only a JVM's start reads, or with
+    ``SPARKGUARD_TEST_SHARED_DRIVER=0``."""
+    result: Any
+    if shared_driver.shareable(conf):
+        result = _shared().run(JOBS / script, [json.dumps(conf), *args], conf, timeout=timeout)
+    else:
+        result = subprocess.run(
+            job_command(script, *args, conf=conf),
+            capture_output=True,
+            text=True,
+            env=job_env(),
+            timeout=timeout,
+            check=False,
+        )
     assert result.returncode == expect_exit, (
         f"{script} exited {result.returncode}, expected {expect_exit}:\n{result.stderr}"
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+_SHARED: list[shared_driver.SharedDriver] = []
+
+
+def _shared() -> shared_driver.SharedDriver:
+    """This worker's shared driver, started on first use, stopped when the worker exits."""
+    if not _SHARED:
+        driver = shared_driver.SharedDriver(
+            env=job_env(), log_dir=Path(tempfile.mkdtemp(prefix="sg-shared-driver-"))
+        )
+        atexit.register(driver.stop)
+        _SHARED.append(driver)
+    return _SHARED[0]
 
 
 def kill_when(
