@@ -311,6 +311,9 @@ def test_max_retries_zero_rolls_back_and_gives_up(cluster: Cluster) -> None:
 def test_operator_restarted_mid_recovery_resubmits_exactly_once(cluster: Cluster) -> None:
     gate = threading.Event()
     stuck = FakeRollback(gate=gate)
+    # Claims that expire 2 s after their last renewal (default 30 s): the successor below
+    # waits that long, and the test's waits are 30 s.
+    cluster.config = dataclasses.replace(cluster.config, claim_ttl_seconds=2.0)
     operator = OperatorThread(cluster, stuck).start()
     try:
         _wait_for_webhook(cluster)
@@ -331,7 +334,6 @@ def test_operator_restarted_mid_recovery_resubmits_exactly_once(cluster: Cluster
     healthy = FakeRollback()
     # The first operator's claim outlives it (a crash cannot release it): its successor waits
     # for the claim to expire, then takes over.
-    cluster.config = dataclasses.replace(cluster.config, claim_ttl_seconds=2.0)
     with operating(cluster, healthy):
         _eventually(lambda: cluster.notes("crashy").get(appmeta.PHASE) == "Resubmitted")
     decisions = Decisions()
