@@ -15,7 +15,8 @@ Tasks: partitions 0..P-2 are written by the driver process itself; the last part
 kill it). The executor waits EXECUTOR_DELAY seconds before it writes, so when the driver dies
 it is still writing: a lingering executor, which keeps going until the stand-in's garbage
 collection stops it (see ``StandInSparkOperator.executor_linger_s``). It hands its files to the
-driver through ``RUN_DIR/executor-<p>.json``; a driver that is gone never reads them.
+driver through ``RUN_DIR/executor-<p>.json``; a driver that is gone never reads them. What it
+did (and when) goes to ``RUN_DIR/executor-<p>.log``.
 
 KILL_POINT (``none``, ``before-files``, ``mid-write``, ``after-commit``): the driver creates
 ``RUN_DIR/at-<point>`` there and stalls until it is killed (the file-flag stall of
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 KILL_POINTS = ("none", "before-files", "mid-write", "after-commit")
 
@@ -69,7 +71,7 @@ def _driver(argv: list[str]) -> int:
         return 0
     # The last partition's task runs in an executor: its own session, as a pod of its own.
     last = partitions - 1
-    (run_dir / "writer.pickle").write_bytes(cloudpickle.dumps(built.spec))
+    (run_dir / "writer.pickle").write_bytes(cloudpickle.dumps(built.spec))  # type: ignore[no-untyped-call]
     executor = subprocess.Popen(
         [sys.executable, __file__, "executor", str(run_dir), str(last), str(rows),
          str(partitions), str(delay)],
@@ -78,7 +80,7 @@ def _driver(argv: list[str]) -> int:
     (run_dir / "executors").mkdir(exist_ok=True)
     (run_dir / "executors" / str(executor.pid)).touch()
     _stall(run_dir, "before-files", kill_point)
-    messages = []
+    messages: list[Any] = []
     for partition in range(last):
         files = writer.write_partition(
             built.spec, [_batch(partition, rows, partitions)], partition=partition, attempt=0,
@@ -116,11 +118,17 @@ def _executor(argv: list[str]) -> int:
     run_dir, partition = Path(argv[0]), int(argv[1])
     rows, partitions, delay = int(argv[2]), int(argv[3]), float(argv[4])
     spec = cloudpickle.loads((run_dir / "writer.pickle").read_bytes())
+    trail = run_dir / f"executor-{partition}.log"
     time.sleep(delay)
-    files = writer.write_partition(
-        spec, [_batch(partition, rows, partitions)], partition=partition, attempt=0,
-        token=spec.settings.job_id,
-    )  # fmt: skip
+    try:
+        files = writer.write_partition(
+            spec, [_batch(partition, rows, partitions)], partition=partition, attempt=0,
+            token=spec.settings.job_id,
+        )  # fmt: skip
+    except Exception as exc:
+        trail.write_text(f"{time.time():.3f} failed: {exc!r}\n")
+        raise
+    trail.write_text(f"{time.time():.3f} wrote {[f.path for f in files]}\n")
     tmp = run_dir / f".executor-{partition}.json"
     tmp.write_text(json.dumps([f.to_json() for f in files]))
     os.replace(tmp, run_dir / f"executor-{partition}.json")

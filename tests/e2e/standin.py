@@ -60,7 +60,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kubernetes import client, watch
 
@@ -198,7 +198,7 @@ def _parse_time(text: Any) -> datetime.datetime | None:
 
 
 def _conflict(exc: client.ApiException) -> bool:
-    return exc.status == 409
+    return bool(exc.status == 409)
 
 
 # -- pure functions of pkg/util/sparkapplication.go ----------------------------------------------
@@ -442,6 +442,10 @@ class StandInSparkOperator:
         self.kill_when: Callable[[], bool] | None = None
         self.fail_submissions = 0
         self.conflict_spec_updates = 0
+        #: the 1.x update predicate (1.x ``pkg/controller/sparkapplication/controller.go``
+        #: ``onUpdate``): the INVALIDATING write re-reads and retries on a conflict instead of
+        #: dropping the rerun. Only this predicate is 1.x; the rest of the model stays v2.
+        self.retry_spec_updates = False
         self.watch_paused = threading.Event()
         #: (reason, message) of every Event the stand-in posted, in order
         self.events: list[tuple[str, str]] = []
@@ -460,10 +464,10 @@ class StandInSparkOperator:
 
     # -- the API side -----------------------------------------------------------------------
     def app(self) -> dict[str, Any]:
-        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+        found = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, self.namespace, PLURAL, self.name
         )
-        return found
+        return cast("dict[str, Any]", found)
 
     def _update_status(self, app: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """``updateSparkApplicationStatus``: ``Status().Update``, a full status replace with
@@ -515,7 +519,7 @@ class StandInSparkOperator:
                     cached = self.app()
                     version = cached["metadata"]["resourceVersion"]
                     self.enqueue()  # the informer's initial list: a Create event
-                stream = watch.Watch().stream(
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                     self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
                     PLURAL, field_selector=f"metadata.name={self.name}",
                     resource_version=version, timeout_seconds=2,
@@ -556,7 +560,10 @@ class StandInSparkOperator:
             status = copy.deepcopy(new.get("status") or {})
             status.setdefault("applicationState", {})["state"] = "INVALIDATING"
             try:
-                self._update_status(new, status)
+                if self.retry_spec_updates:
+                    self._retry_on_conflict(self._invalidate_latest)
+                else:
+                    self._update_status(new, status)
             except client.ApiException as exc:
                 self._event(
                     new, "Warning", "SparkApplicationSpecUpdateFailed",
@@ -565,6 +572,13 @@ class StandInSparkOperator:
                 )  # fmt: skip
                 return
         self.enqueue()
+
+    def _invalidate_latest(self) -> None:
+        """1.x: ``updateApplicationStatusWithRetries``: re-GET, set INVALIDATING, write."""
+        app = self.app()
+        status = copy.deepcopy(app.get("status") or {})
+        status.setdefault("applicationState", {})["state"] = "INVALIDATING"
+        self._update_status(app, status)
 
     def _race_status_write(self) -> None:
         """Another status write lands between the spec change and the predicate's write: the
@@ -1310,18 +1324,19 @@ class StandInScheduledController:
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
 
     def _scheduled(self) -> dict[str, Any]:
-        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+        found = self.custom.get_namespaced_custom_object(
             GROUP, VERSION, self.namespace, SCHEDULED_PLURAL, self.name
         )
-        return found
+        return cast("dict[str, Any]", found)
 
     def _runs(self) -> list[dict[str, Any]]:
         """``listSparkApplications`` + ``sortSparkApplicationsInPlace``: newest first (by
         creationTimestamp; the name's nanoseconds break the ties of its 1 s resolution)."""
-        items: list[dict[str, Any]] = self.custom.list_namespaced_custom_object(
+        found = self.custom.list_namespaced_custom_object(
             GROUP, VERSION, self.namespace, PLURAL,
             label_selector=f"{SCHEDULED_APP_NAME_LABEL}={self.name}",
-        )["items"]  # fmt: skip
+        )  # fmt: skip
+        items = cast("list[dict[str, Any]]", cast("dict[str, Any]", found)["items"])
         return sorted(
             items,
             key=lambda a: (a["metadata"]["creationTimestamp"], a["metadata"]["name"]),

@@ -47,7 +47,7 @@ KILL_POINTS: Final = ("before-files", "mid-write", "after-commit")
 def test_recovery(model_operator: ChartOperator, policy: str, kill_point: str) -> None:
     cluster = model_operator
     name = f"m-{policy.lower()}-{kill_point}"
-    extra = {"restartPolicy": POLICIES[policy]} if POLICIES[policy] else {}
+    extra: dict[str, Any] = {"restartPolicy": POLICIES[policy]} if POLICIES[policy] else {}
     created = cluster.create(spark_app(name, annotations={appmeta.BACKOFF: "1s"}, **extra))
     job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
     standin = light_standin(cluster, name)
@@ -68,9 +68,16 @@ def test_recovery(model_operator: ChartOperator, policy: str, kill_point: str) -
     print(f"\n{name}: {seconds:.1f}s, runs {[r['ended_by'] for r in standin.runs]}")
     reasons = cluster.event_reasons(name)
 
-    # The first driver died where asked; its lingering executor is gone now.
+    # The first driver died where asked; its lingering executor is gone now. Before a commit
+    # it was still to write when its driver died: its late marker was refused (the old pod's
+    # sidecar is gone, or the next one refuses an instant already decided), or its file has
+    # a name the rerun commits (checked below: nothing uncommitted).
     assert standin.runs[0]["ended_by"] == "killed"
     assert standin.executors_left() == 0
+    trail = standin.workdir / "run-0" / "executor-3.log"
+    if not committed_first:
+        print(f"lingering executor: {trail.read_text()[:300]}")
+        assert trail.read_text().split()[1] in ("failed:", "wrote")
     # Resubmissions: sparkguard's, only under Never.
     resubmits = 1 if never else 0
     assert reasons.count("Resubmitted") == resubmits

@@ -446,6 +446,7 @@ def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
     reasons = cluster.event_reasons("restarts")
     assert len(standin.runs) == 2
     assert standin.runs[1]["generation"] == standin.runs[0]["generation"]  # no resubmission
+    assert "FAILED" not in standin.states  # spark-operator's own retry: FAILING, PENDING_RERUN
     assert rollback.summaries == []  # the operator never acted: no FAILED was final
     assert "Resubmitted" not in reasons
     rows, duplicates, missing = _exactly_once(str(table))
