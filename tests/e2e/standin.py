@@ -657,9 +657,6 @@ class StandInSparkOperator:
         state = ((self.app().get("status") or {}).get("applicationState") or {}).get("state", "")
         handlers: dict[str, Callable[[], None]] = {
             "": self._reconcile_new,
-            "SUBMITTED": self._reconcile_driver,
-            "RUNNING": self._reconcile_driver,
-            "UNKNOWN": self._reconcile_driver,
             "SUBMISSION_FAILED": self._reconcile_failed_submission,
             "PENDING_RERUN": self._reconcile_pending_rerun,
             "INVALIDATING": self._reconcile_invalidating,
@@ -668,6 +665,9 @@ class StandInSparkOperator:
             "COMPLETED": self._reconcile_terminated,
             "FAILED": self._reconcile_terminated,
         }
+        if state in ("SUBMITTED", "RUNNING", "UNKNOWN"):
+            self._reconcile_driver(state)
+            return
         handler = handlers.get(state)
         if handler is not None:
             handler()
@@ -691,12 +691,11 @@ class StandInSparkOperator:
         """Upstream: ``reconcileNewSparkApplication``: submit."""
         self._step("", self._submit)
 
-    def _reconcile_driver(self) -> None:
+    def _reconcile_driver(self, state: str) -> None:
         """Upstream: ``reconcileSubmittedSparkApplication``/``reconcileRunningSparkApplication``
         /``reconcileUnknownSparkApplication`` → ``updateSparkApplicationState``
-        (``updateDriverState``)."""
-        state = ((self.app().get("status") or {}).get("applicationState") or {}).get("state")
-        self._step(str(state), self._update_driver_state)
+        (``updateDriverState``); each returns unless the app is still in *its* state."""
+        self._step(state, self._update_driver_state)
 
     def _update_driver_state(self, app: dict[str, Any], status: dict[str, Any]) -> None:
         """Upstream: ``updateDriverState``: the pod's driver state → the app state; FAILING
@@ -831,6 +830,9 @@ class StandInSparkOperator:
         (``timeToLiveSeconds`` after terminationTime, ``IsExpired``) is deleted (no finalizer of
         spark-operator's; dependents by GC); else requeued for when it expires."""
         app = self.app()
+        state = ((app.get("status") or {}).get("applicationState") or {}).get("state")
+        if state not in TERMINAL_STATES:  # ``util.IsTerminated``
+            return
         now = datetime.datetime.now(datetime.UTC)
         if is_expired(app, now=now):
             self.custom.delete_namespaced_custom_object(
