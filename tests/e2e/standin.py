@@ -447,6 +447,8 @@ class StandInSparkOperator:
         #: dropping the rerun. Only this predicate is 1.x; the rest of the model stays v2.
         self.retry_spec_updates = False
         self.watch_paused = threading.Event()
+        #: set ``watch_paused`` once the stand-in has written this state (one-shot)
+        self.pause_watch_on: str | None = None
         #: (reason, message) of every Event the stand-in posted, in order
         self.events: list[tuple[str, str]] = []
         #: every status state the stand-in wrote, in order (FAILED must never appear between)
@@ -476,7 +478,11 @@ class StandInSparkOperator:
         self.custom.replace_namespaced_custom_object_status(
             GROUP, VERSION, self.namespace, PLURAL, self.name, body
         )
-        self.states.append(str((status.get("applicationState") or {}).get("state")))
+        state = str((status.get("applicationState") or {}).get("state"))
+        self.states.append(state)
+        if state == self.pause_watch_on:  # the informer starts lagging right after this write
+            self.pause_watch_on = None
+            self.watch_paused.set()
 
     def _event(self, app: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         """``recordSparkApplicationEvent``: a Kubernetes Event on the app."""

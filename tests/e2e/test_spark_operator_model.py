@@ -137,15 +137,13 @@ def test_a_dropped_rerun_is_nudged_once(model_operator: ChartOperator, lost_by: 
     standin.kill_runs = {0}
     if lost_by == "status-conflict":
         standin.conflict_spec_updates = 1
+    else:
+        standin.pause_watch_on = "FAILED"  # the informer stalls before the resubmission
 
     def done() -> bool:
-        phase = cluster.notes(name).get(appmeta.PHASE)
-        if lost_by == "lagging-informer":
-            if phase == "RolledBack":
-                standin.watch_paused.set()  # the informer stalls before the resubmission
-            if "ResubmitRetried" in cluster.event_reasons(name):
-                standin.watch_paused.clear()
-        return phase == "Succeeded"
+        if "ResubmitRetried" in cluster.event_reasons(name):
+            standin.watch_paused.clear()
+        return cluster.notes(name).get(appmeta.PHASE) == "Succeeded"
 
     serve_until(standin, done, what=f"app {name} to succeed after a nudge")
     reasons = cluster.event_reasons(name)
@@ -339,14 +337,12 @@ def test_a_lagging_1x_predicate_applies_both_the_resubmission_and_the_nudge(
     standin = light_standin(cluster, name)
     standin.kill_runs = {0}
     standin.retry_spec_updates = True
+    standin.pause_watch_on = "FAILED"  # the informer stalls before the resubmission
 
     def done() -> bool:
-        phase = cluster.notes(name).get(appmeta.PHASE)
-        if phase == "RolledBack":
-            standin.watch_paused.set()
         if "ResubmitRetried" in cluster.event_reasons(name):
             standin.watch_paused.clear()
-        return phase == "Succeeded"
+        return cluster.notes(name).get(appmeta.PHASE) == "Succeeded"
 
     serve_until(standin, done, what=f"app {name} to succeed")
     reasons = cluster.event_reasons(name)
