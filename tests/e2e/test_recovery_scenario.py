@@ -72,6 +72,8 @@ class ChartOperator:
     api: client.ApiClient
     namespace: str
     rollback: RealRollback
+    #: where tables and journals may go (the sidecar's allowed root)
+    workdir: Path = dataclasses.field(default=Path(), kw_only=True)
 
     def get(self, name: str) -> dict[str, Any]:
         found: dict[str, Any] = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
@@ -102,21 +104,19 @@ class ChartOperator:
         return [e.reason for e in events.items]
 
 
-@pytest.fixture
-def chart_operator(
-    kube_bench: KubeBench, tmp_path: Path, request: pytest.FixtureRequest
+@contextlib.contextmanager
+def installed_chart_operator(
+    kube_bench: KubeBench, workdir: Path, env_extra: dict[str, str] | None = None
 ) -> Iterator[ChartOperator]:
-    """``helm install`` of the chart, then its operator with the Deployment's env and SA.
-
-    Parametrized indirectly, the parameter is a dict of environment variables set on top of
-    the Deployment's (e.g. ``SPARKGUARD_SIDECAR_NATIVE``).
-    """
+    """``helm install`` of the chart, then its operator with the Deployment's env and SA, plus
+    ``env_extra`` (e.g. ``SPARKGUARD_SIDECAR_NATIVE``); tables and journals go under
+    ``workdir``."""
     suffix = uuid.uuid4().hex[:6]
     app_namespace = f"e2e-{suffix}"
     kube_bench.ensure_namespace(app_namespace)
     values = {
-        "operator": {"journalRoot": str(tmp_path / "journal")},
-        "sidecar": {"port": harness.free_port(), "allowedRoots": [str(tmp_path)]},
+        "operator": {"journalRoot": str(workdir / "journal")},
+        "sidecar": {"port": harness.free_port(), "allowedRoots": [str(workdir)]},
     }
     release = harness.install(
         kube_bench, name=f"e2e-{suffix}", namespace=f"sparkguard-e2e-{suffix}", values=values
@@ -133,7 +133,7 @@ def chart_operator(
     env = harness.operator_env_on_bench(
         release, webhook_port=port, cert_file=str(cert.cert_file), key_file=str(cert.key_file)
     )
-    env.update(getattr(request, "param", None) or {})
+    env.update(env_extra or {})
     # The marker token Secret the chart's NOTES tell users to create in each app namespace.
     client.CoreV1Api(api).create_namespaced_secret(
         app_namespace,
@@ -159,7 +159,7 @@ def chart_operator(
                     ca_pem=kube_bench.ca_pem,
                 ),
             )
-            cluster = ChartOperator(kube_bench, api, app_namespace, rollback)
+            cluster = ChartOperator(kube_bench, api, app_namespace, rollback, workdir=workdir)
             _wait_for_webhook(cluster)
             yield cluster
     finally:
@@ -167,6 +167,21 @@ def chart_operator(
             admission.delete_mutating_webhook_configuration(bench_hook)
         harness.uninstall(kube_bench, release)
         api.close()
+
+
+@pytest.fixture
+def chart_operator(
+    kube_bench: KubeBench, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ChartOperator]:
+    """``helm install`` of the chart, then its operator with the Deployment's env and SA.
+
+    Parametrized indirectly, the parameter is a dict of environment variables set on top of
+    the Deployment's (e.g. ``SPARKGUARD_SIDECAR_NATIVE``).
+    """
+    with installed_chart_operator(
+        kube_bench, tmp_path, getattr(request, "param", None) or {}
+    ) as cluster:
+        yield cluster
 
 
 @dataclasses.dataclass
@@ -322,7 +337,6 @@ def _run_until_completed(
     *,
     table: Path,
     workdir: Path,
-    restart_on_failure: int = 0,
     job: str = "demo",
     rows: int = ROWS,
     partitions: int = 4,
@@ -337,12 +351,7 @@ def _run_until_completed(
     standin.kill_runs = {0}
     standin.kill_when = kill_when
     stop = threading.Event()
-    runner = threading.Thread(
-        target=standin.serve,
-        args=(stop,),
-        kwargs={"restart_on_failure": restart_on_failure},
-        daemon=True,
-    )
+    runner = threading.Thread(target=standin.serve, args=(stop,), daemon=True)
     runner.start()
     try:
         harness.eventually(
@@ -353,6 +362,7 @@ def _run_until_completed(
     finally:
         stop.set()
         runner.join(30)
+        standin.cleanup()
     return standin
 
 
@@ -430,13 +440,13 @@ def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
     cluster = chart_operator
     rollback = cluster.rollback
     table = tmp_path / "orders"
-    cluster.create(spark_app("restarts"))
-    standin = _run_until_completed(
-        cluster, "restarts", table=table, workdir=tmp_path / "pods", restart_on_failure=1
-    )
+    policy = {"type": "OnFailure", "onFailureRetries": 1, "onFailureRetryInterval": 1}
+    cluster.create(spark_app("restarts", restartPolicy=policy))
+    standin = _run_until_completed(cluster, "restarts", table=table, workdir=tmp_path / "pods")
     reasons = cluster.event_reasons("restarts")
     assert len(standin.runs) == 2
     assert standin.runs[1]["generation"] == standin.runs[0]["generation"]  # no resubmission
+    assert "FAILED" not in standin.states  # spark-operator's own retry: FAILING, PENDING_RERUN
     assert rollback.summaries == []  # the operator never acted: no FAILED was final
     assert "Resubmitted" not in reasons
     rows, duplicates, missing = _exactly_once(str(table))
@@ -475,7 +485,7 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
     )  # fmt: skip
     reasons = cluster.event_reasons("plain")
     # Run 0 was SIGKILLed mid-write; the operator rolled back and resubmitted; run 1 committed.
-    assert [run["exit"] for run in standin.runs] == [-signal.SIGKILL, 0]
+    assert [run["exit"] for run in standin.runs] == [128 + signal.SIGKILL, 0]  # as a container
     assert standin.runs[1]["generation"] == standin.runs[0]["generation"] + 1
     assert {"RolledBack", "Resubmitted"} <= set(reasons)
     assert reasons.count("Resubmitted") == 1

@@ -1,0 +1,140 @@
+"""The stand-in's light driver (``job="light"``): sparkguard's Python writer without a Spark JVM.
+
+    python light_driver.py driver CONF_JSON TABLE ROWS PARTITIONS RUN_DIR KILL_POINT EXECUTOR_DELAY
+    python light_driver.py executor RUN_DIR PARTITION ROWS PARTITIONS
+
+The driver runs the steps Spark would run for ``df.write.format("sparkguard").save(TABLE)``,
+like ``tests/jvm/jobs/owner_race_python.py``: the writer's driver step (``writer.source_class
+(conf)(...).writer(schema, False)``: the rollback of this owner's leftovers, the inflight instant,
+the journal), then the tasks' files, then the commit. CONF_JSON holds the app's injected
+``spark.sparkguard.*`` settings (job id, owner, attempt, journal, markers). The rows are ids
+``0..ROWS-1`` split into PARTITIONS contiguous ranges, so every run writes the same files.
+
+Tasks: partitions 0..P-2 are written by the driver process itself; the last partition by an
+*executor* process started in its own session (a pod of its own: killing the driver does not
+kill it). The executor waits EXECUTOR_DELAY seconds before it writes, so when the driver dies
+it is still writing: a lingering executor, which keeps going until the stand-in's garbage
+collection stops it (see ``StandInSparkOperator.executor_linger_s``). It hands its files to the
+driver through ``RUN_DIR/executor-<p>.json``; a driver that is gone never reads them. What it
+did (and when) goes to ``RUN_DIR/executor-<p>.log``.
+
+KILL_POINT (``none``, ``before-files``, ``mid-write``, ``after-commit``): the driver creates
+``RUN_DIR/at-<point>`` there and stalls until it is killed (the file-flag stall of
+``tests/jvm/jobs/stream_foreach_batch.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+KILL_POINTS = ("none", "before-files", "mid-write", "after-commit")
+
+
+def _stall(run_dir: Path, point: str, kill_point: str) -> None:
+    if point != kill_point:
+        return
+    (run_dir / f"at-{point}").touch()
+    while True:  # until the stand-in kills this driver
+        time.sleep(1)
+
+
+def _batch(partition: int, rows: int, partitions: int) -> object:
+    import pyarrow as pa
+
+    per = -(-rows // partitions)
+    ids = list(range(partition * per, min(rows, (partition + 1) * per)))
+    return pa.record_batch({"id": pa.array(ids, pa.int64())})
+
+
+def _driver(argv: list[str]) -> int:
+    from pyspark import cloudpickle
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from sparkguard.spark_lib import timeline, writer
+
+    conf = json.loads(argv[0])
+    table, rows, partitions = argv[1], int(argv[2]), int(argv[3])
+    run_dir, kill_point, delay = Path(argv[4]), argv[5], float(argv[6])
+    if kill_point not in KILL_POINTS:
+        raise SystemExit(f"kill point {kill_point!r}: use one of {', '.join(KILL_POINTS)}")
+    schema = StructType([StructField("id", LongType())])
+    built = writer.source_class(conf)(options={"path": table}).writer(schema, False)
+    if not isinstance(built, writer.BatchWriter):  # write 0 already committed (rerun=skip)
+        print("light driver: already committed", flush=True)
+        return 0
+    # The last partition's task runs in an executor: its own session, as a pod of its own.
+    last = partitions - 1
+    (run_dir / "writer.pickle").write_bytes(cloudpickle.dumps(built.spec))  # type: ignore[no-untyped-call]
+    executor = subprocess.Popen(
+        [sys.executable, __file__, "executor", str(run_dir), str(last), str(rows),
+         str(partitions), str(delay)],
+        start_new_session=True,
+    )  # fmt: skip
+    (run_dir / "executors").mkdir(exist_ok=True)
+    (run_dir / "executors" / str(executor.pid)).touch()
+    _stall(run_dir, "before-files", kill_point)
+    messages: list[Any] = []
+    for partition in range(last):
+        files = writer.write_partition(
+            built.spec, [_batch(partition, rows, partitions)], partition=partition, attempt=0,
+            token=built.spec.settings.job_id,
+        )  # fmt: skip
+        messages.append(
+            writer.WriteMessage(partition=partition, attempt=0, task_attempt_id=partition,
+                                files=files)
+        )  # fmt: skip
+        _stall(run_dir, "mid-write", kill_point)
+    result = run_dir / f"executor-{last}.json"
+    if executor.wait() != 0 or not result.exists():
+        built.abort(messages)
+        print("light driver: the executor failed; write aborted", flush=True)
+        return 1
+    files = tuple(
+        timeline.DataFile.from_json(f, source=str(result)) for f in json.loads(result.read_text())
+    )
+    messages.append(
+        writer.WriteMessage(partition=last, attempt=0, task_attempt_id=last, files=files)
+    )
+    built.commit(list(messages))
+    _stall(run_dir, "after-commit", kill_point)
+    print("light driver: committed", flush=True)
+    return 0
+
+
+def _executor(argv: list[str]) -> int:
+    from pyspark import cloudpickle
+
+    from sparkguard.spark_lib import writer
+
+    # SIGTERM (the pod's deletion) ends the task like an exception: an open file is cancelled.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    run_dir, partition = Path(argv[0]), int(argv[1])
+    rows, partitions, delay = int(argv[2]), int(argv[3]), float(argv[4])
+    spec = cloudpickle.loads((run_dir / "writer.pickle").read_bytes())
+    trail = run_dir / f"executor-{partition}.log"
+    time.sleep(delay)
+    try:
+        files = writer.write_partition(
+            spec, [_batch(partition, rows, partitions)], partition=partition, attempt=0,
+            token=spec.settings.job_id,
+        )  # fmt: skip
+    except Exception as exc:
+        trail.write_text(f"{time.time():.3f} failed: {exc!r}\n")
+        raise
+    trail.write_text(f"{time.time():.3f} wrote {[f.path for f in files]}\n")
+    tmp = run_dir / f".executor-{partition}.json"
+    tmp.write_text(json.dumps([f.to_json() for f in files]))
+    os.replace(tmp, run_dir / f"executor-{partition}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    mode, rest = sys.argv[1], sys.argv[2:]
+    raise SystemExit(_driver(rest) if mode == "driver" else _executor(rest))

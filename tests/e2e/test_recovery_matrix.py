@@ -1,0 +1,102 @@
+"""The recovery matrix: {restartPolicy Never, OnFailure} x {where the driver dies}.
+
+Each case runs on the real kube-apiserver bench with the chart's operator (one per module) and
+the spark-operator stand-in (``tests/e2e/standin.py``, a model of upstream) running the
+*mutated* driver pod with the light driver (``light_driver.py``: sparkguard's Python writer,
+no Spark JVM, one task in a lingering executor process). The first driver is SIGKILLed:
+
+* ``before-files``: the instant is inflight, no data file yet (the executor is still to write);
+* ``mid-write``: one task's file is published, the others not, nothing committed;
+* ``after-commit``: the outcome is written, the driver dies before it exits.
+
+Never: spark-operator makes the failure FAILED, sparkguard rolls back and resubmits. After a
+complete commit (outcome written, markers deleted) the rollback finds nothing undecided, so
+sparkguard resubmits too, and the rerun's writer skips the committed write (``rerun=skip``);
+CommittedNotResubmitted is only for a driver that died between its outcome and its marker
+cleanup. OnFailure (``onFailureRetries: 1``):
+spark-operator itself reruns the driver (FAILING → PENDING_RERUN, FAILED never shown) and the
+rerun's rollback initContainer cleans up; sparkguard does nothing. Every case: every row
+exactly once, resubmissions as expected (none doubled, none missing), nothing uncommitted or
+temporary left once the lingering executor is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final
+
+import pytest
+
+from sparkguard.operator import appmeta
+from sparkguard.spark_lib import timeline
+from tests.e2e.conftest import leftovers, light_standin, rows_once, serve_until, states_of
+from tests.e2e.test_recovery_scenario import ChartOperator
+from tests.operator.apps import spark_app
+
+pytestmark = [pytest.mark.kube]
+
+POLICIES: Final[dict[str, dict[str, Any] | None]] = {
+    "Never": None,
+    "OnFailure": {"type": "OnFailure", "onFailureRetries": 1, "onFailureRetryInterval": 1},
+}
+KILL_POINTS: Final = ("before-files", "mid-write", "after-commit")
+
+
+@pytest.mark.parametrize("kill_point", KILL_POINTS)
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_recovery(model_operator: ChartOperator, policy: str, kill_point: str) -> None:
+    cluster = model_operator
+    name = f"m-{policy.lower()}-{kill_point}"
+    extra: dict[str, Any] = {"restartPolicy": POLICIES[policy]} if POLICIES[policy] else {}
+    created = cluster.create(spark_app(name, annotations={appmeta.BACKOFF: "1s"}, **extra))
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    standin = light_standin(cluster, name)
+    standin.kill_runs = {0}
+    standin.kill_point = kill_point
+    table = cluster.workdir / name / "table"
+    committed_first = kill_point == "after-commit"
+    never = policy == "Never"
+
+    def done() -> bool:
+        if never:
+            return cluster.notes(name).get(appmeta.PHASE) == "Succeeded"
+        return cluster.state(name) == "COMPLETED"
+
+    started = time.monotonic()
+    serve_until(standin, done, what=f"app {name} to end")
+    seconds = time.monotonic() - started
+    print(f"\n{name}: {seconds:.1f}s, runs {[r['ended_by'] for r in standin.runs]}")
+    reasons = cluster.event_reasons(name)
+
+    # The first driver died where asked; its lingering executor is gone now. Before a commit
+    # it was still to write when its driver died: its late marker was refused (the old pod's
+    # sidecar is gone, or the next one refuses an instant already decided), or its file has
+    # a name the rerun commits (checked below: nothing uncommitted).
+    assert standin.runs[0]["ended_by"] == "killed"
+    assert standin.executors_left() == 0
+    trail = standin.workdir / "run-0" / "executor-3.log"
+    if not committed_first:
+        print(f"lingering executor: {trail.read_text()[:300]}")
+        assert trail.read_text().split()[1] in ("failed:", "wrote")
+    # Resubmissions: sparkguard's, only under Never.
+    resubmits = 1 if never else 0
+    assert reasons.count("Resubmitted") == resubmits
+    if never:
+        assert "RollbackStarted" in reasons
+        assert len(standin.runs) == 1 + resubmits
+        assert cluster.notes(name)[appmeta.ATTEMPT] == str(resubmits)
+    else:
+        # spark-operator reran the driver itself: FAILED was never written, sparkguard stayed
+        # out, and the rerun is the same generation (no spec change).
+        assert "FAILED" not in standin.states
+        assert "RollbackStarted" not in reasons
+        assert len(standin.runs) == 2
+        assert standin.runs[1]["generation"] == standin.runs[0]["generation"]
+        assert [r["executionAttempts"] for r in standin.runs] == [1, 2]
+    # The table: every row exactly once, nothing uncommitted or temporary left.
+    assert rows_once(table) == (4_000, 0, 0)
+    assert leftovers(table) == []
+    expected = [timeline.State.COMMITTED]
+    if not committed_first:
+        expected.insert(0, timeline.State.ROLLED_BACK)
+    assert states_of(table, job_id) == expected
