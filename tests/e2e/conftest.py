@@ -23,8 +23,9 @@ LIGHT_ROWS = 4_000
 
 @pytest.fixture(scope="module", params=["2.x"])
 def crd_version(request: pytest.FixtureRequest) -> str:
-    """The spark-operator CRD the bench serves. Today only "2.x" (tests/kubebench/crds/); the
-    axis {1.x, 2.x} is added here (and in the bench's CRD set) when the 1.x CRD exists."""
+    """The spark-operator CRD the bench serves while a module's operator runs: "2.x" unless the
+    module parametrizes it (``indirect``, module scope), as the recovery matrix does with
+    {"2.x", "1.x"}."""
     return str(request.param)
 
 
@@ -33,13 +34,25 @@ def model_operator(
     kube_bench: KubeBench, tmp_path_factory: pytest.TempPathFactory, crd_version: str
 ) -> Iterator[ChartOperator]:
     """The chart's operator for a whole module of light tests (installing it per test would
-    cost more than a light case). ``SPARKGUARD_RESUBMIT_TIMEOUT`` is 3 s, so a dropped rerun
-    is nudged within the test."""
-    assert crd_version == "2.x", f"no {crd_version} CRD on the bench yet"
+    cost more than a light case), started after spark-operator ``crd_version``'s CRD is in
+    effect (the operator reads it to choose a native or regular sidecar); the bench's own CRD
+    is put back afterwards. ``SPARKGUARD_RESUBMIT_TIMEOUT`` is 3 s, so a dropped rerun is
+    nudged within the test."""
+    from tests.operator.test_crd_roundtrip import use_crd
+
+    before = kube_bench.spark_operator
+    probe = "sg-crd-probe"  # where use_crd creates its probe apps
+    kube_bench.ensure_namespace(probe)
+    if crd_version != before:
+        use_crd(kube_bench, crd_version, probe)
     workdir = tmp_path_factory.mktemp("e2e-light")
     env = {"SPARKGUARD_RESUBMIT_TIMEOUT": "3s"}
-    with installed_chart_operator(kube_bench, workdir, env) as cluster:
-        yield cluster
+    try:
+        with installed_chart_operator(kube_bench, workdir, env) as cluster:
+            yield cluster
+    finally:
+        if crd_version != before:
+            use_crd(kube_bench, before, probe)
 
 
 def light_standin(cluster: ChartOperator, name: str, **kwargs: Any) -> StandInSparkOperator:

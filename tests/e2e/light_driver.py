@@ -11,11 +11,12 @@ the journal), then the tasks' files, then the commit. CONF_JSON holds the app's 
 ``0..ROWS-1`` split into PARTITIONS contiguous ranges, so every run writes the same files.
 
 Tasks: partitions 0..P-2 are written by the driver process itself; the last partition by an
-*executor* process started in its own session (a pod of its own: killing the driver does not
-kill it). The executor waits EXECUTOR_DELAY seconds before it writes, so when the driver dies
-it is still writing: a lingering executor, which keeps going until the stand-in's garbage
-collection stops it (see ``StandInSparkOperator.executor_linger_s``). It hands its files to the
-driver through ``RUN_DIR/executor-<p>.json``; a driver that is gone never reads them. What it
+*executor* process the stand-in starts at the driver's request, outside the driver pod's
+namespaces (a pod of its own: killing the driver pod does not kill it). The executor waits
+EXECUTOR_DELAY seconds before it writes, so when the driver dies it is still writing: a
+lingering executor, which keeps going until the stand-in's garbage collection stops it (see
+``StandInSparkOperator.executor_linger_s``). It hands its files to the driver through
+``RUN_DIR/executor-<p>.json``; a driver that is gone never reads them. What it
 did (and when) goes to ``RUN_DIR/executor-<p>.log``.
 
 KILL_POINT (``none``, ``before-files``, ``mid-write``, ``after-commit``): the driver creates
@@ -28,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +53,28 @@ def _batch(partition: int, rows: int, partitions: int) -> object:
     return pa.record_batch({"id": pa.array(ids, pa.int64())})
 
 
+def _request_executor(run_dir: Path, argv: list[str]) -> None:
+    """Ask for an executor pod: ``RUN_DIR/executor-requests/<n>.json`` holds its command line
+    (written whole: a temp name renamed); the stand-in starts it (``StandInSparkOperator``'s
+    ``_start_executors``) and records its pid under ``RUN_DIR/executors/``."""
+    requests = run_dir / "executor-requests"
+    requests.mkdir(exist_ok=True)
+    tmp = requests / f".{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(argv))
+    os.replace(tmp, requests / f"{time.monotonic_ns()}.json")
+
+
+def _executor_done(run_dir: Path, partition: int, result: Path, timeout: float = 120) -> bool:
+    """Wait for the executor's files (True) or its failure (False)."""
+    trail = run_dir / f"executor-{partition}.log"
+    deadline = time.monotonic() + timeout
+    while not result.exists():
+        if time.monotonic() > deadline or (trail.exists() and " failed: " in trail.read_text()):
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _driver(argv: list[str]) -> int:
     from pyspark import cloudpickle
     from pyspark.sql.types import LongType, StructField, StructType
@@ -72,13 +94,12 @@ def _driver(argv: list[str]) -> int:
     # The last partition's task runs in an executor: its own session, as a pod of its own.
     last = partitions - 1
     (run_dir / "writer.pickle").write_bytes(cloudpickle.dumps(built.spec))  # type: ignore[no-untyped-call]
-    executor = subprocess.Popen(
-        [sys.executable, __file__, "executor", str(run_dir), str(last), str(rows),
-         str(partitions), str(delay)],
-        start_new_session=True,
-    )  # fmt: skip
-    (run_dir / "executors").mkdir(exist_ok=True)
-    (run_dir / "executors" / str(executor.pid)).touch()
+    # As Spark's driver asks the API server for executor pods: the stand-in starts the process
+    # outside this pod (its own namespaces; this pod's death does not end it).
+    _request_executor(run_dir, [
+        sys.executable, __file__, "executor", str(run_dir), str(last), str(rows),
+        str(partitions), str(delay),
+    ])  # fmt: skip
     _stall(run_dir, "before-files", kill_point)
     messages: list[Any] = []
     for partition in range(last):
@@ -92,7 +113,7 @@ def _driver(argv: list[str]) -> int:
         )  # fmt: skip
         _stall(run_dir, "mid-write", kill_point)
     result = run_dir / f"executor-{last}.json"
-    if executor.wait() != 0 or not result.exists():
+    if not _executor_done(run_dir, last, result):
         built.abort(messages)
         print("light driver: the executor failed; write aborted", flush=True)
         return 1

@@ -1204,6 +1204,7 @@ class StandInSparkOperator:
         pod.driver = process
         deadline = time.monotonic() + 600
         while process.poll() is None:
+            self._start_executors(run_dir, env, log)
             if pod.deleting.is_set():
                 pod.record["ended_by"] = "deleted"
                 code = self._terminate_session(process)
@@ -1222,6 +1223,23 @@ class StandInSparkOperator:
         return int(process.returncode)
 
     # -- lingering executors ----------------------------------------------------------------
+    def _start_executors(self, run_dir: Path, env: Mapping[str, str], log: Any) -> None:
+        """Start the executor "pods" the driver asked for (``light_driver._request_executor``)
+        as processes of their own session and namespaces, as Kubernetes runs executor pods
+        apart from the driver's: the driver pod's end (its PID namespace included) does not end
+        them; :meth:`_gc_executors` does, ``executor_linger_s`` later."""
+        requests = run_dir / "executor-requests"
+        if not requests.is_dir():
+            return
+        for request in sorted(requests.glob("*.json")):
+            argv = json.loads(request.read_text())
+            request.unlink()
+            executor = subprocess.Popen(
+                argv, env=dict(env), stdout=log, stderr=log, cwd=run_dir, start_new_session=True
+            )
+            (run_dir / "executors").mkdir(exist_ok=True)
+            (run_dir / "executors" / str(executor.pid)).touch()
+
     def _gc_executors(self, *, everything: bool = False) -> None:
         """Stop the executors whose driver ended ``executor_linger_s`` ago (or all of them)."""
         now = time.monotonic()

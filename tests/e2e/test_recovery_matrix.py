@@ -44,11 +44,21 @@ KILL_POINTS: Final = ("before-files", "mid-write", "after-commit")
 
 @pytest.mark.parametrize("kill_point", KILL_POINTS)
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_recovery(model_operator: ChartOperator, policy: str, kill_point: str) -> None:
+@pytest.mark.parametrize("crd_version", ["2.x", "1.x"], indirect=True, scope="module")
+def test_recovery(
+    model_operator: ChartOperator, crd_version: str, policy: str, kill_point: str
+) -> None:
     cluster = model_operator
-    name = f"m-{policy.lower()}-{kill_point}"
+    name = f"m{crd_version[0]}-{policy.lower()}-{kill_point}"
     extra: dict[str, Any] = {"restartPolicy": POLICIES[policy]} if POLICIES[policy] else {}
     created = cluster.create(spark_app(name, annotations={appmeta.BACKOFF: "1s"}, **extra))
+    # The 1.x CRD prunes a container's restartPolicy: there the operator chose the regular
+    # marker sidecar, and the pod runs with it; 2.x keeps the native one.
+    driver = created["spec"]["driver"]
+    native = [c for c in driver.get("initContainers", []) if c.get("restartPolicy") == "Always"]
+    assert bool(native) is (crd_version == "2.x"), driver
+    if crd_version == "1.x":
+        assert [c["name"] for c in driver.get("sidecars", [])], driver
     job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
     standin = light_standin(cluster, name)
     standin.kill_runs = {0}

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sparkguard.operator import appmeta
+from sparkguard.operator import appmeta, finalizers
 from sparkguard.spark_lib import timeline
 from tests.e2e import standin as standin_
 from tests.e2e.conftest import (
@@ -206,7 +206,6 @@ def test_a_spec_edit_while_running_kills_the_driver_mid_write(
     assert states_of(table, job_id) == [ROLLED_BACK, COMMITTED]
 
 
-@pytest.mark.xfail(strict=True, reason="needs the finalizer branch")
 def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(
     model_operator: ChartOperator,
 ) -> None:
@@ -231,7 +230,8 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(
         return False
 
     serve_until(standin, gone, what=f"app {name} to be deleted by its TTL")
-    assert any(any("sparkguard" in f for f in finalizers) for finalizers in seen)
+    assert any(finalizers.FINALIZER in held for held in seen), seen
+    assert cluster.event_reasons(name).count("RolledBackOnDelete") == 1
     table = cluster.workdir / name / "table"
     assert leftovers(table) == []
     job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]

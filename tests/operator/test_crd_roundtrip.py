@@ -46,7 +46,7 @@ def _probe_keeps_restart_policy(bench: KubeBench, namespace: str) -> bool:
     return "restartPolicy" in stored["spec"]["driver"]["initContainers"][0]
 
 
-def _use_crd(bench: KubeBench, version: str, namespace: str) -> None:
+def use_crd(bench: KubeBench, version: str, namespace: str) -> None:
     """Install spark-operator ``version``'s CRD and wait until the apiserver prunes by it."""
     bench.install_spark_operator_crd(version)
     keeps = version == "2.x"
@@ -62,7 +62,7 @@ def crd_cluster(request: pytest.FixtureRequest, kube_bench: KubeBench) -> Iterat
     namespace = f"sg-crd-{uuid.uuid4().hex[:8]}"
     kube_bench.ensure_namespace(namespace)
     before = kube_bench.spark_operator
-    _use_crd(kube_bench, request.param, namespace)
+    use_crd(kube_bench, request.param, namespace)
     api = kube_bench.api_client()
     config = config_.OperatorConfig(
         namespaces=(namespace,),
@@ -82,7 +82,7 @@ def crd_cluster(request: pytest.FixtureRequest, kube_bench: KubeBench) -> Iterat
                 config.webhook_config_name
             )
         api.close()
-        _use_crd(kube_bench, before, namespace)
+        use_crd(kube_bench, before, namespace)
 
 
 def test_an_admitted_app_comes_back_intact(crd_cluster: Cluster) -> None:
