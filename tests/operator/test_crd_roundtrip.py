@@ -24,7 +24,7 @@ from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
 from tests.operator.kmocking import FakeRollback
 from tests.operator.test_protection import driver_pod
-from tests.operator.test_real_apiserver import Cluster, _eventually, operating
+from tests.operator.test_real_apiserver import Cluster, _eventually, bench_config, operating
 
 pytestmark = pytest.mark.kube
 
@@ -57,23 +57,12 @@ def use_crd(bench: KubeBench, version: str, namespace: str) -> None:
 def crd_cluster(request: pytest.FixtureRequest, kube_bench: KubeBench) -> Iterator[Cluster]:
     """A watched namespace with spark-operator ``request.param``'s CRD installed (the session's
     own CRD is put back afterwards)."""
-    from sparkguard.operator import config as config_
-
     namespace = f"sg-crd-{uuid.uuid4().hex[:8]}"
     kube_bench.ensure_namespace(namespace)
     before = kube_bench.spark_operator
     use_crd(kube_bench, request.param, namespace)
     api = kube_bench.api_client()
-    config = config_.OperatorConfig(
-        namespaces=(namespace,),
-        webhook_mode=config_.WebhookMode.MANAGED,
-        webhook_config_name=f"{namespace}.sparkguard.io",
-        image="registry.example/sparkguard:test",
-        journal_root="s3://warehouse/_journal",
-        metrics_port=0,
-        liveness_port=0,
-        error_backoff_seconds=1.0,
-    )  # sidecar_native: auto, decided from the cluster
+    config = bench_config(namespace)  # sidecar_native: auto, decided from the cluster
     try:
         yield Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
     finally:
@@ -134,20 +123,10 @@ def test_the_1x_crd_prunes_a_native_sidecar_written_by_hand(crd_cluster: Cluster
 def test_a_driver_pod_without_our_containers_makes_the_app_unprotected(
     kube_bench: KubeBench,
 ) -> None:
-    from sparkguard.operator import config as config_
-
     namespace = f"sg-pod-{uuid.uuid4().hex[:8]}"
     kube_bench.ensure_namespace(namespace)
     api = kube_bench.api_client()
-    config = config_.OperatorConfig(
-        namespaces=(namespace,),
-        webhook_mode=config_.WebhookMode.MANAGED,
-        webhook_config_name=f"{namespace}.sparkguard.io",
-        image="registry.example/sparkguard:test",
-        journal_root="s3://warehouse/_journal",
-        metrics_port=0,
-        liveness_port=0,
-    )
+    config = bench_config(namespace)
     cluster = Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
     core = client.CoreV1Api(api)
     try:

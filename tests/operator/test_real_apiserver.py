@@ -190,12 +190,10 @@ class OperatorThread:
         assert self.error is None, repr(self.error)
 
 
-@pytest.fixture
-def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
-    namespace = f"sg-{uuid.uuid4().hex[:8]}"
-    kube_bench.ensure_namespace(namespace)
-    api = kube_bench.api_client()
-    config = config_.OperatorConfig(
+def bench_config(namespace: str) -> config_.OperatorConfig:
+    """The operator's settings for tests watching ``namespace`` of the bench (a managed webhook
+    of its own; the sidecar mode decided from the cluster)."""
+    return config_.OperatorConfig(
         namespaces=(namespace,),
         webhook_mode=config_.WebhookMode.MANAGED,
         webhook_config_name=f"{namespace}.sparkguard.io",
@@ -205,6 +203,14 @@ def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
         liveness_port=0,
         error_backoff_seconds=1.0,
     )
+
+
+@pytest.fixture
+def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
+    namespace = f"sg-{uuid.uuid4().hex[:8]}"
+    kube_bench.ensure_namespace(namespace)
+    api = kube_bench.api_client()
+    config = bench_config(namespace)
     try:
         yield Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
     finally:
