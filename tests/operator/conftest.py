@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import kmock as kmock_
 import pytest
 
 from sparkguard.operator import config as config_
+from tests.operator import kmocking
 
 
 @pytest.fixture
@@ -17,3 +19,10 @@ def config() -> config_.OperatorConfig:
         metrics_port=0,
         liveness_port=0,
     )
+
+
+@pytest.fixture
+def k8s(kmock: kmock_.KubernetesEmulator) -> kmock_.KubernetesEmulator:
+    """kmock's Kubernetes emulator serving the resources the operator uses."""
+    kmocking.declare_resources(kmock)
+    return kmock

@@ -29,12 +29,6 @@ def recovery_config(config: config_.OperatorConfig) -> config_.OperatorConfig:
     )
 
 
-@pytest.fixture
-def k8s(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    kmocking.declare_resources(kmock)
-    return kmock
-
-
 def _finalizers(k8s: kmock.KubernetesEmulator, name: str) -> list[str]:
     return list(kmocking.stored(k8s, NS, name)["metadata"].get("finalizers") or [])
 

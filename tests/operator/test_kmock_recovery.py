@@ -25,12 +25,6 @@ def recovery_config(config: config_.OperatorConfig) -> config_.OperatorConfig:
     )
 
 
-@pytest.fixture
-def k8s(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    kmocking.declare_resources(kmock)
-    return kmock
-
-
 async def test_failed_app_is_rolled_back_and_resubmitted(
     k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
 ) -> None:
