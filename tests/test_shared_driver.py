@@ -33,6 +33,7 @@ JOB = textwrap.dedent(
         "pid": os.getpid(),
         "app": spark.sparkContext.applicationId,
         "mark": spark.conf.get("spark.test.mark"),
+        "onlyFirst": spark.conf.get("spark.test.onlyFirst", None),
         "leftOver": left_over,
         "rows": spark.range(5).count(),
     }))
@@ -73,7 +74,7 @@ def test_jobs_share_one_process_each_with_its_own_context_and_exit_code(tmp_path
             assert lines[0] == "noise before the answer"
             return done.returncode, json.loads(lines[-1]), done.stderr
 
-        code, first, _ = run("a", "exit3")
+        code, first, _ = run("a", "exit3", {"spark.test.onlyFirst": "yes"})
         assert code == 3
         code, second, _ = run("b", "raise")
         assert code == 1
@@ -82,6 +83,8 @@ def test_jobs_share_one_process_each_with_its_own_context_and_exit_code(tmp_path
         assert second["pid"] == first["pid"], "one process for both jobs"
         assert (second["mark"], second["rows"]) == ("b", 5)
         assert second["app"] != first["app"], "a SparkContext of its own"
+        assert first["onlyFirst"] == "yes"
+        assert second["onlyFirst"] is None, "no setting of one job reaches the next"
         code, third, log = run("c", "ok")
         assert code == 0
         assert third["leftOver"] is False

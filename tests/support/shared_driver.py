@@ -123,8 +123,10 @@ class SharedDriver:
         self.started += 1
         self.log = self.log_dir / f"shared-driver-{os.getpid()}-{self.started}.log"
         env = dict(self.env)
-        if jars:
-            env["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(sorted(jars))} pyspark-shell"
+        # On the classpath, not in spark.jars: what spark-submit is given becomes JVM system
+        # properties that every later SparkConf would read.
+        classpath = f"--driver-class-path {':'.join(sorted(jars))} " if jars else ""
+        env["PYSPARK_SUBMIT_ARGS"] = f"{classpath}pyspark-shell"
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve())],
@@ -175,8 +177,18 @@ def _read_line(stream: IO[bytes], *, timeout: float) -> str | None:
 # --- the server ---------------------------------------------------------------------------
 
 
-def _clean_up() -> None:
-    """What one job must not leave to the next: a running SparkContext, cached FileSystems."""
+def _spark_properties() -> dict[str, str]:
+    """The JVM's ``spark.*`` system properties (every SparkConf starts from them)."""
+    from pyspark import SparkContext
+
+    props = SparkContext._jvm.java.lang.System.getProperties()  # type: ignore[union-attr]
+    names = [str(k) for k in props.stringPropertyNames()]
+    return {k: str(props.get(k)) for k in names if k.startswith("spark.")}
+
+
+def _clean_up(baseline: dict[str, str]) -> None:
+    """What one job must not leave to the next: a running SparkContext, cached FileSystems,
+    ``spark.*`` system properties other than the JVM's own at its start."""
     from pyspark import SparkContext
 
     active = SparkContext._active_spark_context
@@ -187,9 +199,15 @@ def _clean_up() -> None:
     if jvm is not None:
         with contextlib.suppress(Exception):
             jvm.org.apache.hadoop.fs.FileSystem.closeAll()
+        system = jvm.java.lang.System
+        for key, value in _spark_properties().items():
+            if key not in baseline:
+                system.clearProperty(key)
+            elif baseline[key] != value:
+                system.setProperty(key, baseline[key])
 
 
-def _run(script: str, argv: list[str]) -> tuple[int, str]:
+def _run(script: str, argv: list[str], baseline: dict[str, str]) -> tuple[int, str]:
     out = io.StringIO()
     code = 0
     sys.argv = [script, *argv]
@@ -207,7 +225,7 @@ def _run(script: str, argv: list[str]) -> tuple[int, str]:
         except BaseException:  # a job's failure is its exit code, as a process's would be
             traceback.print_exc()
             code = 1
-    _clean_up()
+    _clean_up(baseline)
     return code, out.getvalue()
 
 
@@ -215,14 +233,20 @@ def serve() -> None:
     """Answer requests from stdin until it closes."""
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the JVM and anything else writing to fd 1: the log, not the answers
+    from pyspark import SparkContext
+
+    # The JVM starts now, with no job's conf: spark-submit turns the conf it launches with
+    # into system properties, which every later SparkConf would inherit.
+    SparkContext._ensure_initialized()
+    baseline = _spark_properties()
     for line in sys.stdin:
         request: dict[str, Any] = json.loads(line)
         print(f"== shared driver: {request['script']} {request['argv'][1:]}", file=sys.stderr)
         sys.stderr.flush()
-        code, stdout = _run(request["script"], list(request["argv"]))
+        code, stdout = _run(request["script"], list(request["argv"]), baseline)
         sys.stderr.flush()
         answers.write(json.dumps({"code": code, "stdout": stdout}) + "\n")
-    _clean_up()
+    _clean_up(baseline)
 
 
 if __name__ == "__main__":
