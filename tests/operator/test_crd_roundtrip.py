@@ -10,21 +10,19 @@ webhook off) makes the app ``Unprotected``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from sparkguard.operator import appmeta, mutation, protection
 from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
 from tests.operator.kmocking import FakeRollback
 from tests.operator.test_protection import driver_pod
-from tests.operator.test_real_apiserver import Cluster, _eventually, bench_config, operating
+from tests.operator.test_real_apiserver import Cluster, _eventually, bench_cluster, operating
 
 pytestmark = pytest.mark.kube
 
@@ -57,21 +55,14 @@ def use_crd(bench: KubeBench, version: str, namespace: str) -> None:
 def crd_cluster(request: pytest.FixtureRequest, kube_bench: KubeBench) -> Iterator[Cluster]:
     """A watched namespace with spark-operator ``request.param``'s CRD installed (the session's
     own CRD is put back afterwards)."""
-    namespace = f"sg-crd-{uuid.uuid4().hex[:8]}"
-    kube_bench.ensure_namespace(namespace)
     before = kube_bench.spark_operator
-    use_crd(kube_bench, request.param, namespace)
-    api = kube_bench.api_client()
-    config = bench_config(namespace)  # sidecar_native: auto, decided from the cluster
-    try:
-        yield Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
-    finally:
-        with contextlib.suppress(ApiException):
-            client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(
-                config.webhook_config_name
-            )
-        api.close()
-        use_crd(kube_bench, before, namespace)
+    # sidecar_native: auto, decided from the cluster
+    with bench_cluster(kube_bench, prefix="sg-crd") as cluster:
+        use_crd(kube_bench, request.param, cluster.namespace)
+        try:
+            yield cluster
+        finally:
+            use_crd(kube_bench, before, cluster.namespace)
 
 
 def test_an_admitted_app_comes_back_intact(crd_cluster: Cluster) -> None:
@@ -123,13 +114,9 @@ def test_the_1x_crd_prunes_a_native_sidecar_written_by_hand(crd_cluster: Cluster
 def test_a_driver_pod_without_our_containers_makes_the_app_unprotected(
     kube_bench: KubeBench,
 ) -> None:
-    namespace = f"sg-pod-{uuid.uuid4().hex[:8]}"
-    kube_bench.ensure_namespace(namespace)
-    api = kube_bench.api_client()
-    config = bench_config(namespace)
-    cluster = Cluster(kube_bench, api, namespace, config.webhook_config_name, config)
-    core = client.CoreV1Api(api)
-    try:
+    with bench_cluster(kube_bench, prefix="sg-pod") as cluster:
+        namespace = cluster.namespace
+        core = client.CoreV1Api(cluster.api)
         with operating(cluster, FakeRollback()):
             app = cluster.create(spark_app("etl", namespace=namespace))
             # As spark-operator creates it when its pod webhook is off: labels, no containers
@@ -162,9 +149,3 @@ def test_a_driver_pod_without_our_containers_makes_the_app_unprotected(
             _eventually(lambda: appmeta.PROTECTION not in cluster.notes("etl"))
             assert appmeta.PROTECTION_REASON not in cluster.notes("etl")
             assert cluster.event_reasons("etl").count(protection.REASON) == 1
-    finally:
-        with contextlib.suppress(ApiException):
-            client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(
-                config.webhook_config_name
-            )
-        api.close()

@@ -205,9 +205,11 @@ def bench_config(namespace: str) -> config_.OperatorConfig:
     )
 
 
-@pytest.fixture
-def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
-    namespace = f"sg-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def bench_cluster(kube_bench: KubeBench, *, prefix: str = "sg") -> Iterator[Cluster]:
+    """A fresh namespace ``<prefix>-<random>`` of the bench with the operator's settings for it
+    (:func:`bench_config`); its managed webhook configuration is deleted afterwards."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
     kube_bench.ensure_namespace(namespace)
     api = kube_bench.api_client()
     config = bench_config(namespace)
@@ -219,6 +221,12 @@ def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
                 config.webhook_config_name
             )
         api.close()
+
+
+@pytest.fixture
+def cluster(kube_bench: KubeBench) -> Iterator[Cluster]:
+    with bench_cluster(kube_bench) as created:
+        yield created
 
 
 @contextlib.contextmanager
