@@ -236,25 +236,21 @@ def should_retry(app: Mapping[str, Any]) -> bool:
     kind = policy["type"]
     if state == "SUCCEEDING":
         return bool(kind == "Always")
-    if state == "FAILING":
-        if kind == "Always":
-            return True
-        retries = policy.get("onFailureRetries")
-        return (
-            kind == "OnFailure"
-            and retries is not None
-            and (int(status.get("executionAttempts") or 0) <= int(retries))
-        )
-    if state == "SUBMISSION_FAILED":
-        if kind == "Always":
-            return True
-        retries = policy.get("onSubmissionFailureRetries")
-        return (
-            kind == "OnFailure"
-            and retries is not None
-            and (int(status.get("submissionAttempts") or 0) <= int(retries))
-        )
-    return False
+    # The same rule for both failures, each with its own budget and counter.
+    budget = {
+        "FAILING": ("onFailureRetries", "executionAttempts"),
+        "SUBMISSION_FAILED": ("onSubmissionFailureRetries", "submissionAttempts"),
+    }.get(state)
+    if budget is None:
+        return False
+    if kind == "Always":
+        return True
+    retries = policy.get(budget[0])
+    return (
+        kind == "OnFailure"
+        and retries is not None
+        and (int(status.get(budget[1]) or 0) <= int(retries))
+    )
 
 
 def time_until_next_retry_due(app: Mapping[str, Any], *, now: datetime.datetime) -> float:
