@@ -109,7 +109,7 @@ def test_a_bench_test_gets_the_build_budget_until_a_bench_started(
     result = pytester.runpytest_inprocess(*ARGS, "--timeout=1", "-rf")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
-        ["*Failed: Timeout (>1.0s) from pytest-timeout.", "FAILED *::test_plain"]
+        ["*Failed: Timeout (>1.0s) from pytest-timeout.", "FAILED *::test_plain*"]
     )
 
 
