@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
 
 __all__ = [
+    "APACHE_SPARK_OPERATOR_CRD",
     "BUILD_SCRIPT",
     "CRD_DIR",
     "SPARK_OPERATOR_CRDS",
@@ -69,6 +70,9 @@ SPARK_OPERATOR_CRDS = {
     version: CRD_DIR / "sparkapplications" / f"spark-operator-{version}.yaml"
     for version in ("1.x", "2.x")
 }
+#: The Apache Spark Kubernetes Operator's SparkApplication CRD (spark.apache.org/v1), written by
+#: tests/kubebench/crds/generate_apache.py. Not installed by default: apply it where needed.
+APACHE_SPARK_OPERATOR_CRD = CRD_DIR / "apache" / "sparkapplications.spark.apache.org.yaml"
 #: Set to ``1.x`` to start the bench with spark-operator 1.x's SparkApplication CRD (default 2.x).
 SPARK_OPERATOR_ENV = "SPARKGUARD_KUBEBENCH_SPARK_OPERATOR"
 
