@@ -6,7 +6,8 @@
   (:mod:`sidecarmode`, read again every few minutes);
 - whether another live SparkApplication already uses the job id: a metadata-only list, selected
   by the job id's label (``sparkguard.io/job-id-hash``), of the apps the operator sees (every
-  watched namespace, or the whole cluster).
+  watched namespace, or the whole cluster), of **both kinds** (Kubeflow's and Apache's: one job
+  id, one writer, whichever operator runs it). A kind whose CRD is not installed has no apps.
 
 "Live" means: not being deleted, and not marked ``Succeeded`` by the operator (a completed app
 no longer holds its job id). Two apps with one job id created at the same instant can both pass
@@ -96,12 +97,14 @@ class Admission:
         namespace = (app.get("metadata") or {}).get("namespace")
         if not self.config.clusterwide and namespace not in self.config.namespaces:
             return mutation.Review(allowed=True)
+        # Apache apps: always native (their CRD keeps restartPolicy; Kubernetes >= 1.34)
+        apache = mutation.kind_of(app) is mutation.APACHE
         verdict = mutation.review(
             app,
             old=old,
             config=self.config,
             owner_id=secrets.token_hex(8),
-            native_sidecar=await self.native_sidecars(),
+            native_sidecar=True if apache else await self.native_sidecars(),
         )
         job_id = verdict.job_id
         if not verdict.allowed or job_id is None:
@@ -110,7 +113,11 @@ class Admission:
             return verdict  # the id it already held: checked when it got it
         meta = app.get("metadata") or {}
         holder = await asyncio.to_thread(
-            self.holder_of, job_id, namespace=meta.get("namespace"), name=meta.get("name")
+            self.holder_of,
+            job_id,
+            namespace=meta.get("namespace"),
+            name=meta.get("name"),
+            kind=mutation.kind_of(app),
         )
         if holder is None:
             return verdict
@@ -126,27 +133,41 @@ class Admission:
             ),
         )
 
-    def holder_of(self, job_id: str, *, namespace: object, name: object) -> str | None:
-        """``namespace/name`` of another live opted-in app with ``job_id``, or ``None``.
+    def holder_of(
+        self,
+        job_id: str,
+        *,
+        namespace: object,
+        name: object,
+        kind: mutation.AppKind = mutation.KUBEFLOW,
+    ) -> str | None:
+        """``namespace/name (group)`` of another live opted-in app with ``job_id``, of either
+        kind, or ``None``. The app itself (same kind, namespace and name) is skipped; an app of
+        the other kind with the same name is another app.
 
         Selects by :data:`appmeta.JOB_ID_LABEL`, which admission puts on every app it
         mutates: apps stored without admission (the webhook was down) are not seen.
         """
         selector = f"{appmeta.JOB_ID_LABEL}={appmeta.job_id_label(job_id)}"
-        for other in self._list_metadata(selector):
-            meta = other.get("metadata") or {}
-            if (meta.get("namespace"), meta.get("name")) == (namespace, name):
-                continue
-            if is_live(other) and effective_job_id(other) == job_id:
-                return f"{meta.get('namespace')}/{meta.get('name')}"
+        for other_kind in mutation.KINDS:
+            for other in self._list_metadata(selector, other_kind):
+                meta = other.get("metadata") or {}
+                if other_kind is kind and (meta.get("namespace"), meta.get("name")) == (
+                    namespace,
+                    name,
+                ):
+                    continue
+                if is_live(other) and effective_job_id(other) == job_id:
+                    return f"{meta.get('namespace')}/{meta.get('name')} ({other_kind.group})"
         return None
 
-    def _list_metadata(self, selector: str) -> Iterator[Mapping[str, Any]]:
-        base = f"/apis/{mutation.GROUP}/{mutation.VERSION}"
+    def _list_metadata(self, selector: str, kind: mutation.AppKind) -> Iterator[Mapping[str, Any]]:
+        """The metadata of ``kind``'s apps with ``selector``; none when its CRD is missing."""
+        base = f"/apis/{kind.group}/{kind.version}"
         paths = (
-            [f"{base}/{mutation.PLURAL}"]
+            [f"{base}/{kind.plural}"]
             if self.config.clusterwide
-            else [f"{base}/namespaces/{ns}/{mutation.PLURAL}" for ns in self.config.namespaces]
+            else [f"{base}/namespaces/{ns}/{kind.plural}" for ns in self.config.namespaces]
         )
         for path in paths:
             token: str | None = None
@@ -161,8 +182,15 @@ class Admission:
                     header_params={"Accept": _METADATA_ONLY},
                     auth_settings=["BearerToken"],
                 )
-                response = self.api_client.call_api(method, url, header_params=headers)
+                try:
+                    response = self.api_client.call_api(method, url, header_params=headers)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return  # the kind's CRD is not installed: no apps of it
+                    raise
                 data = response.read()  # type: ignore[no-untyped-call]
+                if response.status == 404:
+                    return  # the kind's CRD is not installed (or not served): no apps of it
                 if response.status >= 400:
                     raise ApiException(http_resp=response)
                 page = cast(dict[str, Any], json.loads(data))

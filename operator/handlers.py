@@ -83,32 +83,8 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
     if config.webhook_mode is not config_.WebhookMode.DISABLED:
         admission_ = admission.Admission(config, runtime.kube.api_client)
 
-        @kopf.on.mutate(
-            mutation.GROUP,
-            mutation.VERSION,
-            mutation.PLURAL,
-            id="sparkapplications",
-            operations=["CREATE", "UPDATE"],
-            ignore_failures=config.webhook_ignore_failures,
-            registry=registry,
-        )
-        async def admit(
-            body: kopf.Body,
-            patch: kopf.Patch,
-            warnings: list[str],
-            logger: Logger,
-            **kwargs: Any,
-        ) -> None:
-            old: Mapping[str, Any] | None = kwargs.get("old")
-            verdict = await admission_.review(
-                _plain(body), old=_plain(old) if old is not None else None
-            )
-            if not verdict.allowed:
-                logger.info("denied: %s", verdict.message)
-                raise kopf.AdmissionError(verdict.message, code=422)
-            if verdict.problems:
-                warnings.append(verdict.message)
-            patch.update(verdict.patch)
+        for kind in mutation.KINDS:
+            _register_admission(registry, admission_, kind, config=config)
 
     @kopf.on.event(
         mutation.GROUP,
@@ -158,6 +134,52 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
     # Driver pods without sparkguard's containers: the Unprotected signal (podwatch.py).
     podwatch.DriverPodWatch(runtime).register(registry)
     return registry
+
+
+#: the kopf handler id of each kind's mutating webhook: the path the chart's
+#: MutatingWebhookConfiguration calls (``/<id>``)
+WEBHOOK_IDS: Final = {
+    mutation.KUBEFLOW.name: "sparkapplications",
+    mutation.APACHE.name: "apache-sparkapplications",
+}
+
+
+def _register_admission(
+    registry: kopf.OperatorRegistry,
+    admission_: admission.Admission,
+    kind: mutation.AppKind,
+    *,
+    config: config_.OperatorConfig,
+) -> None:
+    """The mutating webhook of one kind: one decision path (:meth:`admission.Admission.review`)
+    for both, which finds where things go from the app's ``apiVersion``."""
+
+    @kopf.on.mutate(
+        kind.group,
+        kind.version,
+        kind.plural,
+        id=WEBHOOK_IDS[kind.name],
+        operations=["CREATE", "UPDATE"],
+        ignore_failures=config.webhook_ignore_failures,
+        registry=registry,
+    )
+    async def admit(
+        body: kopf.Body,
+        patch: kopf.Patch,
+        warnings: list[str],
+        logger: Logger,
+        **kwargs: Any,
+    ) -> None:
+        old: Mapping[str, Any] | None = kwargs.get("old")
+        verdict = await admission_.review(
+            _plain(body), old=_plain(old) if old is not None else None
+        )
+        if not verdict.allowed:
+            logger.info("denied: %s", verdict.message)
+            raise kopf.AdmissionError(verdict.message, code=422)
+        if verdict.problems:
+            warnings.append(verdict.message)
+        patch.update(verdict.patch)
 
 
 def start_leader_election(runtime: runtime_.Runtime) -> None:

@@ -18,6 +18,20 @@ The additions (see docs/operator.md)::
                           spark.sql.sources.commitProtocolClass, and the bundle's jar
                           (``local://``) appended to spark.jars (and to spec.deps.jars when set)
 
+That is a Kubeflow app (``sparkoperator.k8s.io/v1beta2``). An Apache Spark operator app
+(``spark.apache.org/v1``) gets the same metadata and sparkConf (the JVM layer's jar appended to
+``spec.jars`` when sparkConf has no spark.jars, as that operator would have set it), but its
+containers and volumes go into its pod templates::
+
+    spec.driverSpec.podTemplateSpec.spec    volumes; initContainers: the library, the
+                          rollback, the marker sidecar (always native); the Spark container's
+                          volumeMounts and PYTHONPATH
+    spec.executorSpec.podTemplateSpec.spec  volumes; the library initContainer; the Spark
+                          container's volumeMounts and PYTHONPATH
+
+Nothing is added to ``containers[]`` beyond the Spark container of a template that has none
+(:func:`spark_container`).
+
 Everything here is pure: plain dicts in, plain dicts out. Mutating an already-mutated app
 changes nothing; fields the user set are kept; a user value that contradicts sparkguard's
 (another job id, a different image under our container's name) is a :class:`Problem`.
@@ -38,6 +52,52 @@ from sparkguard.spark_lib import errors as lib_errors
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"
 PLURAL: Final = "sparkapplications"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AppKind:
+    """One of the two SparkApplication kinds sparkguard admits: where its API lives.
+
+    Everything else (options, validation, conf, the JVM layer, the owner, the finalizer) is
+    shared; only where the containers, volumes and mounts go differs (:func:`mutate`).
+    """
+
+    name: str
+    group: str
+    version: str
+    plural: str = PLURAL
+    #: whether the operator watches this kind's apps and so can take the
+    #: ``sparkguard.io/rollback`` finalizer off a deleted one; admission adds it only then (a
+    #: finalizer nobody removes would hold every deletion, the operator's TTL's included)
+    finalized: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """``group/version`` as in an object's ``apiVersion``."""
+        return f"{self.group}/{self.version}"
+
+    @property
+    def crd_name(self) -> str:
+        """The name of the CustomResourceDefinition."""
+        return f"{self.plural}.{self.group}"
+
+
+#: Kubeflow's spark-operator (``sparkoperator.k8s.io/v1beta2``)
+KUBEFLOW: Final = AppKind(name="kubeflow", group=GROUP, version=VERSION)
+#: the Apache Spark Kubernetes Operator (``spark.apache.org/v1``; v1alpha1/v1beta1 reach the
+#: webhook converted to v1 under ``matchPolicy: Equivalent``)
+APACHE: Final = AppKind(name="apache", group="spark.apache.org", version="v1", finalized=False)
+KINDS: Final = (KUBEFLOW, APACHE)
+
+
+def kind_of(app: Mapping[str, Any]) -> AppKind:
+    """The kind of ``app`` by the group of its ``apiVersion`` (Kubeflow's when it has none).
+
+    A purely computational function with no side-effects.
+    """
+    group = str(app.get("apiVersion") or "").partition("/")[0]
+    return APACHE if group == APACHE.group else KUBEFLOW
+
 
 CONF_JOB_ID: Final = "spark.sparkguard.jobId"
 CONF_ATTEMPT: Final = "spark.sparkguard.attempt"
@@ -313,7 +373,8 @@ def mutate(
     _ensure_conf(conf, build_conf(options, config=config, owner=owner), problems)
     if owner:
         conf[CONF_OWNER] = owner  # ours alone: a copied manifest's stale owner is replaced
-    _apply_jvm_layer(spec, options, config=config, owner=owner, problems=problems)
+    kind = kind_of(result)
+    _apply_jvm_layer(spec, options, kind=kind, config=config, owner=owner, problems=problems)
 
     timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
     volumes = [{"name": LIB_VOLUME, "emptyDir": {}}]
@@ -327,15 +388,46 @@ def mutate(
                 },
             }
         )
-    for volume in volumes:
-        _ensure_named(
-            spec, "volumes", volume, field="spec.volumes", compare=_same_volume, problems=problems
-        )
-
     mounts = [{"name": LIB_VOLUME, "mountPath": LIB_DIR, "readOnly": True}]
     if timeline_server:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
 
+    placement = _place_apache if kind is APACHE else _place_kubeflow
+    placement(
+        spec,
+        options,
+        config=config,
+        owner=owner,
+        volumes=volumes,
+        mounts=mounts,
+        native_sidecar=native_sidecar,
+        problems=problems,
+    )
+
+    if problems:
+        raise errors.InvalidApplicationError(problems)
+    return result
+
+
+def _place_kubeflow(
+    spec: dict[str, Any],
+    options: appmeta.Options,
+    *,
+    config: config_.OperatorConfig,
+    owner: str | None,
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    native_sidecar: bool,
+    problems: list[appmeta.Problem],
+) -> None:
+    """Kubeflow's places: ``spec.volumes``, ``spec.{driver,executor}`` (initContainers,
+    volumeMounts, env: spark-operator's pod webhook copies them onto the pods), the marker
+    sidecar in ``spec.driver.sidecars`` or (native) ``spec.driver.initContainers``."""
+    timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
+    for volume in volumes:
+        _ensure_named(
+            spec, "volumes", volume, field="spec.volumes", compare=_same_volume, problems=problems
+        )
     for role in ("driver", "executor"):
         pod = _dict_at(spec, role)
         _ensure_named(
@@ -373,9 +465,106 @@ def mutate(
         if in_list == "sidecars":  # a regular sidecar sees the driver end only so
             _ensure_shared_processes(driver, problems)
 
-    if problems:
-        raise errors.InvalidApplicationError(problems)
-    return result
+
+#: Spark's names of its own container when a pod template has none (Spark's
+#: ``Constants.DEFAULT_DRIVER_CONTAINER_NAME`` / ``DEFAULT_EXECUTOR_CONTAINER_NAME``)
+SPARK_CONTAINER_NAMES: Final[Mapping[str, str]] = {
+    "driver": "spark-kubernetes-driver",
+    "executor": "spark-kubernetes-executor",
+}
+#: the Spark conf that names the template's Spark container, per role
+TEMPLATE_CONTAINER_CONF: Final[Mapping[str, str]] = {
+    role: f"spark.kubernetes.{role}.podTemplateContainerName" for role in ("driver", "executor")
+}
+
+
+def spark_container(
+    pod: dict[str, Any], role: str, conf: Mapping[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """The container of a pod template that Spark makes its own, and its index.
+
+    A purely computational function with no side-effects beyond ``pod``. Spark's rule
+    (``KubernetesUtils.selectSparkContainer``): the one container named by
+    ``spark.kubernetes.<role>.podTemplateContainerName``, else the first. A template without
+    containers gets one that carries only sparkguard's mounts and env, named as Spark names its
+    own (or as that conf says): Spark takes it as its container and fills in the rest (image,
+    command, resources); it is never a second container.
+    """
+    containers = _list_at(pod, "containers")
+    wanted = conf.get(TEMPLATE_CONTAINER_CONF[role])
+    named = [i for i, c in enumerate(containers) if isinstance(c, dict) and c.get("name") == wanted]
+    if wanted and len(named) == 1:
+        return containers[named[0]], named[0]
+    if containers and isinstance(containers[0], dict):
+        return containers[0], 0
+    if not containers:
+        containers.append({"name": str(wanted or SPARK_CONTAINER_NAMES[role])})
+        return containers[0], 0
+    raise AssertionError("unreachable: a schema-valid template holds objects")  # pragma: no cover
+
+
+def _place_apache(
+    spec: dict[str, Any],
+    options: appmeta.Options,
+    *,
+    config: config_.OperatorConfig,
+    owner: str | None,
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    native_sidecar: bool,  # always native here: the CRD keeps restartPolicy
+    problems: list[appmeta.Problem],
+) -> None:
+    """The Apache operator's places: ``spec.{driverSpec,executorSpec}.podTemplateSpec.spec``,
+    which become Spark's pod template files (volumes, initContainers, the Spark container's
+    mounts and PYTHONPATH); the marker sidecar is always native (an initContainer with
+    ``restartPolicy: Always``): nothing is ever added to ``containers[]`` (Spark takes the
+    first template container as its own, and every other one counts as a main container)."""
+    conf = _dict_at(spec, "sparkConf")
+    for role in ("driver", "executor"):
+        prefix = f"spec.{role}Spec.podTemplateSpec.spec"
+        pod = _dict_at(_dict_at(_dict_at(spec, f"{role}Spec"), "podTemplateSpec"), "spec")
+        for volume in volumes:
+            _ensure_named(
+                pod,
+                "volumes",
+                volume,
+                field=f"{prefix}.volumes",
+                compare=_same_volume,
+                problems=problems,
+            )
+        _ensure_named(
+            pod,
+            "initContainers",
+            build_lib_init(config=config),
+            field=f"{prefix}.initContainers",
+            compare=_same_image,
+            problems=problems,
+        )
+        container, index = spark_container(pod, role, conf)
+        where = f"{prefix}.containers[{index}]"
+        for mount in mounts:
+            _ensure_mount(container, mount, field=f"{where}.volumeMounts", problems=problems)
+        _ensure_pythonpath(container, field=where, problems=problems)
+        if role == "driver":
+            _ensure_named(
+                pod,
+                "initContainers",
+                build_rollback_init(options, config=config, owner=owner),
+                field=f"{prefix}.initContainers",
+                compare=_same_image,
+                problems=problems,
+                ours=("command",),
+            )
+            if options.marker_type is appmeta.MarkerType.TIMELINE_SERVER:
+                _ensure_named(
+                    pod,
+                    "initContainers",
+                    build_sidecar(options, config=config, native=True),
+                    field=f"{prefix}.initContainers",
+                    compare=_same_image,
+                    problems=problems,
+                    ours=("restartPolicy",),  # among initContainers only native can work
+                )
 
 
 def build_patch(
@@ -411,7 +600,8 @@ def review(
 
     The finalizer ``sparkguard.io/rollback`` is added to an opted-in app at CREATE, and at an
     UPDATE of an app that did not have it (:func:`finalizers.admission_adds`): never twice,
-    never to an app being deleted, never again after it was removed.
+    never to an app being deleted, never again after it was removed; and only to the kinds
+    whose deleted apps the operator handles (:attr:`AppKind.finalized`).
     """
     prepared = copy.deepcopy(dict(app))
     notes: list[appmeta.Problem] = []
@@ -459,7 +649,7 @@ def review(
     job_id = None
     if appmeta.opted_in(mutated):
         job_id = appmeta.of(mutated).get(appmeta.JOB_ID)
-        if finalizers.admission_adds(mutated, old=old):
+        if kind_of(mutated).finalized and finalizers.admission_adds(mutated, old=old):
             # The deleted app is rolled back first (see finalizers); deduplicated, others kept.
             meta = _dict_at(mutated, "metadata")
             meta["finalizers"] = finalizers.with_finalizer(finalizers.finalizers_of(mutated))
@@ -537,6 +727,7 @@ def _apply_jvm_layer(
     spec: dict[str, Any],
     options: appmeta.Options,
     *,
+    kind: AppKind,
     config: config_.OperatorConfig,
     owner: str | None,
     problems: list[appmeta.Problem],
@@ -550,9 +741,9 @@ def _apply_jvm_layer(
             problems.extend(exc.problems)
         return
     if options.jvm_layer:
-        _ensure_jvm_layer(spec, conf, jvm_conf, problems)
+        _ensure_jvm_layer(spec, conf, jvm_conf, problems, kind=kind)
     else:
-        _remove_jvm_layer(spec, conf, jvm_conf)
+        _remove_jvm_layer(spec, conf, jvm_conf, kind=kind)
 
 
 def _ensure_jvm_layer(
@@ -560,6 +751,8 @@ def _ensure_jvm_layer(
     conf: dict[str, Any],
     jvm_conf: Mapping[str, str],
     problems: list[appmeta.Problem],
+    *,
+    kind: AppKind,
 ) -> None:
     """Add the JVM layer's conf: our jar appended to the user's jars, our extension classes
     where the user chose none (another choice is a conflict), ``spark.sparkguard.*`` as
@@ -567,6 +760,10 @@ def _ensure_jvm_layer(
     for key, value in jvm_conf.items():
         current = conf.get(key)
         if key == sparkconf.JARS_KEY:
+            if current is None and kind is APACHE:
+                # the Apache operator sets spark.jars to spec.jars only if sparkConf has none
+                # (SparkAppSubmissionWorker.buildDriverConf): keep the app's jar in it
+                current = _apache_primary_jars(spec)
             conf[key] = sparkconf.append_jar(None if current is None else str(current), value)
             # spark-operator passes spec.deps.jars as spark-submit's --jars, which replaces a
             # spark.jars given with --conf: with deps.jars set, ours must be in there too
@@ -590,8 +787,13 @@ def _ensure_jvm_layer(
             )
 
 
+def _apache_primary_jars(spec: Mapping[str, Any]) -> str | None:
+    jars = spec.get("jars")
+    return jars if isinstance(jars, str) and jars.strip() else None
+
+
 def _remove_jvm_layer(
-    spec: dict[str, Any], conf: dict[str, Any], jvm_conf: Mapping[str, str]
+    spec: dict[str, Any], conf: dict[str, Any], jvm_conf: Mapping[str, str], *, kind: AppKind
 ) -> None:
     """Take out what :func:`_ensure_jvm_layer` added (an app that opted out after it was
     admitted): entries with exactly our values; user values stay."""
@@ -602,7 +804,8 @@ def _remove_jvm_layer(
                 entries = [e for e in current.split(",") if e.strip()]
                 kept = [e for e in entries if e.strip() != value]
                 if len(kept) != len(entries):
-                    if kept:
+                    primary = _apache_primary_jars(spec) if kind is APACHE else None
+                    if kept and ",".join(kept) != primary:
                         conf[key] = ",".join(kept)
                     else:
                         del conf[key]

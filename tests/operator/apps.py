@@ -46,6 +46,37 @@ def spark_app(
     return app
 
 
+APACHE_GROUP, APACHE_VERSION = "spark.apache.org", "v1"
+
+
+def apache_app(
+    name: str = "nightly",
+    *,
+    namespace: str = "jobs",
+    annotations: dict[str, str] | None = None,
+    enabled: bool = True,
+    **spec_extra: Any,
+) -> dict[str, Any]:
+    """A minimal valid Apache Spark operator SparkApplication (``spark.apache.org/v1``), a
+    PySpark app without pod templates; opted in unless ``enabled=False``."""
+    notes = {appmeta.ENABLED: "true"} if enabled else {}
+    notes.update(annotations or {})
+    return {
+        "apiVersion": f"{APACHE_GROUP}/{APACHE_VERSION}",
+        "kind": "SparkApplication",
+        "metadata": {"name": name, "namespace": namespace, "annotations": notes},
+        "spec": {
+            "pyFiles": "local:///opt/app/job.py",
+            "runtimeVersions": {"sparkVersion": "4.0.0"},
+            "sparkConf": {
+                "spark.kubernetes.container.image": "spark:4.0.0-python3",
+                "spark.sql.shuffle.partitions": "4",
+            },
+            **copy.deepcopy(spec_extra),
+        },
+    }
+
+
 def failed_status(
     *, state: str = "FAILED", submission: str = "sub-1", terminated: str = "2026-11-22T10:00:00Z"
 ) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from kubernetes import client
 from sparkguard.operator import config as config_
 from sparkguard.operator import kube, main
 from sparkguard.operator import runtime as runtime_
-from tests.operator.apps import GROUP, PLURAL, VERSION
+from tests.operator.apps import APACHE_GROUP, APACHE_VERSION, GROUP, PLURAL, VERSION
 
 APPS = f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}"
 EPOCH = datetime.datetime(2026, 11, 22, tzinfo=datetime.UTC)
@@ -37,6 +37,13 @@ def declare_resources(server: kmock.KubernetesEmulator) -> None:
     )
     server.resources["v1/pods"] = kmock.ResourceInfo(kind="Pod", namespaced=True, verbs=_VERBS)
     server.resources[f"{GROUP}/{VERSION}/{PLURAL}"] = kmock.ResourceInfo(
+        kind="SparkApplication",
+        namespaced=True,
+        verbs=_VERBS,
+        subresources={"status"},
+        shortnames={"sparkapp"},
+    )
+    server.resources[f"{APACHE_GROUP}/{APACHE_VERSION}/{PLURAL}"] = kmock.ResourceInfo(
         kind="SparkApplication",
         namespaced=True,
         verbs=_VERBS,

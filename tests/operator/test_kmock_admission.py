@@ -19,7 +19,7 @@ import pytest
 from sparkguard.operator import appmeta, finalizers, mutation
 from sparkguard.operator import config as config_
 from tests.operator import kmocking
-from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
+from tests.operator.apps import APACHE_GROUP, GROUP, PLURAL, VERSION, apache_app, spark_app
 
 WEBHOOKS = kmock.resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
 
@@ -31,13 +31,14 @@ def _free_port() -> int:
 
 
 def _review(obj: dict[str, Any], *, operation: str = "CREATE", old: Any = None) -> dict[str, Any]:
+    group, _, version = str(obj.get("apiVersion") or f"{GROUP}/{VERSION}").partition("/")
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
             "uid": str(uuid.uuid4()),
-            "kind": {"group": GROUP, "version": VERSION, "kind": "SparkApplication"},
-            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
+            "kind": {"group": group, "version": version, "kind": "SparkApplication"},
+            "resource": {"group": group, "version": version, "resource": PLURAL},
             "namespace": obj["metadata"]["namespace"],
             "name": obj["metadata"]["name"],
             "operation": operation,
@@ -91,11 +92,14 @@ def _patched(obj: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
 
 async def test_kopf_registers_the_webhook(webhook_url: Any) -> None:
     _, configuration = webhook_url
-    (hook,) = configuration["webhooks"]
-    assert hook["rules"][0]["resources"] == [PLURAL]
-    assert sorted(hook["rules"][0]["operations"]) == ["CREATE", "UPDATE"]
-    assert hook["failurePolicy"] == "Fail"
-    assert hook["sideEffects"] == "None"
+    hooks = configuration["webhooks"]
+    # one per kind: Kubeflow's and the Apache operator's SparkApplications
+    assert sorted(h["rules"][0]["apiGroups"][0] for h in hooks) == [APACHE_GROUP, GROUP]
+    for hook in hooks:
+        assert hook["rules"][0]["resources"] == [PLURAL]
+        assert sorted(hook["rules"][0]["operations"]) == ["CREATE", "UPDATE"]
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["sideEffects"] == "None"
 
 
 async def test_annotated_app_is_mutated(webhook_url: Any, config: config_.OperatorConfig) -> None:
@@ -189,3 +193,74 @@ async def test_no_finalizer_for_apps_not_opted_in_or_being_deleted(
     going["metadata"]["deletionTimestamp"] = "2026-11-22T10:00:00Z"
     response = await _post(url, _review(going, operation="UPDATE", old=going))
     assert "finalizers" not in _patched(going, response)["metadata"]
+
+
+def _apache_url(url: str) -> str:
+    """The Apache kind's webhook path (its kopf handler id) instead of Kubeflow's."""
+    return url.rsplit("/", 1)[0] + "/apache-sparkapplications"
+
+
+async def test_an_apache_app_is_mutated_through_its_own_webhook(
+    webhook_url: Any, config: config_.OperatorConfig
+) -> None:
+    url, configuration = webhook_url
+    (hook,) = [h for h in configuration["webhooks"] if h["rules"][0]["apiGroups"] == [APACHE_GROUP]]
+    assert hook["clientConfig"]["url"] == _apache_url(url)
+    app = apache_app("nightly", namespace="jobs")
+    response = await _post(_apache_url(url), _review(app))
+    assert response["allowed"] is True, response
+    mutated = _patched(app, response)
+    owner = mutated["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+    with_owner = copy.deepcopy(app)
+    with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
+    assert mutated == mutation.mutate(with_owner, config=config)
+    assert "finalizers" not in mutated["metadata"]  # not until its deletion is handled
+    driver = mutated["spec"]["driverSpec"]["podTemplateSpec"]["spec"]
+    assert driver["initContainers"][-1]["name"] == mutation.SIDECAR_NAME
+    assert driver["initContainers"][-1]["restartPolicy"] == "Always"
+    # re-admission (an UPDATE of the admitted app) changes nothing
+    response = await _post(_apache_url(url), _review(mutated, operation="UPDATE", old=mutated))
+    assert response["allowed"] is True
+    assert "patch" not in response
+
+
+async def test_a_bad_apache_app_is_denied_naming_the_annotation(webhook_url: Any) -> None:
+    url, _ = webhook_url
+    app = apache_app("bad", namespace="jobs", annotations={appmeta.MAX_RETRIES: "forever"})
+    response = await _post(_apache_url(url), _review(app))
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422
+    assert "sparkguard.io/max-retries" in response["status"]["message"]
+
+
+@pytest.mark.parametrize("first", ["kubeflow", "apache"])
+async def test_one_job_id_across_both_kinds(
+    webhook_url: Any, kmock: kmock.KubernetesEmulator, config: config_.OperatorConfig, first: str
+) -> None:
+    """A Kubeflow app and an Apache app cannot share a job id, whichever came first; an app
+    of the other kind with the same namespace/name is another app, not the app itself."""
+    url, _ = webhook_url
+    shared = {appmeta.JOB_ID: "orders", appmeta.OWNER_ANNOTATION: "k8s:jobs/orders/00"}
+    build = {"kubeflow": spark_app, "apache": apache_app}
+    stored = mutation.mutate(
+        build[first]("orders", namespace="jobs", annotations=shared), config=config
+    )
+    group, version = (GROUP, VERSION) if first == "kubeflow" else (APACHE_GROUP, "v1")
+    async with kmock.post(f"/apis/{group}/{version}/namespaces/jobs/{PLURAL}", json=stored) as resp:
+        assert resp.status < 300, await resp.text()
+
+    second = "apache" if first == "kubeflow" else "kubeflow"
+    app = build[second]("orders-copy", namespace="jobs", annotations={appmeta.JOB_ID: "orders"})
+    target = _apache_url(url) if second == "apache" else url
+    response = await _post(target, _review(app))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert f"jobs/orders ({group})" in message, message
+    assert appmeta.JOB_ID in message
+    # The same namespace/name under the other kind is not "itself": refused too.
+    twin = build[second]("orders", namespace="jobs")
+    twin["metadata"]["annotations"][appmeta.JOB_ID] = "orders"
+    assert (await _post(target, _review(twin)))["allowed"] is False
+    # Another job id passes.
+    other = build[second]("orders-copy", namespace="jobs", annotations={appmeta.JOB_ID: "other"})
+    assert (await _post(target, _review(other)))["allowed"] is True
