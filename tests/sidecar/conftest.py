@@ -68,8 +68,10 @@ def run_sidecar(
     ready_timeout_s: float = 30.0,
     log_path: Path | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    entry: tuple[str, ...] = ("sparkguard.sidecar",),
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``python -m sparkguard.sidecar`` as a real process; kill -9 it on exit if alive.
+    """Run ``python -m sparkguard.sidecar`` (or ``python -m <entry...>``, e.g. ``sparkguard
+    sidecar`` as admission injects it) as a real process; kill -9 it on exit if alive.
 
     ``log_path`` receives its stderr (the log); ``preexec_fn`` runs in the child before exec
     (e.g. to lower its open-files limit).
@@ -85,7 +87,7 @@ def run_sidecar(
     }
     log = log_path.open("wb") if log_path is not None else None
     process = subprocess.Popen(
-        [sys.executable, "-m", "sparkguard.sidecar", *args],
+        [sys.executable, "-m", *entry, *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log or (None if os.environ.get("SG_TEST_SIDECAR_LOG") else subprocess.PIPE),

@@ -117,6 +117,22 @@ def test_sigterm_drains_and_exits_cleanly(root: str) -> None:
     assert set(acked) <= markers.read_marked_files(manager, path)
 
 
+def test_the_injected_command_exits_0_on_sigterm(root: str) -> None:
+    """``sparkguard sidecar`` (the command admission injects) exits 0 on SIGTERM, after a marker
+    and without any: as a native sidecar of an Apache Spark operator app, a non-zero exit at
+    the end of the pod would make that operator mark the app Failed (apache-model.md §3)."""
+    directory = marker_dir_under(root)
+    for traffic in (True, False):
+        port = free_port()
+        with run_sidecar(port=port, roots=root, entry=("sparkguard", "sidecar")) as process:
+            if traffic:
+                client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=5)
+                client.create(directory, "one.parquet")
+                client.close()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0
+
+
 class _Records(logging.Handler):
     """Keeps the messages of a logger (here the client's retries) for the test to read."""
 
