@@ -16,6 +16,7 @@ import dataclasses
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
@@ -177,12 +178,18 @@ def bench_webhook_configuration(
     """The chart's MutatingWebhookConfiguration, but calling ``url`` (trusting ``ca_pem``).
 
     Same webhooks, rules, failurePolicy, timeouts and selectors; only ``clientConfig`` differs,
-    because the chart's in-cluster Service has no pod behind it on the bench.
+    because the chart's in-cluster Service has no pod behind it on the bench. Each webhook
+    keeps its own path (one per SparkApplication kind): ``url``'s path is replaced by it.
     """
     config = copy.deepcopy(dict(chart_config))
     config["metadata"] = {"name": name}
+    base = urllib.parse.urlsplit(url)
     for hook in config["webhooks"]:
-        hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+        path = ((hook.get("clientConfig") or {}).get("service") or {}).get("path") or base.path
+        hook["clientConfig"] = {
+            "url": urllib.parse.urlunsplit(base._replace(path=path)),
+            "caBundle": base64.b64encode(ca_pem).decode(),
+        }
     return config
 
 

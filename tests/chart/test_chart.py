@@ -149,6 +149,51 @@ def test_webhook_ca_bundle_signs_the_served_certificate() -> None:
     assert webhook["rules"][0]["resources"] == ["sparkapplications"]
 
 
+def test_one_webhook_per_spark_application_kind() -> None:
+    """Kubeflow's and the Apache operator's SparkApplications, each to its own kopf handler
+    path (the ids in operator/handlers.py), with the same policy and selectors; matchPolicy
+    Equivalent sends the Apache CRD's v1alpha1/v1beta1 requests converted to v1."""
+    from sparkguard.operator import handlers, mutation
+
+    for values in (None, FLIPPED):
+        (hook,) = _by_kind(render(values), "MutatingWebhookConfiguration")
+        kubeflow, apache = hook["webhooks"]
+        for webhook, kind in ((kubeflow, mutation.KUBEFLOW), (apache, mutation.APACHE)):
+            assert webhook["matchPolicy"] == "Equivalent"
+            (rule,) = webhook["rules"]
+            assert rule == {
+                "apiGroups": [kind.group],
+                "apiVersions": [kind.version],
+                "resources": [kind.plural],
+                "operations": ["CREATE", "UPDATE"],
+                "scope": "Namespaced",
+            }
+            assert (
+                webhook["clientConfig"]["service"]["path"] == "/" + handlers.WEBHOOK_IDS[kind.name]
+            )
+        assert kubeflow["name"] != apache["name"]
+        # everything but the name, the rule and the path is shared
+        for webhook in (kubeflow, apache):
+            del webhook["name"], webhook["rules"], webhook["clientConfig"]["service"]["path"]
+        assert kubeflow == apache
+
+
+def test_rbac_for_apache_apps_is_the_job_id_list_only() -> None:
+    """Admission lists Apache apps' metadata (one job id across both kinds); nothing else
+    until their recovery exists (the minimal-RBAC rule of test_rbac.py: no unused verb), and
+    never their status (the Apache operator overwrites it)."""
+    for values, kind in ((None, "ClusterRole"), (FLIPPED, "Role")):
+        rules = [
+            rule
+            for role in _by_kind(render(values), kind)
+            for rule in role["rules"]
+            if "spark.apache.org" in rule["apiGroups"]
+        ]
+        assert [(r["resources"], r["verbs"]) for r in rules] == [
+            (["sparkapplications"], ["list"])
+        ] * (len(rules) or 1)
+
+
 def test_cert_manager_mode_uses_a_certificate() -> None:
     objects = render(FLIPPED)
     (hook,) = _by_kind(objects, "MutatingWebhookConfiguration")
