@@ -21,7 +21,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta
+from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import config as config_
 from tests.chart.operator_harness import (
     Apps,
     bench_webhook_configuration,
@@ -33,8 +34,8 @@ from tests.chart.operator_harness import (
     operator_env_on_bench,
     uninstall,
 )
-from tests.kubebench.bench import KubeBench
-from tests.operator.apps import GROUP, PLURAL, VERSION, failed_status, spark_app
+from tests.kubebench.bench import APACHE_SPARK_OPERATOR_CRD, KubeBench
+from tests.operator.apps import GROUP, PLURAL, VERSION, apache_app, failed_status, spark_app
 from tests.operator.kmocking import FakeRollback
 
 pytestmark = pytest.mark.kube
@@ -46,6 +47,8 @@ class Bench:
     first: Apps
     second: Apps
     rollback: FakeRollback
+    #: the operator's settings (what the chart's Deployment gives it)
+    config: config_.OperatorConfig
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +58,10 @@ def bench(kube_bench: KubeBench) -> Iterator[Bench]:
     for namespace in (first, second):
         kube_bench.ensure_namespace(namespace)
     name = f"adm-{suffix}"
+    # The Apache operator's CRD, before the operator starts (kopf resolves its webhook's
+    # resource at startup): its apps are admitted through the second webhook of the chart.
+    kube_bench.apply_manifest(APACHE_SPARK_OPERATOR_CRD.read_text(encoding="utf-8"))
+    kube_bench.wait_for_crd(mutation.APACHE.crd_name)
     release = install(
         kube_bench,
         name=name,
@@ -94,7 +101,9 @@ def bench(kube_bench: KubeBench) -> Iterator[Bench]:
                         ca_pem=kube_bench.ca_pem,
                     ),
                 )
-                apps = Bench(Apps(admin, first), Apps(admin, second), rollback)
+                apps = Bench(
+                    Apps(admin, first), Apps(admin, second), rollback, config_.load_config(env)
+                )
                 _wait_for_webhook(apps.first)
                 yield apps
     finally:
@@ -213,3 +222,36 @@ def test_the_owner_is_written_once_and_kept(bench: Bench) -> None:
     eventually(lambda: not apps.exists("kept"), what="the deleted app to be gone")
     again = apps.create(spark_app("kept"))
     assert again["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] != owner
+
+
+def test_an_apache_app_is_admitted_and_stored_whole(bench: Bench) -> None:
+    """An Apache Spark operator app created through the real apiserver reaches the chart's
+    second webhook, is mutated (pod templates, sparkConf), and the real CRD keeps every field
+    (the native sidecar's restartPolicy included); a Kubeflow app's job id is refused to it."""
+    custom = client.CustomObjectsApi(bench.first.api)
+    namespace = bench.first.namespace
+    kind = mutation.APACHE
+
+    def create(app: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            custom.create_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, app
+            )
+        )
+
+    stored = create(apache_app("apache-etl", namespace=namespace))
+    owner = stored["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+    expected = apache_app("apache-etl", namespace=namespace)
+    expected["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
+    expected = mutation.mutate(expected, config=bench.config)
+    assert stored["spec"] == expected["spec"]  # nothing pruned, nothing defaulted away
+    sidecar = stored["spec"]["driverSpec"]["podTemplateSpec"]["spec"]["initContainers"][-1]
+    assert (sidecar["name"], sidecar["restartPolicy"]) == (mutation.SIDECAR_NAME, "Always")
+    assert "finalizers" not in stored["metadata"]
+
+    # One job id across both kinds: a Kubeflow app's id is refused to an Apache app.
+    shared = {appmeta.JOB_ID: f"both-{uuid.uuid4().hex[:6]}"}
+    bench.first.create(spark_app("kubeflow-holder", annotations=shared))
+    with pytest.raises(ApiException) as caught:
+        create(apache_app("apache-copy", namespace=namespace, annotations=shared))
+    assert f"{namespace}/kubeflow-holder ({GROUP})" in str(caught.value.body)
