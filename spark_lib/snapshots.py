@@ -1172,10 +1172,20 @@ class _suppress_missing:  # noqa: N801 - a tiny context manager
         return kind is not None and issubclass(kind, FileNotFoundError)
 
 
-def eligible_uncovered(view: TimelineView) -> int:
-    """How many uncovered decided instants are settled (the automatic compaction's test);
-    counts decided ones without reading markers (an upper bound, cheap)."""
-    return sum(1 for s in view.statuses if s.outcome is not None)
+def uncovered_decided(manager: filemanager.FileManager, table: str) -> int:
+    """How many decided hot instants the newest valid snapshot does not cover (the automatic
+    compaction's trigger): one listing of ``snapshots/``, one snapshot, one of ``timeline/``."""
+    tl = timeline.Timeline(manager, table)
+    try:
+        snapshot, _newest, _damaged = _load_snapshot(manager, tl.table)
+    except _MovedError:
+        return 0  # another compactor is at work
+    covered = frozenset(snapshot.instants) if snapshot is not None else frozenset()
+    return sum(
+        1
+        for instant, suffixes in tl.files_by_instant().items()
+        if instant not in covered and ".inflight" in suffixes and ".outcome" in suffixes
+    )
 
 
 def compact(
