@@ -242,8 +242,12 @@ class Timeline:
         self.directory = paths.join(self.table, SPARKGUARD_DIR, TIMELINE_DIR)
 
     def exists(self) -> bool:
-        """Whether the timeline directory exists (a deleted table has none)."""
-        return self.manager.exists(self.directory)
+        """Whether the table has a timeline: its directory, or (object stores list no empty
+        directory) its snapshots when compaction archived every instant. A deleted table has
+        neither."""
+        return self.manager.exists(self.directory) or self.manager.exists(
+            paths.join(self.table, SPARKGUARD_DIR, "snapshots")
+        )
 
     def _path(self, instant: str, suffix: str) -> str:
         job_of_instant(instant)
