@@ -748,6 +748,21 @@ def load_commits(manager: filemanager.FileManager, table: str) -> list[reader.Co
     return load_view(manager, table).commits()
 
 
+def committed_writes(view: TimelineView) -> dict[str, list[int]]:
+    """Job id -> the sorted write identities of its committed batch writes (snapshot and
+    uncovered instants; stream operations have none)."""
+    found: dict[str, set[int]] = {}
+    snap = view.snapshot
+    if snap is not None:
+        for job_id, record in snap.jobs.items():
+            found.setdefault(job_id, set()).update(w.write for w in record.writes)
+    for status in view.statuses:
+        operation = str(status.extra.get("operation", ""))
+        if status.state is timeline.State.COMMITTED and not operation.startswith("stream-"):
+            found.setdefault(status.job_id, set()).add(write_index(status))
+    return {job_id: sorted(writes) for job_id, writes in sorted(found.items())}
+
+
 # --------------------------------------------------------------------------------------------
 # What writers and rollback ask about one job (hot statuses are read by the caller first).
 # --------------------------------------------------------------------------------------------
