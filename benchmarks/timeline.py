@@ -163,7 +163,11 @@ def build(url: str, instants: int) -> None:
             tl.commit(
                 instant,
                 [timeline.DataFile(rel, 1000, 10)],
-                extra={"operation": operation, "format": "parquet", "committedAt": reader.now_key()},
+                extra={
+                    "operation": operation,
+                    "format": "parquet",
+                    "committedAt": reader.now_key(),
+                },
                 write=write,
             )
         writer.maybe_compact(manager, table, settings)
@@ -271,12 +275,9 @@ def run_s3(
             log(f"s3: copied the {size}-instant table in {time.monotonic() - started:.1f} s")
             counts: dict[str, int] = {"reader": 0, "write": 0, "rollback": 0}
             for r in range(repeats):
-                for what, run in (
-                    ("reader", lambda: measure_reader(url, s3.options)),
-                    ("write", lambda: measure_write(url, s3.options)),
-                ):
+                for what, run in (("reader", measure_reader), ("write", measure_write)):
                     s3.reset()
-                    run()
+                    run(url, s3.options)
                     counts[what] = max(counts[what], sum(s3.stats().values()))
                 job = f"failed-{r}"
                 prepare_failed(url, s3.options, job)

@@ -125,7 +125,9 @@ def test_compaction_keeps_the_committed_set_and_empties_the_timeline(durable_sto
     before = h.replay()
     assert h.visible() == before
     result = h.compact()
-    assert result.snapshot == 1 and result.covered == 14 and result.archived == 14
+    assert result.snapshot == 1
+    assert result.covered == 14
+    assert result.archived == 14
     assert h.visible() == before
     assert h.hot() == [live]  # only the undecided instant stays hot
     # A second compaction has nothing to do; the reader still agrees.
@@ -151,14 +153,14 @@ def test_compaction_keeps_the_committed_set_and_empties_the_timeline(durable_sto
 STEPS = ["C3", "C4", "C5", "C6", "C6.1", "C6.2", "C6.3", "C7"]
 
 
-class Crash(Exception):
+class CrashError(Exception):
     pass
 
 
 def crash_at(step: str) -> Callable[[str], None]:
     def hook(at: str) -> None:
         if at == step:
-            raise Crash(step)
+            raise CrashError(step)
 
     return hook
 
@@ -174,7 +176,7 @@ def test_a_crash_at_every_step_is_repaired_by_the_next_compaction(
     h.rolled_back(marked=["part-00000-job-a-w098-c000.parquet"])
     live = h.inflight()
     expected = h.visible()
-    with pytest.raises(Crash):
+    with pytest.raises(CrashError):
         h.compact(hook=crash_at(step))
     assert h.visible() == expected  # a reader right after the crash
     result = h.compact()  # the next compaction repairs whatever was left
@@ -199,7 +201,7 @@ def test_two_compactors_racing_in_threads(durable_store: Store) -> None:
         try:
             barrier.wait()
             results.append(h.compact())
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             failures.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(3)]
@@ -229,7 +231,8 @@ def test_two_compactors_interleaved_deterministically(durable_store: Store) -> N
         return hook
 
     lost = h.compact(hook=b_runs_at("C3"))
-    assert lost.snapshot is None and "first" in lost.reason
+    assert lost.snapshot is None
+    assert "first" in lost.reason
     assert h.visible() == expected
     for _ in range(3):
         h.commit()
@@ -479,7 +482,8 @@ def test_automatic_compaction_after_a_commit_is_best_effort(
     assert writer.maybe_compact(h.manager, h.table, settings_) is None
     h.commit()
     result = writer.maybe_compact(h.manager, h.table, settings_)
-    assert result is not None and result.snapshot == 1
+    assert result is not None
+    assert result.snapshot == 1
     off = config.parse_settings(
         conf={"spark.sparkguard.jobId": JOB, "spark.sparkguard.timeline.snapshotEvery": "0"}
     )
@@ -492,7 +496,8 @@ def test_automatic_compaction_after_a_commit_is_best_effort(
 
     monkeypatch.setattr(snapshots, "compact", broken)
     assert writer.maybe_compact(h.manager, h.table, settings_) is None
-    assert "compaction of" in caplog.text and "storage down" in caplog.text
+    assert "compaction of" in caplog.text
+    assert "storage down" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -513,7 +518,8 @@ def test_bad_compaction_settings_are_refused(key: str, value: str, match: str) -
             "spark.sparkguard.timeline.archiveRetentionDays": "1.5",
         }
     )
-    assert good.archive_retention_days == 1.5 and good.snapshot_every == 10
+    assert good.archive_retention_days == 1.5
+    assert good.snapshot_every == 10
 
 
 def test_compact_cli(durable_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -526,7 +532,8 @@ def test_compact_cli(durable_store: Store, monkeypatch: pytest.MonkeyPatch) -> N
         == 0
     )
     report = json.loads(out.getvalue())
-    assert report["snapshot"] == 1 and report["instantsCovered"] == 14
+    assert report["snapshot"] == 1
+    assert report["instantsCovered"] == 14
     assert report["instantsDeleted"] == 14
     out = io.StringIO()
     commands.run_compact(durable_store.url, as_json=False, options=durable_store.options, out=out)
@@ -535,7 +542,8 @@ def test_compact_cli(durable_store: Store, monkeypatch: pytest.MonkeyPatch) -> N
     commands.run_inspect(
         durable_store.url, as_json=False, options=durable_store.options, out=out, archived=True
     )
-    assert "archived instants" in out.getvalue() and "snapshot 1" in out.getvalue()
+    assert "archived instants" in out.getvalue()
+    assert "snapshot 1" in out.getvalue()
     assert h.hot() == []
 
 

@@ -44,7 +44,7 @@ def test_archived_writes_are_skipped_on_rerun_and_rows_stay_exactly_once(
     hot = tl.instant_ids()
     assert len(hot) < 3, hot  # compacted as it went: the history is in the snapshot
     assert failed not in hot
-    expected = range(0, 500)
+    expected = range(500)
     assert_exactly_once(url, expected)
     assert_no_strays(url)
     # A rerun of the whole job (a new driver run): every write is found committed, archived
