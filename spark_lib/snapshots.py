@@ -1188,18 +1188,14 @@ class _suppress_missing:  # noqa: N801 - a tiny context manager
 
 
 def uncovered_decided(manager: filemanager.FileManager, table: str) -> int:
-    """How many decided hot instants the newest valid snapshot does not cover (the automatic
-    compaction's trigger): one listing of ``snapshots/``, one snapshot, one of ``timeline/``."""
+    """How many decided instants the hot timeline holds (the automatic compaction's trigger):
+    one listing of ``timeline/``, no snapshot read. Covered instants stay hot only after an
+    interrupted archive step, which the compaction this triggers finishes."""
     tl = timeline.Timeline(manager, table)
-    try:
-        snapshot, _newest, _damaged = _load_snapshot(manager, tl.table)
-    except _MovedError:
-        return 0  # another compactor is at work
-    covered = frozenset(snapshot.instants) if snapshot is not None else frozenset()
     return sum(
         1
-        for instant, suffixes in tl.files_by_instant().items()
-        if instant not in covered and ".inflight" in suffixes and ".outcome" in suffixes
+        for suffixes in tl.files_by_instant().values()
+        if ".inflight" in suffixes and ".outcome" in suffixes
     )
 
 
