@@ -422,7 +422,9 @@ def rollback_instant(
     """
     status = tl.status(instant)
     label = table_label or tl.table
-    if status.info is None and status.outcome is None and status.rolledback is None:
+    if status.info is None:
+        # Nothing of it, or void remains of an archived instant (a zombie's outcome, a stray
+        # .rolledback): a compaction deletes those; there is nothing to decide here.
         return InstantRollback(label, instant, Action.MISSING, 0, 0, 0)
     if status.state is timeline.State.INFLIGHT and not force and not owns(status, owner):
         return InstantRollback(label, instant, Action.OTHER_OWNER, 0, 0, 0, owner=status.owner)

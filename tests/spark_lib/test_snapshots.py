@@ -337,6 +337,27 @@ def test_a_zombie_commit_after_archiving_is_refused_and_void(durable_store: Stor
     assert h.visible() == expected
 
 
+def test_a_stray_rolledback_of_an_archived_instant_is_void(durable_store: Store) -> None:
+    """A rollback pass that rewrote ``.rolledback`` after C6 deleted the instant leaves a
+    stray file: no writer's O4, no rollback and no reader takes it for an instant."""
+    h = History(durable_store)
+    gone = h.rolled_back(marked=["part-00000-job-a-w099-c000.parquet"])
+    h.commit()
+    h.compact()
+    assert h.hot() == []
+    h.tl.record_rolled_back(gone, {"marked": [], "complete": True})
+    assert h.hot() == [gone]
+    assert h.tl.instant_ids() == []
+    summary = rollback.rollback_table(
+        durable_store.url, job_id=JOB, owner="k8s:a/b/c", storage_options=durable_store.options
+    )
+    assert summary.instants_other_owner == ()
+    assert rollback.rollback_instant(h.tl, gone).action is rollback.Action.MISSING
+    h.commit()
+    h.compact()
+    assert h.hot() == []
+
+
 def _damage(h: History, path: str, data: bytes = b'{"kind": "sparkguard.timeline.snap') -> None:
     h.manager.write_bytes(path, data, overwrite=True)
 
