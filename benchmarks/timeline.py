@@ -13,7 +13,8 @@ storage requests:
 * write: one more batch write of a job with history, through the Python writer's driver
   steps (W1 guard, rerun lookup, ``.inflight``, owner confirmation, the commit's keep set and
   late-file sweep, the outcome, the automatic compaction check);
-* rollback: ``rollback_table`` of a job whose one instant failed (inflight, a marker, a file).
+* rollback: ``rollback_table`` of a job with history (one of the ten) whose latest instant
+  failed (inflight, a marker, a file).
 
 On local disk requests are counted as file-manager operations (outermost calls); on the S3
 server behind ``benchmarks/_s3proxy.py`` (20 ms a request) as HTTP requests the proxy saw. The
@@ -59,6 +60,8 @@ from sparkguard.spark_lib import (
 )
 
 JOBS = 10
+#: spark.sparkguard.timeline.snapshotEvery for the build and the measured write (--snapshot-every)
+SNAPSHOT_EVERY = {"value": 10}
 OVERWRITE_EVERY = 250
 ROLLBACK_EVERY = 50
 COUNTED = (
@@ -130,7 +133,7 @@ def build(url: str, instants: int) -> None:
     """``instants`` instants of history with compaction as shipped (setup, not measured)."""
     manager, table = filemanager.resolve(url)
     tl = timeline.Timeline(manager, table)
-    settings = config.parse_settings(conf={"spark.sparkguard.jobId": "job-0"})
+    settings = config.parse_settings(conf=_conf("job-0"))
     old = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)).isoformat()
     writes = [0] * JOBS
     for i in range(instants):
@@ -153,7 +156,7 @@ def build(url: str, instants: int) -> None:
             data = formats.encode(timeline.ROLLEDBACK_KIND, 1, body)
             manager.write_bytes(path, data, overwrite=True)
         else:
-            operation = "overwrite" if i % OVERWRITE_EVERY == OVERWRITE_EVERY - 1 else "append"
+            operation = "overwrite" if i % OVERWRITE_EVERY == OVERWRITE_EVERY // 2 else "append"
             write = writes[i % JOBS]
             writes[i % JOBS] += 1
             instant = tl.start(
@@ -180,7 +183,7 @@ def measure_reader(url: str, options: dict[str, Any]) -> int:
 def measure_write(url: str, options: dict[str, Any]) -> int:
     """One more batch write of job-3 through the Python writer's driver steps."""
     settings = config.parse_settings(
-        conf={"spark.sparkguard.jobId": "job-3", "spark.sparkguard.storageOptions": _json(options)}
+        conf={**_conf("job-3"), "spark.sparkguard.storageOptions": _json(options)}
     )
     target = writer.open_target(url, settings)
     guard = writer.roll_back_stale(target, settings)
@@ -205,12 +208,13 @@ def measure_write(url: str, options: dict[str, Any]) -> int:
     return len(keep)
 
 
-def prepare_failed(url: str, options: dict[str, Any], job: str) -> None:
-    """A failed write of ``job``: an inflight instant, one direct marker, its data file."""
+def prepare_failed(url: str, options: dict[str, Any], job: str, write: int) -> None:
+    """A failed write of ``job`` (one with history): an inflight instant, one direct marker,
+    its data file."""
     manager, table = filemanager.resolve(url, storage_options=options)
     tl = timeline.Timeline(manager, table)
-    instant = tl.start(job, attempt=0, marker_type="DIRECT", write=0)
-    rel = f"part-00000-{job}-w000-c000.parquet"
+    instant = tl.start(job, attempt=0, marker_type="DIRECT", write=write)
+    rel = f"part-00000-{job}-w{write:06d}-c000.parquet"
     client = markers.DirectMarkerClient(manager)
     mdir = markers.marker_dir(table, instant)
     client.write_type(mdir)
@@ -222,6 +226,13 @@ def measure_rollback(url: str, options: dict[str, Any], job: str) -> int:
     summary = rollback.rollback_table(url, job_id=job, storage_options=options)
     assert summary.files_deleted == 1, summary
     return summary.files_deleted
+
+
+def _conf(job: str) -> dict[str, str]:
+    return {
+        "spark.sparkguard.jobId": job,
+        "spark.sparkguard.timeline.snapshotEvery": str(SNAPSHOT_EVERY["value"]),
+    }
 
 
 def _json(options: dict[str, Any]) -> str:
@@ -245,8 +256,8 @@ def run_local(sizes: list[int], repeats: int, workdir: Path) -> dict[int, dict[s
             with counting() as c:
                 measure_write(url, {})
             counts["write"] = max(counts["write"], c.count)
-            job = f"failed-{r}"
-            prepare_failed(url, {}, job)
+            job = "job-5"
+            prepare_failed(url, {}, job, 900_000 + r)
             with counting() as c:
                 measure_rollback(url, {}, job)
             counts["rollback"] = max(counts["rollback"], c.count)
@@ -275,15 +286,22 @@ def run_s3(
             log(f"s3: copied the {size}-instant table in {time.monotonic() - started:.1f} s")
             counts: dict[str, int] = {"reader": 0, "write": 0, "rollback": 0}
             for r in range(repeats):
+                seconds: dict[str, float] = {}
                 for what, run in (("reader", measure_reader), ("write", measure_write)):
                     s3.reset()
+                    started = time.monotonic()
                     run(url, s3.options)
-                    counts[what] = max(counts[what], sum(s3.stats().values()))
-                job = f"failed-{r}"
-                prepare_failed(url, s3.options, job)
+                    seconds[what] = time.monotonic() - started
+                    counts[what] = max(counts[what], s3.stats().get("total", 0))
+                job = "job-5"
+                prepare_failed(url, s3.options, job, 900_100 + r)
                 s3.reset()
+                started = time.monotonic()
                 measure_rollback(url, s3.options, job)
-                counts["rollback"] = max(counts["rollback"], sum(s3.stats().values()))
+                seconds["rollback"] = time.monotonic() - started
+                counts["rollback"] = max(counts["rollback"], s3.stats().get("total", 0))
+                timing = ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items())
+                log(f"s3, {size} instants, round {r + 1}: {timing}")
             results[size] = counts
             print(f"s3 (proxy {latency_ms:g} ms), {size} instants: {counts}", flush=True)
     return results
@@ -306,7 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100,10000", help="two history sizes, small,large")
     parser.add_argument("--no-s3", action="store_true", help="local disk only")
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=10,
+        help="spark.sparkguard.timeline.snapshotEvery of the history and the write (0: the "
+        "timeline before snapshots, for comparison)",
+    )
     args = parser.parse_args(argv)
+    SNAPSHOT_EVERY["value"] = args.snapshot_every
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if len(sizes) != 2 or sizes[0] < 1:
         parser.error("--sizes takes two sizes, e.g. 100,10000")
