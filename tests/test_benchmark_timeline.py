@@ -14,7 +14,14 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 def test_timeline_benchmark_runs_at_a_tiny_size() -> None:
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "timeline.py"), "--quick", "--sizes", "30,300", "--no-s3"],
+        [
+            sys.executable,
+            str(BENCHMARKS / "timeline.py"),
+            "--quick",
+            "--sizes",
+            "30,300",
+            "--no-s3",
+        ],
         capture_output=True,
         text=True,
         check=False,

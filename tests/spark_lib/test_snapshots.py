@@ -704,3 +704,41 @@ def test_rolled_back_names_leave_the_snapshot_after_the_retention(durable_store:
     later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=8)
     h.compact(now=later)
     assert not snapshots.job_history(h.manager, h.table, JOB).rolled_back
+
+
+def test_a_reader_whose_snapshot_was_superseded_mid_read_reads_again(
+    durable_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction that writes snapshot n+1 and deletes its instants between the reader's
+    snapshot and its timeline listing: the reader sees n+1 exists and starts again (without
+    that check it would lose the commits only n+1 covers)."""
+    h = build(durable_store)
+    h.compact()
+    for _ in range(5):
+        h.commit()
+    expected = h.visible()
+    original = snapshots._load_snapshot
+    raced: list[int] = []
+
+    def load_then_compact(manager: Any, table: str) -> Any:
+        loaded = original(manager, table)
+        if not raced:
+            raced.append(1)
+            h.compact()  # snapshot 2, the five hot instants archived and deleted
+        return loaded
+
+    monkeypatch.setattr(snapshots, "_load_snapshot", load_then_compact)
+    assert h.visible() == expected
+    assert raced == [1]
+    assert h.hot() == []
+
+
+def test_a_damaged_snapshot_with_a_damaged_archive_is_an_error(durable_store: Store) -> None:
+    h = build(durable_store)
+    h.compact()
+    h.commit()
+    h.compact()
+    _damage(h, snapshots.snapshot_path(h.table, 2))
+    h.manager.write_bytes(snapshots.archive_path(h.table, 2), b"{torn", overwrite=True)
+    with pytest.raises(errors.CorruptFileError, match="restore either file"):
+        h.visible()
