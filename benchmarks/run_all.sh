@@ -8,6 +8,7 @@
 # checkpoint checkpoint-jvm-quick checkpoint-jvm rollback-quick rollback-quick-s3 rollback
 # rollback-s3 markers-quick markers sidecar-load-quick operator-quick operator
 # commit-protocol-quick commit-protocol-phases-quick commit-protocol-tmpfs-quick commit-protocol
+# timeline-quick
 # (the commit-protocol and checkpoint-jvm ones need scripts/build-jvm.sh first; they fetch the
 # S3A jars (+ spark-hadoop-cloud) themselves with scripts/fetch-s3a.sh)
 set -euo pipefail
@@ -32,6 +33,7 @@ declare -A commands=(
   [rollback-quick-s3]="$py benchmarks/rollback.py --quick --s3"
   [rollback]="$py benchmarks/rollback.py"
   [rollback-s3]="$py benchmarks/rollback.py --s3"
+  [timeline-quick]="$py benchmarks/timeline.py --quick"
   [markers-quick]="$py benchmarks/markers.py --quick"
   [markers]="$py benchmarks/markers.py"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
@@ -42,7 +44,7 @@ declare -A commands=(
   [commit-protocol-tmpfs-quick]="$py benchmarks/commit_protocol.py --quick --storage local --local-dir /dev/shm"
   [commit-protocol]="$py benchmarks/commit_protocol.py"
 )
-order=(writer-quick checkpoint-quick rollback-quick markers-quick sidecar-load-quick
+order=(writer-quick checkpoint-quick rollback-quick timeline-quick markers-quick sidecar-load-quick
        operator-quick commit-protocol-quick commit-protocol-phases-quick
        commit-protocol-tmpfs-quick checkpoint-jvm-quick writer-row-groups rollback-quick-s3
        writer-fsync writer-arrow-batch writer checkpoint rollback markers rollback-s3 operator

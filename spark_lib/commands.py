@@ -1,4 +1,5 @@
-"""The ``rollback`` and ``inspect`` subcommands: recover a failed job, look at a table.
+"""The ``rollback``, ``inspect`` and ``compact`` subcommands: recover a failed job, look at a
+table, snapshot its timeline.
 
 ``add_arguments`` registers the flags of either (told apart by the parser's name) and ``run``
 runs it; user-facing help texts live in ``sparkguard.cli``. Every user error (a bad flag, a URL
@@ -17,7 +18,16 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TextIO
 
-from sparkguard.spark_lib import config, errors, filemanager, markers, reader, rollback, timeline
+from sparkguard.spark_lib import (
+    config,
+    errors,
+    filemanager,
+    markers,
+    reader,
+    rollback,
+    snapshots,
+    timeline,
+)
 
 STORAGE_ENV: Final = "SPARKGUARD_STORAGE_OPTIONS"
 
@@ -52,13 +62,37 @@ def _non_empty(flag: str) -> Any:
     return parse
 
 
+def _retention_days(value: str) -> float:
+    try:
+        return config.parse_retention_days(value, key="--archive-retention-days")
+    except errors.ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the flags of ``rollback`` or ``inspect`` (chosen by the parser's name)."""
     command = parser.prog.split()[-1]
     if command == "inspect":
         parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument(
+            "--archived",
+            action="store_true",
+            help="also list the instants the timeline archive holds (older, settled writes)",
+        )
         parser.set_defaults(_command="inspect")
+        return
+    if command == "compact":
+        parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
+        parser.add_argument(
+            "--archive-retention-days",
+            type=_retention_days,
+            default=None,
+            help="delete archive files of pruned snapshots older than this many days (default: "
+            "keep the archive)",
+        )
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+        parser.set_defaults(_command="compact")
         return
     parser.add_argument("--job-id", required=True, type=_job_id, help="the job to roll back")
     parser.add_argument(
@@ -93,7 +127,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = storage_options_from_env(os.environ)
         if args._command == "inspect":
-            return run_inspect(args.table, as_json=args.json, options=options, out=sys.stdout)
+            return run_inspect(
+                args.table,
+                as_json=args.json,
+                options=options,
+                out=sys.stdout,
+                archived=args.archived,
+            )
+        if args._command == "compact":
+            return run_compact(
+                args.table,
+                as_json=args.json,
+                options=options,
+                out=sys.stdout,
+                retention_days=args.archive_retention_days,
+            )
         return run_rollback(args, options=options, out=sys.stdout, err=sys.stderr)
     except errors.ConfigError as exc:
         print(f"sparkguard {args._command}: error: {exc}", file=sys.stderr)
@@ -218,12 +266,18 @@ def run_rollback(
     return 0
 
 
-def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything ``inspect`` shows, as a JSON-serialisable dict."""
+def inspect_table(
+    url: str, *, options: Mapping[str, Any], archived: bool = False
+) -> dict[str, Any]:
+    """Everything ``inspect`` shows, as a JSON-serialisable dict (``archived``: also the
+    instants of the timeline archive)."""
     manager, path = filemanager.resolve(url, storage_options=options, options_source=STORAGE_ENV)
     tl = timeline.Timeline(manager, path)
+    view = snapshots.load_view(manager, path)
     instants = []
     for instant_id in tl.instant_ids():
+        if instant_id in view.state.covered:
+            continue  # covered by the snapshot, its archive step not finished yet
         # One damaged instant must not hide the others: its error is shown in its row.
         try:
             status = tl.status(instant_id)
@@ -284,9 +338,10 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
                 "pendingMarkerDirs": len(log.marker_dirs()),
             }
         )
-    commits = reader.load_commits(manager, path)
+    commits = view.commits()
     visible = reader.visible_files(commits)
-    return {
+    snap = view.snapshot
+    report: dict[str, Any] = {
         "table": reader.table_url(url),
         "instants": instants,
         "streams": streams,
@@ -295,8 +350,33 @@ def inspect_table(url: str, *, options: Mapping[str, Any]) -> dict[str, Any]:
             "bytes": sum(f.size for f in visible.values()),
             **count_rows(visible.values()),
         },
-        "superseded": len(reader.superseded_files(commits)),
+        "superseded": len(view.superseded()),
+        "snapshot": None
+        if snap is None
+        else {
+            "snapshot": snap.number,
+            "created": snap.created,
+            "instantsCovered": len(snap.instants),
+            "damagedNewer": list(view.state.damaged),
+            "latestPointer": snapshots.read_latest(manager, path),
+        },
     }
+    if archived:
+        report["archived"] = [
+            {
+                "instant": s.instant,
+                "jobId": s.job_id,
+                "owner": s.owner,
+                "state": s.state.value,
+                "operation": s.extra.get("operation") or (s.info.operation if s.info else None),
+                "write": s.info.write if s.info else None,
+                "files": len(s.files),
+                "bytes": sum(f.size for f in s.files),
+                **count_rows(s.files),
+            }
+            for s in snapshots.read_archived(manager, path)
+        ]
+    return report
 
 
 def count_rows(files: Iterable[timeline.DataFile]) -> dict[str, Any]:
@@ -349,7 +429,56 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
     }
 
 
-def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: TextIO) -> int:
+def run_compact(
+    url: str,
+    *,
+    as_json: bool,
+    options: Mapping[str, Any],
+    out: TextIO,
+    retention_days: float | None = None,
+) -> int:
+    """``sparkguard compact``."""
+    manager, path = open_location(url, what="table", options=options)
+    require_directory(
+        manager,
+        path,
+        what="table",
+        url=url,
+        fix="give the table's directory (the URL it was saved to)",
+    )
+    if not timeline.Timeline(manager, path).exists():
+        raise errors.ConfigError(
+            f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
+            f"{timeline.TIMELINE_DIR}/): give a table written through sparkguard"
+        )
+    result = snapshots.compact(manager, path, archive_retention_days=retention_days)
+    report = {"table": reader.table_url(url), **result.to_json()}
+    if as_json:
+        json.dump(report, out, indent=2)
+        out.write("\n")
+        return 0
+    if result.snapshot is None:
+        out.write(f"{report['table']}: no snapshot written ({result.reason})")
+    else:
+        out.write(
+            f"{report['table']}: snapshot {result.snapshot} written, covering "
+            f"{result.covered} more instants"
+        )
+    out.write(
+        f"; archived {result.archived}, deleted {result.deleted} instants from the timeline; "
+        f"pruned {result.snapshots_deleted} snapshots, {result.archives_deleted} archives\n"
+    )
+    return 0
+
+
+def run_inspect(
+    url: str,
+    *,
+    as_json: bool,
+    options: Mapping[str, Any],
+    out: TextIO,
+    archived: bool = False,
+) -> int:
     """``sparkguard inspect``."""
     manager, path = open_location(url, what="table", options=options)
     require_directory(
@@ -359,7 +488,7 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
         url=url,
         fix="give the table's directory (the URL it was saved to)",
     )
-    report = inspect_table(url, options=options)
+    report = inspect_table(url, options=options, archived=archived)
     if as_json:
         json.dump(report, out, indent=2)
         out.write("\n")
@@ -405,6 +534,34 @@ def run_inspect(url: str, *, as_json: bool, options: Mapping[str, Any], out: Tex
             f"stream {stream['jobId']}: {stream['batches']} batches (last "
             f"{stream['lastBatch']}), {stream['files']} files, {describe_rows(stream)}, "
             f"{stream['pendingMarkerDirs']} pending marker dirs\n"
+        )
+    snap = report["snapshot"]
+    if snap is not None:
+        out.write(
+            f"snapshot {snap['snapshot']} ({snap['created']}): covers "
+            f"{snap['instantsCovered']} hot instants of its last compaction; older history "
+            "is archived (inspect --archived lists it)\n"
+        )
+        for damaged in snap["damagedNewer"]:
+            out.write(f"warning: snapshot {damaged} is damaged; read through its archive\n")
+    if archived:
+        _render(
+            out,
+            title="archived instants",
+            columns=["instant", "job", "owner", "state", "operation", "write", "files", "rows"],
+            rows=[
+                [
+                    a["instant"],
+                    a["jobId"],
+                    a["owner"],
+                    a["state"],
+                    a["operation"] or "",
+                    "" if a["write"] is None else a["write"],
+                    a["files"],
+                    describe_rows(a, short=True),
+                ]
+                for a in report["archived"]
+            ],
         )
     visible = report["visible"]
     out.write(

@@ -35,6 +35,11 @@ KEYS: Final[Mapping[str, tuple[str, str]]] = {
     "file_manager": ("spark.sparkguard.fileManager", "fileManager"),
     "create_mode": ("spark.sparkguard.createMode", "createMode"),
     "storage_options": ("spark.sparkguard.storageOptions", "storageOptions"),
+    "snapshot_every": ("spark.sparkguard.timeline.snapshotEvery", "snapshotEvery"),
+    "archive_retention_days": (
+        "spark.sparkguard.timeline.archiveRetentionDays",
+        "archiveRetentionDays",
+    ),
 }
 
 
@@ -56,6 +61,11 @@ class WriteSettings:
     storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: the setting ``storage_options`` came from, named when one of them is refused
     storage_options_key: str = KEYS["storage_options"][0]
+    #: compact the timeline after a commit once this many decided instants are uncovered
+    #: (0: never automatically; docs/storage-contract.md, "Snapshots and the archive")
+    snapshot_every: int = 10
+    #: delete archive files of pruned snapshots older than this many days (None: keep them)
+    archive_retention_days: float | None = None
 
     @property
     def instant_owner(self) -> str:
@@ -180,6 +190,18 @@ def parse_settings(
     raw_storage, storage_key = _lookup("storage_options", conf, options)
     storage = {} if raw_storage is None else parse_storage_options(raw_storage, key=storage_key)
 
+    raw_every, where = _lookup("snapshot_every", conf, options)
+    snapshot_every = 10
+    if raw_every is not None:
+        snapshot_every = parse_non_negative_int(
+            raw_every,
+            error=f"{where}={raw_every!r} is not valid; use an integer >= 0 (the number of "
+            "decided instants that triggers a timeline snapshot; 0 turns automatic "
+            "compaction off), e.g. 10",
+        )
+    raw_retention, where = _lookup("archive_retention_days", conf, options)
+    retention = None if raw_retention is None else parse_retention_days(raw_retention, key=where)
+
     return WriteSettings(
         job_id=job_id,
         owner=owner,
@@ -192,7 +214,24 @@ def parse_settings(
         create_mode=create_mode,
         storage_options=storage,
         storage_options_key=storage_key,
+        snapshot_every=snapshot_every,
+        archive_retention_days=retention,
     )
+
+
+def parse_retention_days(raw: str, *, key: str) -> float:
+    """``raw`` as a number of days >= 0 (fractions allowed), else ConfigError naming ``key``."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise errors.ConfigError(
+            f"{key}={raw!r} is not valid; use a number of days >= 0 (archive files of "
+            "pruned snapshots older than that are deleted), e.g. 30, or leave it unset to "
+            "keep the archive"
+        )
+    return value
 
 
 def conf_from_spark(spark: Any) -> dict[str, str]:

@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import datetime
 import enum
 import errno
 import functools
@@ -151,11 +152,25 @@ class FileInfo:
     path: str
     size: int
     is_dir: bool
+    #: seconds since the epoch of the last change, where the listing tells (else None)
+    modified: float | None = None
 
     @property
     def name(self) -> str:
         """The last segment of :attr:`path`."""
         return paths.basename(self.path)
+
+
+def _modified_of(entry: Mapping[str, Any]) -> float | None:
+    """The modification time an fsspec listing entry carries (local ``mtime``, S3
+    ``LastModified``), in seconds since the epoch; None when it has none."""
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        value = entry.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+    return None
 
 
 class AtomicStream(abc.ABC):
@@ -335,6 +350,7 @@ class FileManager(abc.ABC):
                     path=name,
                     size=int(entry.get("size") or 0),
                     is_dir=entry.get("type") == "directory",
+                    modified=_modified_of(entry),
                 )
             )
         return sorted(result, key=lambda info: info.path)

@@ -349,7 +349,20 @@ def commit_of_status(status: timeline.InstantStatus) -> Commit | None:
 
 
 def load_commits(manager: filemanager.FileManager, table: str) -> list[Commit]:
-    """Every commit of the table at path ``table``: committed instants and stream batches."""
+    """Every commit of the table at path ``table``: committed instants and stream batches.
+
+    Reads the newest valid snapshot and only the instants and stream batches it does not
+    cover (docs/storage-contract.md, "Reading with snapshots"), so its cost does not grow with
+    the table's history.
+    """
+    from sparkguard.spark_lib import snapshots
+
+    return snapshots.load_commits(manager, table)
+
+
+def load_commits_full(manager: filemanager.FileManager, table: str) -> list[Commit]:
+    """Every commit from the hot timeline alone, ignoring snapshots (tests: the reference
+    replay; only right for a table that was never compacted)."""
     tl = timeline.Timeline(manager, table)
     commits: list[Commit] = []
     stream_meta: dict[str, tuple[str | None, str | None]] = {}

@@ -44,6 +44,7 @@ from sparkguard.spark_lib import (
     paths,
     reader,
     sinklog,
+    snapshots,
     timeline,
 )
 from sparkguard.spark_lib import journal as job_journal
@@ -206,6 +207,10 @@ def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]
         for entry in log.committed():
             listed.update(f.path for f in entry.files)
     listed.update(sinklog.listed_files(tl.manager, tl.table))
+    # Commits archived in a snapshot (read after the hot timeline above: an instant archived
+    # in between is in it).
+    history = snapshots.job_history(tl.manager, tl.table, job_id)
+    listed |= history.names if own else history.all_names
     return marked_set & listed
 
 
@@ -417,7 +422,9 @@ def rollback_instant(
     """
     status = tl.status(instant)
     label = table_label or tl.table
-    if status.info is None and status.outcome is None and status.rolledback is None:
+    if status.info is None:
+        # Nothing of it, or void remains of an archived instant (a zombie's outcome, a stray
+        # .rolledback): a compaction deletes those; there is nothing to decide here.
         return InstantRollback(label, instant, Action.MISSING, 0, 0, 0)
     if status.state is timeline.State.INFLIGHT and not force and not owns(status, owner):
         return InstantRollback(label, instant, Action.OTHER_OWNER, 0, 0, 0, owner=status.owner)
@@ -814,6 +821,60 @@ def confirm_sole_writer(
         sleep(_SETTLE_POLL)
 
 
+def archived_rolled_back_names(history: snapshots.JobHistory) -> set[str]:
+    """The ``marked`` names of a job's archived rolled-back instants (late-file sweeps)."""
+    names: set[str] = set()
+    for entry in history.rolled_back:
+        names.update(entry.marked)
+    for status in history.archived:
+        if status.outcome is timeline.Outcome.ROLLED_BACK:
+            names |= status.rolled_back_names
+    return names
+
+
+def sweep_archived(
+    tl: timeline.Timeline,
+    job_id: str,
+    *,
+    hot: Iterable[str],
+    protected: set[str],
+    dry_run: bool,
+    label: str,
+) -> list[InstantRollback]:
+    """R9 for the job's rolled-back instants a snapshot archived: delete their ``marked``
+    names that exist again and that no commit lists and no live instant protects. No
+    ``.rolledback`` is written for them (their hot files are gone)."""
+    history = snapshots.job_history(tl.manager, tl.table, job_id)
+    hot_set = set(hot)
+    entries: dict[str, set[str]] = {}
+    for entry in history.rolled_back:
+        if entry.instant not in hot_set:
+            entries.setdefault(entry.instant, set()).update(entry.marked)
+    for status in history.archived:
+        if status.outcome is timeline.Outcome.ROLLED_BACK and status.instant not in hot_set:
+            entries.setdefault(status.instant, set()).update(status.rolled_back_names)
+    wanted = set().union(*entries.values()) - protected if entries else set()
+    if not wanted:
+        return []
+    kept = committed_names(tl, job_id=job_id, marked=wanted)
+    removed = _delete(tl.manager, tl.table, sorted(wanted - kept), None, dry_run=dry_run)
+    results: list[InstantRollback] = []
+    for instant, marked in sorted(entries.items()):
+        gone = marked & removed.names
+        if gone:
+            logger.warning(
+                "archived rolled-back instant %s: removed %d late files of it", instant, len(gone)
+            )
+            results.append(InstantRollback(label, instant, Action.NOTHING, len(gone), 0, 0))
+    if dry_run and removed.files:
+        results.append(
+            InstantRollback(
+                label, f"archived instants of {job_id}", Action.NOTHING, removed.files, 0, 0
+            )
+        )
+    return results
+
+
 def sweep_late_files(
     tl: timeline.Timeline, *, job_id: str, instant: str, keep: Iterable[str]
 ) -> int:
@@ -828,6 +889,7 @@ def sweep_late_files(
     for status in statuses:
         if status.outcome is timeline.Outcome.ROLLED_BACK:
             recorded |= status.rolled_back_names
+    recorded |= archived_rolled_back_names(snapshots.job_history(tl.manager, tl.table, job_id))
     if not recorded:
         return 0
     live = [s for s in statuses if s.instant != instant]
@@ -994,6 +1056,22 @@ def _rollback_in_table(
             damage.add(label, instant, exc)
         if progress is not None:
             progress("instants", index, len(ordered))
+    # R9 for the rolled-back instants of the job(s) that a snapshot archived.
+    swept_jobs = {job_id} if job_id is not None else {timeline.job_of_instant(i) for i in found}
+    for swept_job in sorted(swept_jobs):
+        try:
+            results.extend(
+                sweep_archived(
+                    tl,
+                    swept_job,
+                    hot=found,
+                    protected=protected[swept_job],
+                    dry_run=dry_run,
+                    label=label,
+                )
+            )
+        except errors.CorruptFileError as exc:
+            damage.add(label, f"archived instants of {swept_job}", exc)
     jobs = [job_id] if job_id is not None else reader.stream_jobs(tl.manager, tl.table)
     for stream_job in jobs:
         log = reader.StreamLog(tl.manager, tl.table, stream_job)

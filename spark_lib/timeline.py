@@ -188,6 +188,51 @@ class InstantStatus:
         return frozenset(n for n in raw if isinstance(n, str))
 
 
+def info_of_document(doc: Mapping[str, Any], *, instant: str, source: str) -> InstantInfo:
+    """The :class:`InstantInfo` of a decoded ``.inflight`` document (raises CorruptFileError)."""
+    job_id = formats.require(doc, "jobId", str, source=source)
+    owner = doc.get("owner", default_owner(job_id))
+    if not isinstance(owner, str) or not owner:
+        raise errors.CorruptFileError(f"{source} field 'owner' should be a non-empty string")
+    write = doc.get("write")
+    if write is not None and (not isinstance(write, int) or isinstance(write, bool)):
+        raise errors.CorruptFileError(f"{source} field 'write' should be int")
+    extra = doc.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise errors.CorruptFileError(f"{source} field 'extra' should be an object")
+    return InstantInfo(
+        instant=instant,
+        job_id=job_id,
+        attempt=formats.require(doc, "attempt", int, source=source),
+        marker_type=formats.require(doc, "markerType", str, source=source),
+        operation=formats.require(doc, "operation", str, source=source),
+        started=formats.require(doc, "started", str, source=source),
+        extra=extra,
+        owner=owner,
+        write=write,
+    )
+
+
+def outcome_of_document(
+    doc: Mapping[str, Any], *, source: str
+) -> tuple[Outcome, tuple[DataFile, ...], Mapping[str, Any]]:
+    """Outcome, files and ``extra`` of a decoded ``.outcome`` document (raises
+    CorruptFileError)."""
+    raw = formats.require(doc, "outcome", str, source=source)
+    try:
+        outcome = Outcome(raw)
+    except ValueError:
+        raise errors.CorruptFileError(f"{source} has unknown outcome {raw!r}") from None
+    files = tuple(
+        DataFile.from_json(f, source=source)
+        for f in formats.require(doc, "files", list, source=source)
+    )
+    extra = doc.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise errors.CorruptFileError(f"{source} field 'extra' should be an object")
+    return outcome, files, extra
+
+
 class Timeline:
     """The instants of one table, and the put-if-absent decisions about them."""
 
@@ -197,8 +242,12 @@ class Timeline:
         self.directory = paths.join(self.table, SPARKGUARD_DIR, TIMELINE_DIR)
 
     def exists(self) -> bool:
-        """Whether the timeline directory exists (a deleted table has none)."""
-        return self.manager.exists(self.directory)
+        """Whether the table has a timeline: its directory, or (object stores list no empty
+        directory) its snapshots when compaction archived every instant. A deleted table has
+        neither."""
+        return self.manager.exists(self.directory) or self.manager.exists(
+            paths.join(self.table, SPARKGUARD_DIR, "snapshots")
+        )
 
     def _path(self, instant: str, suffix: str) -> str:
         job_of_instant(instant)
@@ -270,7 +319,8 @@ class Timeline:
         if write is not None:
             body["write"] = write
         data = formats.encode(OUTCOME_KIND, VERSION, body)
-        if not self.manager.put_if_absent(self._path(instant, ".outcome"), data):
+        outcome_path = self._path(instant, ".outcome")
+        if not self.manager.put_if_absent(outcome_path, data):
             decided = self.read_outcome(instant)
             outcome = decided[0].value if decided else "unknown"
             raise errors.InstantDecidedError(
@@ -278,6 +328,17 @@ class Timeline:
                 "commit is refused and publishes nothing (a rollback or another committer won)",
                 instant=instant,
                 outcome=outcome,
+            )
+        # W9, second half: a compactor deletes an archived instant's .inflight before its
+        # outcome, so a put that won without an .inflight beside it is a zombie's commit of an
+        # instant decided and archived long ago: withdraw it (readers ignore it meanwhile).
+        if not self.manager.exists(self._path(instant, ".inflight")):
+            self.manager.delete(outcome_path)
+            raise errors.InstantDecidedError(
+                f"instant {instant} of {self.table} was decided and archived before this "
+                "commit (its .inflight is gone); this commit is refused and publishes nothing",
+                instant=instant,
+                outcome="archived",
             )
 
     def claim_rollback(self, instant: str) -> bool:
@@ -328,45 +389,27 @@ class Timeline:
         except FileNotFoundError:
             return None
         doc = formats.decode(data, kind=INFLIGHT_KIND, versions=frozenset({VERSION}), source=path)
-        job_id = formats.require(doc, "jobId", str, source=path)
-        owner = doc.get("owner", default_owner(job_id))
-        if not isinstance(owner, str) or not owner:
-            raise errors.CorruptFileError(f"{path} field 'owner' should be a non-empty string")
-        write = doc.get("write")
-        if write is not None and (not isinstance(write, int) or isinstance(write, bool)):
-            raise errors.CorruptFileError(f"{path} field 'write' should be int")
-        return InstantInfo(
-            instant=instant,
-            job_id=job_id,
-            attempt=formats.require(doc, "attempt", int, source=path),
-            marker_type=formats.require(doc, "markerType", str, source=path),
-            operation=formats.require(doc, "operation", str, source=path),
-            started=formats.require(doc, "started", str, source=path),
-            extra=doc.get("extra") or {},
-            owner=owner,
-            write=write,
-        )
+        return info_of_document(doc, instant=instant, source=path)
 
     def read_outcome(
         self, instant: str
     ) -> tuple[Outcome, tuple[DataFile, ...], Mapping[str, Any]] | None:
         """The decided outcome of ``instant`` with its files, or ``None`` when undecided."""
+        doc = self.read_outcome_document(instant)
+        if doc is None:
+            return None
+        return outcome_of_document(doc, source=self._path(instant, ".outcome"))
+
+    def read_outcome_document(self, instant: str) -> dict[str, Any] | None:
+        """The checked ``.outcome`` document of ``instant``, or ``None`` when it is missing."""
         path = self._path(instant, ".outcome")
         try:
             data = self.manager.read_bytes(path)
         except FileNotFoundError:
             return None
         doc = formats.decode(data, kind=OUTCOME_KIND, versions=frozenset({VERSION}), source=path)
-        raw = formats.require(doc, "outcome", str, source=path)
-        try:
-            outcome = Outcome(raw)
-        except ValueError:
-            raise errors.CorruptFileError(f"{path} has unknown outcome {raw!r}") from None
-        files = tuple(
-            DataFile.from_json(f, source=path)
-            for f in formats.require(doc, "files", list, source=path)
-        )
-        return outcome, files, doc.get("extra") or {}
+        outcome_of_document(doc, source=path)
+        return doc
 
     def read_rolledback(self, instant: str) -> dict[str, Any] | None:
         """The rollback summary of ``instant``, or ``None``."""
@@ -380,8 +423,17 @@ class Timeline:
         )
 
     def instant_ids(self, *, job_id: str | None = None) -> list[str]:
-        """Instant ids in start order (one listing), optionally only those of ``job_id``."""
-        return sorted(self.files_by_instant(job_id=job_id))
+        """Instant ids in start order (one listing), optionally only those of ``job_id``.
+
+        An instant without ``.inflight`` is left out: it is void (a zombie's commit after its
+        instant was archived, or a stray file of an archived instant; docs/storage-contract.md,
+        "Zombie commits after archiving"); nothing reads or decides it.
+        """
+        return sorted(
+            instant
+            for instant, suffixes in self.files_by_instant(job_id=job_id).items()
+            if ".inflight" in suffixes
+        )
 
     def files_by_instant(self, *, job_id: str | None = None) -> dict[str, set[str]]:
         """Instant id -> the suffixes of its files (``.inflight``, ``.outcome``,

@@ -52,6 +52,7 @@ from sparkguard.spark_lib import (
     paths,
     reader,
     rollback,
+    snapshots,
     timeline,
 )
 
@@ -716,26 +717,20 @@ class SparkguardDataSource(DataSource):
         target = open_target(url, settings)
         write = next_write_index(driver_run_dir(), job_id=settings.job_id, table_url=target.url)
         guard = roll_back_stale(target, settings)
-        committed = [
-            s
-            for s in target.timeline.statuses(job_id=settings.job_id)
-            if s.state is timeline.State.COMMITTED
-            and s.extra.get("operation") != reader.Operation.STREAM_REGISTER.value
-            and write_index_of(s) == write
-        ]
-        if committed and rerun is Rerun.SKIP:
+        committed = committed_write(target, settings.job_id, write)
+        if committed is not None and rerun is Rerun.SKIP:
             logger.warning(
                 "job %s already committed write %d on %s as %s: skipping it (rerun=skip); pass "
                 ".option('rerun', 'rewrite') to write again",
                 settings.job_id,
                 write,
                 target.url,
-                committed[-1].instant,
+                committed,
             )
-            return SkipWriter(settings.job_id, target.url, committed[-1].instant)
+            return SkipWriter(settings.job_id, target.url, committed)
         if overwrite:
             operation = reader.Operation.OVERWRITE
-        elif committed:
+        elif committed is not None:
             operation = reader.Operation.REWRITE
         else:
             operation = reader.Operation.APPEND
@@ -777,6 +772,33 @@ class SparkguardDataSource(DataSource):
         from sparkguard.spark_lib import streaming
 
         return streaming.stream_writer_for(self, schema, overwrite=overwrite)
+
+
+def committed_write(target: Target, job_id: str, write: int) -> str | None:
+    """The instant that committed write ``write`` (a plain write) of ``job_id`` on the table,
+    hot or archived in a snapshot; None when it did not commit."""
+    hot = [
+        s.instant
+        for s in target.timeline.statuses(job_id=job_id)
+        if s.state is timeline.State.COMMITTED
+        and not str(s.extra.get("operation", "")).startswith("stream-")
+        and snapshots.micro_batch_of(s) is None
+        and write_index_of(s) == write
+    ]
+    if hot:
+        return hot[-1]
+    # After the hot listing: an instant archived meanwhile is in the snapshot read now.
+    history = snapshots.job_history(target.manager, target.path, job_id)
+    archived = [
+        s.instant
+        for s in history.archived
+        if s.state is timeline.State.COMMITTED
+        and not str(s.extra.get("operation", "")).startswith("stream-")
+        and snapshots.micro_batch_of(s) is None
+        and write_index_of(s) == write
+    ]
+    archived += [w.instant for w in history.writes if w.micro_batch is None and w.write == write]
+    return max(archived) if archived else None
 
 
 def _check_partition_columns(schema: StructType, parts: Sequence[str]) -> None:
@@ -906,6 +928,7 @@ def commit_instant(
         if unlisted:
             # Failed attempts' leftovers; names an earlier commit lists are kept (rerun case).
             keep = set(tl.committed_files(instants=tl.instant_ids(job_id=spec.settings.job_id)))
+            keep |= snapshots.job_history(manager, table, spec.settings.job_id).names
             deleted = delete_unlisted(manager, table, unlisted, keep)
             logger.info("commit %s: deleted %d files of failed attempts", instant, deleted)
         from sparkguard.spark_lib import rollback
@@ -935,7 +958,28 @@ def commit_instant(
     finally:
         client.close()
     logger.info("committed %s: %d files", instant, len(files))
+    maybe_compact(manager, table, spec.settings)
     return files
+
+
+def maybe_compact(
+    manager: filemanager.FileManager, table: str, settings: config.WriteSettings
+) -> snapshots.CompactResult | None:
+    """After a commit (W10 done): compact the timeline when ``settings.snapshot_every`` decided
+    instants are uncovered. Best effort: an error is a warning, never the write's failure."""
+    if settings.snapshot_every <= 0:
+        return None
+    try:
+        if snapshots.uncovered_decided(manager, table) < settings.snapshot_every:
+            return None
+        result = snapshots.compact(
+            manager, table, archive_retention_days=settings.archive_retention_days
+        )
+    except Exception as exc:  # noqa: BLE001 - compaction never fails the write
+        logger.warning("timeline compaction of %s failed (the write is committed): %s", table, exc)
+        return None
+    logger.info("timeline compaction of %s: %s", table, result.to_json())
+    return result
 
 
 def source_class(conf: Mapping[str, str]) -> type[SparkguardDataSource]:

@@ -71,7 +71,21 @@ second run resumes an interrupted one and removes files written late.
         "show a table's writes, their states and files",
         f"""\
 Show a table's writes (instants): job, state, operation, files, bytes, rows and
-marked files; its streams; and the files, bytes and rows a reader sees.
+marked files; its streams; its latest timeline snapshot; and the files, bytes
+and rows a reader sees. --archived also lists the writes the archive holds.
+
+{STORAGE_ENV}""",
+    ),
+    "compact": Subcommand(
+        "sparkguard.spark_lib.commands",
+        "snapshot a table's timeline and archive its settled instants",
+        f"""\
+Write a snapshot of a table's timeline (the committed state its settled writes
+produced), archive those writes' timeline files into one archive file and delete
+them from the timeline, so readers, writers and rollbacks read a short timeline.
+Writers do this on their own every spark.sparkguard.timeline.snapshotEvery
+decided writes (default 10). Safe to run at any time, next to running writers
+and rollbacks, and again after an interruption.
 
 {STORAGE_ENV}""",
     ),
