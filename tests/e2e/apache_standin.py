@@ -34,13 +34,11 @@ deletion of every spec resource (the driver pod only).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final, cast
 
 from kubernetes import client, watch
@@ -126,31 +124,15 @@ class StandInApacheOperator(Kubelet):
     #: ``trimStateTransitionHistoryEnabled`` (CONF, default true)
     trim_history = True
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        *,
-        namespace: str,
-        name: str,
-        workdir: Path,
-        table: str,
-        rows: int,
-        partitions: int = 4,
-        job: str = "light",
-    ) -> None:
-        super().__init__(
-            client.CoreV1Api(api), namespace=namespace, workdir=workdir, table=table, rows=rows,
-            partitions=partitions, job=job,
-        )  # fmt: skip
-        self.custom = client.CustomObjectsApi(api)
-        self.name = name
+    def __init__(self, api: client.ApiClient, **where: Any) -> None:
+        """``where``: the app and its pods (namespace, name, workdir, table, rows, partitions,
+        job ``light`` unless given: :class:`tests.e2e.kubelet.Kubelet`)."""
+        super().__init__(api, **{"job": "light", **where})
         self.fail_pod_creations = 0
         self.writes: list[dict[str, Any]] = []
         self.conflicts = 0
-        self.errors: list[str] = []
         #: SR's status cache (one app: the key namespace/name is implicit); None: empty
         self._cache: dict[str, Any] | None = None
-        self._halt = threading.Event()
 
     # -- the API side ------------------------------------------------------------------------
     def app(self) -> dict[str, Any]:
@@ -205,12 +187,15 @@ class StandInApacheOperator(Kubelet):
     # -- the kubelet's reports ----------------------------------------------------------------
     def _pod_changed(self, pod: DriverPod) -> None:
         """The kubelet writes the pod's status; the pod informer's event reconciles the app."""
-        with contextlib.suppress(client.ApiException):
-            body = {"status": pod_status(pod, container=self._container_name(pod))}
-            self.core.patch_namespaced_pod_status(pod.name, self.namespace, body)
-        if pod.gone.is_set():  # the containers stopped: the kubelet confirms the deletion
-            with contextlib.suppress(client.ApiException):
+        try:
+            if pod.gone.is_set():  # the containers stopped: the kubelet confirms the deletion
                 self.core.delete_namespaced_pod(pod.name, self.namespace, grace_period_seconds=0)
+            else:
+                body = {"status": pod_status(pod, container=self._container_name(pod))}
+                self.core.patch_namespaced_pod_status(pod.name, self.namespace, body)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                self.errors.append(f"kubelet: pod {pod.name}: {exc.status} {exc.body}")
         self.enqueue()
 
     def _container_name(self, pod: DriverPod) -> str:
@@ -273,32 +258,13 @@ class StandInApacheOperator(Kubelet):
 
     # -- the worker -----------------------------------------------------------------------------
     def serve(self, stop: threading.Event) -> None:
-        """Run the reconciler (informers + one worker) until ``stop`` is set."""
-        self._halt = stop
-        threads = [
-            threading.Thread(target=self._watch_app, daemon=True),
-            threading.Thread(target=self._watch_pods, daemon=True),
-        ]
-        for thread in threads:
-            thread.start()
+        """Run the reconciler (app and pod informers + one worker) until ``stop`` is set; a
+        reconcile that threw is retried with backoff (JOSDK's retry)."""
         self.enqueue()
-        try:
-            while self._next(stop):
-                try:
-                    self._reconcile()
-                    self._error_backoff = 0.05
-                except client.ApiException as exc:
-                    if exc.status == 404:
-                        self._cache = None  # R ``cleanup`` dropped it; the app is gone
-                        continue
-                    self.errors.append(f"{exc.status} {exc.reason}")
-                    self._requeue_with_backoff()
-                except Exception as exc:  # JOSDK retries a reconcile that threw
-                    self.errors.append(repr(exc))
-                    self._requeue_with_backoff()
-        finally:
-            for thread in threads:
-                thread.join(10)
+        self._serve(stop, [self._watch_app, self._watch_pods])
+
+    def _app_gone(self) -> None:
+        self._cache = None  # R ``cleanup`` dropped it; the app is gone
 
     def _reconcile(self) -> None:
         """R ``reconcile`` (JOSDK adds the finalizer first, R ``cleanup`` on deletion): the
@@ -519,7 +485,7 @@ class StandInApacheOperator(Kubelet):
                 "restartPolicy": "Never",
             },
         }
-        self.core.create_namespaced_pod(self.namespace, body)
+        self.core.create_namespaced_pod(self.namespace, cast("client.V1Pod", body))
         sidecars = [c for i, c in enumerate(containers) if i != index]
         self._start_pod(
             pod_name=pod_name,

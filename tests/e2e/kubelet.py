@@ -214,19 +214,24 @@ class Kubelet:
 
     def __init__(
         self,
-        core: client.CoreV1Api,
+        api: client.ApiClient,
         *,
         namespace: str,
+        name: str,
         workdir: Path,
         table: str,
         rows: int,
-        partitions: int,
-        job: str,
+        partitions: int = 4,
+        job: str = "demo",
     ) -> None:
         if job not in JOBS:
             raise ValueError(f"job {job!r}: use one of {', '.join(JOBS)}")
-        self.core = core
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.namespace = namespace
+        #: the app this operator stand-in serves
+        self.name = name
         self.workdir = workdir
         self.table = table
         self.rows = rows
@@ -248,6 +253,9 @@ class Kubelet:
         self._lock = threading.Lock()
         self._executors: list[tuple[float, list[int]]] = []
         self._wake = threading.Event()
+        #: the reconcile errors (each requeued with backoff), for a test's failure message
+        self.errors: list[str] = []
+        self._halt = threading.Event()
         self._requeue_at: float | None = None
         self._error_backoff = 0.05
 
@@ -274,6 +282,38 @@ class Kubelet:
             self._gc_executors()
             self._wake.wait(0.05)
         return False
+
+    def _reconcile(self) -> None:
+        """One reconcile of the app (the operator's side)."""
+        raise NotImplementedError
+
+    def _app_gone(self) -> None:
+        """A reconcile found the app NotFound: nothing to reconcile."""
+
+    def _serve(self, stop: threading.Event, informers: Sequence[Callable[[], None]]) -> None:
+        """Run the informers and one worker until ``stop``: each queued reconcile runs
+        :meth:`_reconcile`; an error requeues it with backoff (a NotFound app: nothing)."""
+        self._halt = stop
+        threads = [threading.Thread(target=informer, daemon=True) for informer in informers]
+        for thread in threads:
+            thread.start()
+        try:
+            while self._next(stop):
+                try:
+                    self._reconcile()
+                    self._error_backoff = 0.05
+                except client.ApiException as exc:
+                    if exc.status == 404:  # the app is gone: nothing to reconcile
+                        self._app_gone()
+                        continue
+                    self.errors.append(f"{exc.status} {exc.reason}")
+                    self._requeue_with_backoff()
+                except Exception as exc:  # the reconcile's error: requeued with backoff
+                    self.errors.append(repr(exc))
+                    self._requeue_with_backoff()
+        finally:
+            for thread in threads:
+                thread.join(10)
 
     def _requeue_with_backoff(self) -> None:
         """A failed reconcile is requeued with exponential backoff (controller-runtime's rate

@@ -33,7 +33,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Final, cast
 
 from kubernetes import client, watch
@@ -257,25 +256,10 @@ class StandInSparkOperator(Kubelet):
     #: ``--driver-pod-creation-grace-period`` (cmd/operator/controller/start.go, default 10 s)
     driver_pod_creation_grace_s = 10.0
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        *,
-        namespace: str,
-        name: str,
-        workdir: Path,
-        table: str,
-        rows: int,
-        partitions: int = 4,
-        job: str = "demo",
-    ) -> None:
-        super().__init__(
-            client.CoreV1Api(api), namespace=namespace, workdir=workdir, table=table, rows=rows,
-            partitions=partitions, job=job,
-        )  # fmt: skip
-        self.api = api
-        self.custom = client.CustomObjectsApi(api)
-        self.name = name
+    def __init__(self, api: client.ApiClient, **where: Any) -> None:
+        """``where``: the app and its pods (namespace, name, workdir, table, rows, partitions,
+        job: :class:`tests.e2e.kubelet.Kubelet`)."""
+        super().__init__(api, **where)
         self.fail_submissions = 0
         self.conflict_spec_updates = 0
         #: the 1.x update predicate (1.x ``pkg/controller/sparkapplication/controller.go``
@@ -289,9 +273,6 @@ class StandInSparkOperator(Kubelet):
         self.events: list[tuple[str, str]] = []
         #: every status state the stand-in wrote, in order (FAILED must never appear between)
         self.states: list[str] = []
-        #: the reconcile errors (each requeued with backoff), for a test's failure message
-        self.errors: list[str] = []
-        self._halt = threading.Event()
 
     # -- the API side -----------------------------------------------------------------------
     def app(self) -> dict[str, Any]:
@@ -422,26 +403,10 @@ class StandInSparkOperator(Kubelet):
         self.states.pop()  # not a state transition
 
     def serve(self, stop: threading.Event) -> None:
-        """Run the controller (informer + one worker) until ``stop`` is set."""
-        self._halt = stop
-        informer = threading.Thread(target=self._watch, daemon=True)
-        informer.start()
-        try:
-            while self._next(stop):
-                try:
-                    self._reconcile()
-                    self._error_backoff = 0.05
-                except client.ApiException as exc:
-                    if exc.status == 404:  # the app is gone: nothing to reconcile
-                        continue
-                    self.errors.append(f"{exc.status} {exc.reason}")
-                    self._requeue_with_backoff()
-                except Exception as exc:  # the reconcile's error: requeued with backoff
-                    # (e.g. TimeUntilNextRetryDue without an interval: upstream stalls so)
-                    self.errors.append(repr(exc))
-                    self._requeue_with_backoff()
-        finally:
-            informer.join(10)
+        """Run the controller (informer + one worker) until ``stop`` is set. A reconcile's
+        error is requeued with backoff (e.g. TimeUntilNextRetryDue without an interval:
+        upstream stalls so)."""
+        self._serve(stop, [self._watch])
 
     def _retry_on_conflict(self, step: Callable[[], None]) -> None:
         """``retry.RetryOnConflict(retry.DefaultRetry, …)``: the whole step again on a 409."""
