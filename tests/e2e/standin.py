@@ -13,27 +13,10 @@ the *whole* status with the app's resourceVersion (``Status().Update``), re-runn
 a conflict (``retry.RetryOnConflict``). Requeues after a retry wait (``RequeueAfter``) or with a
 backoff after an error.
 
-**The driver pod** (the kubelet's part): the app's *mutated* spec is run as local processes,
-what a driver pod would run: the driver's initContainers in order (the library bundle, then
-sparkguard's rollback), the sidecars, then the driver with the app's ``spec.sparkConf`` and
-driver env. Volumes become directories: every path under a volumeMount is rewritten to that
-volume's directory, and secret volumes are filled from the Secret. A native sidecar is stopped
-(SIGTERM) once the driver container ended; regular containers are never stopped, so the pod is
-terminal only once every one of them has exited by itself (``Succeeded`` when all exited 0,
-else ``Failed``), and ``Running`` until then. Deleting the pod sends SIGTERM to its containers
-and SIGKILL after ``termination_grace_s``; the pod is gone (its name free again) only then.
-Process namespaces are real (``unshare``/``nsenter``): every sidecar sees only its own
-processes, or, with ``spec.driver.shareProcessNamespace: true``, sidecars and driver share one
-namespace with a pause process as PID 1.
-
-Three driver programs: ``job="demo"`` runs sparkguard's demo job (the Python writer, a Spark
-session), given the injected settings as arguments; ``job="plain"`` runs a plain PySpark job
-that never imports sparkguard (``tests/jvm/jobs/plain_write.py``) with the app's *whole*
-``spec.sparkConf`` passed as spark-submit's ``--conf`` options (what spark-operator does);
-``job="light"`` runs ``light_driver.py``: sparkguard's Python writer without a JVM (driver step,
-task files, commit), with one task in a separate *executor* process that outlives its driver
-(lingering executors: stopped ``executor_linger_s`` after the driver pod ended, as Kubernetes'
-garbage collection of executor pods owned by the driver pod does).
+**The driver pod** (the kubelet's part) is ``kubelet.py``'s, shared with the Apache stand-in:
+the app's *mutated* spec (``spec.driver``, ``spec.volumes``, ``spec.sparkConf``) is run as
+local processes, what a driver pod would run (:class:`tests.e2e.kubelet.Kubelet`; the three
+driver programs ``demo``, ``plain`` and ``light`` are described there).
 
 Not modelled (see the Gaps in kubeflow-model.md §9 and the table): executor pods and
 ``executorState`` (Spark runs in local mode inside the "driver", except the light driver's one
@@ -43,37 +26,37 @@ executor), the UI Service/Ingress, the pod webhook's own selection of volumes an
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
 import datetime
-import json
-import os
-import shlex
-import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Final, cast
 
 from kubernetes import client, watch
 
-from tests.support.process import kill_session
+from tests.e2e.kubelet import (
+    DriverPod,
+    DriverPodStillRunningError,
+    Kubelet,
+    PidNamespacesUnavailableError,
+    PodSpec,
+    pid_namespaces_available,
+)
+
+__all__ = [
+    "DriverPod",
+    "DriverPodStillRunningError",
+    "PidNamespacesUnavailableError",
+    "StandInScheduledController",
+    "StandInSparkOperator",
+    "pid_namespaces_available",
+]
 
 GROUP, VERSION, PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
 SCHEDULED_PLURAL: Final = "scheduledsparkapplications"
-BIN = Path(sys.executable).parent
-#: the unchanged job of ``job="plain"``: never imports sparkguard
-PLAIN_JOB = Path(__file__).resolve().parents[1] / "jvm" / "jobs" / "plain_write.py"
-#: the driver of ``job="light"``: sparkguard's Python writer without a Spark JVM
-LIGHT_JOB = Path(__file__).resolve().parent / "light_driver.py"
-JOBS: Final = ("demo", "plain", "light")
 
 #: upstream files the model cites (repo kubeflow/spark-operator)
 CONTROLLER: Final = "internal/controller/sparkapplication/controller.go"
@@ -92,103 +75,6 @@ TERMINAL_STATES: Final = frozenset({"COMPLETED", "FAILED"})
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class DriverPodStillRunningError(RuntimeError):
-    """The driver container ended but a sidecar keeps the pod running."""
-
-
-class PidNamespacesUnavailableError(RuntimeError):
-    """This machine cannot create PID namespaces (no root, no user namespaces)."""
-
-
-def pid_namespaces_available() -> bool:
-    """Whether ``unshare --pid`` works here (root, or unprivileged user namespaces)."""
-    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
-        return False
-    probe = subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", "true"],
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-def _main_pid(wrapper: subprocess.Popen[bytes]) -> int | None:
-    """The container's own process behind ``unshare --fork``/``nsenter``: the wrapper's child."""
-    deadline = time.monotonic() + 10
-    while wrapper.poll() is None:
-        try:
-            children = Path(f"/proc/{wrapper.pid}/task/{wrapper.pid}/children").read_text()
-        except OSError:
-            return None
-        if children.split():
-            return int(children.split()[0])
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.01)
-    return None
-
-
-class _PodProcesses:
-    """The PID namespaces of one driver pod: shared (a pause process as PID 1) or per container.
-
-    Containers are started through ``nsenter``/``unshare``; signals go to the container's own
-    process, the wrapper relays its exit status.
-    """
-
-    def __init__(self, *, shared: bool, run_dir: Path) -> None:
-        self.available = pid_namespaces_available()
-        if shared and not self.available:
-            raise PidNamespacesUnavailableError(
-                "the driver pod shares its process namespace, and this machine cannot create "
-                "PID namespaces to model it (run as root or enable user namespaces)"
-            )
-        self.run_dir = run_dir
-        self.wrapped: set[int] = set()
-        self.pause: subprocess.Popen[bytes] | None = None
-        self.pause_pid: int | None = None
-        if shared:
-            self.pause = subprocess.Popen(
-                ["unshare", "--pid", "--fork", "--mount-proc", "sleep", "infinity"],
-                start_new_session=True,
-            )
-            self.pause_pid = _main_pid(self.pause)
-            if self.pause_pid is None:
-                raise PidNamespacesUnavailableError("the pod's pause process did not start")
-
-    def wrap(self, argv: list[str], *, sidecar: bool) -> list[str]:
-        """``argv`` as started in the pod: in the shared namespace, or a sidecar's own."""
-        if self.pause_pid is not None:
-            return [
-                "nsenter", f"--target={self.pause_pid}", "--pid", "--mount",
-                f"--wd={self.run_dir}", "--", *argv,
-            ]  # fmt: skip
-        if sidecar and self.available:
-            return ["unshare", "--pid", "--fork", "--mount-proc", "--", *argv]
-        return argv  # the driver: what it sees of the host does not matter here
-
-    def started(self, process: subprocess.Popen[bytes], argv: list[str]) -> None:
-        if argv and argv[0] in ("nsenter", "unshare"):
-            self.wrapped.add(process.pid)
-
-    def terminate(self, process: subprocess.Popen[bytes]) -> None:
-        """SIGTERM to the container's process, as the kubelet sends it."""
-        if process.poll() is not None:
-            return
-        pid = _main_pid(process) if process.pid in self.wrapped else process.pid
-        if pid is None:
-            process.kill()
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-
-    def close(self) -> None:
-        if self.pause is not None and self.pause.poll() is None:
-            os.killpg(self.pause.pid, signal.SIGKILL)  # PID 1 gone: the namespace ends
-        if self.pause is not None:
-            self.pause.wait(timeout=30)
 
 
 def _parse_time(text: Any) -> datetime.datetime | None:
@@ -355,25 +241,7 @@ APP_STATE_OF_DRIVER: Final = {
 }
 
 
-class DriverPod:
-    """One driver pod: its containers as local processes, its phase as the kubelet reports it."""
-
-    def __init__(self, *, name: str, submission: str, index: int, record: dict[str, Any]) -> None:
-        self.name = name
-        self.submission = submission
-        self.index = index
-        self.record = record
-        self.phase = "Pending"
-        self.driver_exit: int | None = None
-        self.driver_reason = ""
-        self.deleting = threading.Event()
-        self.gone = threading.Event()
-        self.driver: subprocess.Popen[bytes] | None = None
-        self.run_dir: Path | None = None
-        self.thread: threading.Thread | None = None
-
-
-class StandInSparkOperator:
+class StandInSparkOperator(Kubelet):
     """spark-operator's SparkApplication controller for one app, and the kubelet of its driver.
 
     ``serve(stop)`` runs the controller until ``stop``; ``run_driver_pod()`` serves the app until
@@ -385,57 +253,13 @@ class StandInSparkOperator:
     wait in the watch stream).
     """
 
-    #: how long regular sidecar containers get to exit by themselves after the driver ended
-    #: before the stand-in calls the pod stuck (a hang guard: the kubelet would wait for ever)
-    sidecar_grace_s = 60.0
-    #: the pod's terminationGracePeriodSeconds: SIGTERM, then SIGKILL after this (Kubernetes'
-    #: default is 30 s; short here, the bench's drivers do not use it)
-    termination_grace_s = 1.0
     #: ``--driver-pod-creation-grace-period`` (cmd/operator/controller/start.go, default 10 s)
     driver_pod_creation_grace_s = 10.0
-    #: how long the light driver's executor keeps running after its driver pod ended, until
-    #: the garbage collector's deletion of the executor pod (ownerReference to the driver pod)
-    #: stops it: on a cluster GC latency plus the executor's grace period, 10 to 30 s; 4 s here,
-    #: enough to overlap the next driver's rollback initContainer on the bench
-    executor_linger_s = 4.0
-    #: the light driver's executor waits this long before it writes its task's file
-    executor_delay_s = 1.5
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        *,
-        namespace: str,
-        name: str,
-        workdir: Path,
-        table: str,
-        rows: int,
-        partitions: int = 4,
-        job: str = "demo",
-    ) -> None:
-        self.api = api
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-        self.name = name
-        self.workdir = workdir
-        self.table = table
-        self.rows = rows
-        self.partitions = partitions
-        if job not in JOBS:
-            raise ValueError(f"job {job!r}: use one of {', '.join(JOBS)}")
-        self.job = job
-        #: one record per driver pod started (its submission, containers, exit, how it ended)
-        self.runs: list[dict[str, Any]] = []
-        #: per-run fault: run index -> kill the driver
-        self.kill_runs: set[int] = set()
-        #: runs whose light driver stalls at ``kill_point`` until its pod is deleted
-        self.stall_runs: set[int] = set()
-        #: where the light driver stalls to be killed: before-files, mid-write, after-commit
-        self.kill_point = "mid-write"
-        #: ``job="plain"`` has no fault points: the driver of a run in ``kill_runs`` is
-        #: SIGKILLed (whole process group) as soon as this says so (e.g. "a file is published")
-        self.kill_when: Callable[[], bool] | None = None
+    def __init__(self, api: client.ApiClient, **where: Any) -> None:
+        """``where``: the app and its pods (namespace, name, workdir, table, rows, partitions,
+        job: :class:`tests.e2e.kubelet.Kubelet`)."""
+        super().__init__(api, **where)
         self.fail_submissions = 0
         self.conflict_spec_updates = 0
         #: the 1.x update predicate (1.x ``pkg/controller/sparkapplication/controller.go``
@@ -449,16 +273,6 @@ class StandInSparkOperator:
         self.events: list[tuple[str, str]] = []
         #: every status state the stand-in wrote, in order (FAILED must never appear between)
         self.states: list[str] = []
-        #: the reconcile errors (each requeued with backoff), for a test's failure message
-        self.errors: list[str] = []
-        self.log = workdir / "standin.log"
-        self.pods: dict[str, DriverPod] = {}
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._requeue_at: float | None = None
-        self._error_backoff = 0.05
-        self._halt = threading.Event()
-        self._executors: list[tuple[float, list[int]]] = []
 
     # -- the API side -----------------------------------------------------------------------
     def app(self) -> dict[str, Any]:
@@ -504,10 +318,6 @@ class StandInSparkOperator:
                 count=1,
             ),
         )
-
-    def _secret(self, name: str) -> dict[str, str]:
-        secret = self.core.read_namespaced_secret(name, self.namespace)
-        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
     # -- the informer: watch + update predicate ---------------------------------------------
     def _watch(self) -> None:
@@ -592,56 +402,11 @@ class StandInSparkOperator:
         self._update_status(app, status)
         self.states.pop()  # not a state transition
 
-    # -- the work queue ---------------------------------------------------------------------
-    def enqueue(self, *, after: float | None = None) -> None:
-        """Queue a reconcile now, or ``after`` seconds (``RequeueAfter``)."""
-        with self._lock:
-            if after is None:
-                self._wake.set()
-            else:
-                due = time.monotonic() + after
-                if self._requeue_at is None or due < self._requeue_at:
-                    self._requeue_at = due
-
-    def _next(self, stop: threading.Event) -> bool:
-        while not stop.is_set():
-            with self._lock:
-                if self._wake.is_set() or (
-                    self._requeue_at is not None and time.monotonic() >= self._requeue_at
-                ):
-                    self._wake.clear()
-                    self._requeue_at = None
-                    return True
-            self._gc_executors()
-            self._wake.wait(0.05)
-        return False
-
     def serve(self, stop: threading.Event) -> None:
-        """Run the controller (informer + one worker) until ``stop`` is set."""
-        self._halt = stop
-        informer = threading.Thread(target=self._watch, daemon=True)
-        informer.start()
-        try:
-            while self._next(stop):
-                try:
-                    self._reconcile()
-                    self._error_backoff = 0.05
-                except client.ApiException as exc:
-                    if exc.status == 404:  # the app is gone: nothing to reconcile
-                        continue
-                    self.errors.append(f"{exc.status} {exc.reason}")
-                    self._requeue_with_backoff()
-                except Exception as exc:  # the reconcile's error: requeued with backoff
-                    # (e.g. TimeUntilNextRetryDue without an interval: upstream stalls so)
-                    self.errors.append(repr(exc))
-                    self._requeue_with_backoff()
-        finally:
-            informer.join(10)
-
-    def _requeue_with_backoff(self) -> None:
-        """``ctrl.Result{}, err``: controller-runtime's rate-limited requeue (exponential)."""
-        self.enqueue(after=self._error_backoff)
-        self._error_backoff = min(self._error_backoff * 2, 5.0)
+        """Run the controller (informer + one worker) until ``stop`` is set. A reconcile's
+        error is requeued with backoff (e.g. TimeUntilNextRetryDue without an interval:
+        upstream stalls so)."""
+        self._serve(stop, [self._watch])
 
     def _retry_on_conflict(self, step: Callable[[], None]) -> None:
         """``retry.RetryOnConflict(retry.DefaultRetry, …)``: the whole step again on a 409."""
@@ -870,7 +635,7 @@ class StandInSparkOperator:
             status["applicationState"] = {"state": "SUBMISSION_FAILED", "errorMessage": error}
             self._event(app, "Warning", "SparkApplicationSubmissionFailed", error)
             return
-        self._start_pod(app, pod_name=pod_name, submission=submission)
+        self._start_pod_of(app, pod_name=pod_name, submission=submission)
         status["applicationState"] = {"state": "SUBMITTED"}
         status["executionAttempts"] = int(status.get("executionAttempts") or 0) + 1
         status["sparkApplicationId"] = f"spark-{submission[:8]}"
@@ -889,373 +654,24 @@ class StandInSparkOperator:
         if pod is not None:
             self._delete_pod(pod)
 
-    def _start_pod(self, app: Mapping[str, Any], *, pod_name: str, submission: str) -> None:
+    def _start_pod_of(self, app: Mapping[str, Any], *, pod_name: str, submission: str) -> None:
         """spark-submit's effect: the driver pod exists, the kubelet starts it."""
-        index = len(self.runs)
-        run_dir = self.workdir / f"run-{index}"
-        run_dir.mkdir(parents=True)
-        record: dict[str, Any] = {
-            "generation": app["metadata"]["generation"], "submission": submission,
-            "pod": pod_name, "init": [], "native_sidecars": [], "ended_by": None,
-        }  # fmt: skip
-        self.runs.append(record)
-        pod = DriverPod(name=pod_name, submission=submission, index=index, record=record)
-        pod.run_dir = run_dir
-        self.pods[pod_name] = pod
-        pod.thread = threading.Thread(
-            target=self._kubelet, args=(pod, copy.deepcopy(app["spec"])), daemon=True
-        )
-        pod.thread.start()
-
-    def _kubelet(self, pod: DriverPod, spec: Mapping[str, Any]) -> None:
-        try:
-            self._run_pod(pod, spec)
-        except Exception as exc:  # the pod fails, the controller sees it
-            pod.record["error"] = repr(exc)
-            pod.phase = "Failed"
-        finally:
-            pod.record["pod_phase"] = pod.phase
-            assert pod.run_dir is not None
-            pids = [int(p.name) for p in (pod.run_dir / "executors").glob("*")]
-            with self._lock:
-                self._executors.append((time.monotonic() + self.executor_linger_s, pids))
-            self._pod_ended(pod)
-
-    def _pod_ended(self, pod: DriverPod) -> None:
-        """The pod's containers all ended; a deleted pod is gone now (its name is free)."""
-        with self._lock:
-            if pod.deleting.is_set() and self.pods.get(pod.name) is pod:
-                del self.pods[pod.name]
-                pod.gone.set()
-        self.enqueue()  # the pod's update or delete event (event_handler.go)
-
-    def _delete_pod(self, pod: DriverPod) -> None:
-        pod.deleting.set()
-        if pod.thread is not None and not pod.thread.is_alive():
-            self._pod_ended(pod)
-
-    def _run_pod(self, pod: DriverPod, spec: Mapping[str, Any]) -> None:
-        record, run_dir = pod.record, pod.run_dir
-        assert run_dir is not None
-        volumes = self._volumes(spec, run_dir)
+        spec = copy.deepcopy(app["spec"])
         driver = spec["driver"]
-        procs = _PodProcesses(shared=driver.get("shareProcessNamespace") is True, run_dir=run_dir)
-        record["shared_processes"] = procs.pause_pid is not None
-        # As the kubelet: a native sidecar (an initContainer with restartPolicy Always) starts
-        # in its place among the initContainers, the next one waits until it has started.
-        native: list[subprocess.Popen[bytes]] = []
-        sidecars: list[subprocess.Popen[bytes]] = []
-        code: int | None = None
-        try:
-            with self.log.open("ab") as log:
-                for init in driver.get("initContainers") or []:
-                    if pod.deleting.is_set():
-                        record["ended_by"] = "deleted"
-                        return
-                    if init.get("restartPolicy") == "Always":
-                        native.append(self._start_sidecar(init, volumes, run_dir, log, procs))
-                        record["native_sidecars"].append(init["name"])
-                        continue
-                    returncode = self._run_init(init, volumes, run_dir, log, pod)
-                    record["init"].append((init["name"], returncode))
-                    if returncode != 0:
-                        record["ended_by"] = "deleted" if pod.deleting.is_set() else "init"
-                        pod.phase = "Failed"  # the driver container never started
-                        return
-                sidecars = [
-                    self._start_sidecar(s, volumes, run_dir, log, procs)
-                    for s in driver.get("sidecars") or []
-                ]
-                pod.phase = "Running"
-                self.enqueue()
-                code = self._run_driver(spec, volumes, run_dir, log, procs, pod)
-                pod.driver_exit = code
-                pod.driver_reason = "Completed" if code == 0 else "Error"
-                # Spark's driver ends its executors: their pods' events enqueue the app even
-                # while a sidecar keeps the driver pod Running (event_handler.go).
-                self.enqueue()
-                # The kubelet stops native sidecars now; regular sidecar containers keep the
-                # pod Running for as long as they run.
-                self._stop(native, procs)
-                pod.phase = self._pod_phase(code, sidecars, pod)
-                record["sidecar_exits"] = [p.returncode for p in sidecars]
-        finally:
-            self._stop(native + sidecars, procs)  # the stand-in cleans up either way
-            procs.close()
-            record["exit"] = code
-
-    def _run_init(
-        self,
-        init: Mapping[str, Any],
-        volumes: Mapping[str, Path],
-        run_dir: Path,
-        log: Any,
-        pod: DriverPod,
-    ) -> int:
-        mounts = self._mounts(init, volumes)
-        process = subprocess.Popen(
-            self._argv(init, mounts), env=self._env(init, mounts), stdout=log,
-            stderr=subprocess.STDOUT, cwd=run_dir, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 300
-        while process.poll() is None:
-            if pod.deleting.is_set() or time.monotonic() > deadline:
-                self._terminate_session(process)
-                break
-            time.sleep(0.02)
-        return int(process.wait())
-
-    def _terminate_session(self, process: subprocess.Popen[bytes]) -> int:
-        """The kubelet stopping a container: SIGTERM, SIGKILL after the grace period."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=self.termination_grace_s)
-        except subprocess.TimeoutExpired:
-            kill_session(process.pid)
-            process.wait()
-        else:
-            kill_session(process.pid)  # what is left of the session
-        return int(process.returncode)
-
-    def _stop(self, processes: list[subprocess.Popen[bytes]], pod: _PodProcesses) -> None:
-        for process in reversed(processes):  # native sidecars stop in reverse order
-            pod.terminate(process)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=15)
-
-    def _pod_phase(self, code: int, sidecars: list[subprocess.Popen[bytes]], pod: DriverPod) -> str:
-        """The driver pod's phase once its driver container ended, as the kubelet reports it."""
-        deadline = time.monotonic() + self.sidecar_grace_s
-        while any(p.poll() is None for p in sidecars) and time.monotonic() < deadline:
-            if pod.deleting.is_set():
-                return "Failed"
-            time.sleep(0.1)
-        if any(p.poll() is None for p in sidecars):
-            return "Running"
-        return "Succeeded" if code == 0 and all(p.returncode == 0 for p in sidecars) else "Failed"
-
-    # -- volumes and containers -------------------------------------------------------------
-    def _volumes(self, spec: Mapping[str, Any], run_dir: Path) -> dict[str, Path]:
-        dirs = {}
-        for volume in spec.get("volumes") or []:
-            path = run_dir / "volumes" / volume["name"]
-            path.mkdir(parents=True, exist_ok=True)
-            if "secret" in volume:
-                for key, value in self._secret(volume["secret"]["secretName"]).items():
-                    (path / key).write_text(value)
-            dirs[volume["name"]] = path
-        return dirs
-
-    @staticmethod
-    def _mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) -> list[tuple[str, str]]:
-        mounts = [
-            (m["mountPath"].rstrip("/"), str(volumes[m["name"]]))
-            for m in container.get("volumeMounts") or []
-        ]
-        return sorted(mounts, key=lambda m: -len(m[0]))
-
-    @staticmethod
-    def _remap(value: str, mounts: list[tuple[str, str]]) -> str:
-        for mount_path, local in mounts:
-            value = value.replace(mount_path, local)
-        return value
-
-    def _env(self, container: Mapping[str, Any], mounts: list[tuple[str, str]]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKGUARD_")}
-        env["PYTHONSAFEPATH"] = "1"
-        env["PYSPARK_PYTHON"] = sys.executable
-        env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
-        for source in container.get("envFrom") or []:
-            if "secretRef" in source:
-                env.update(self._secret(source["secretRef"]["name"]))
-        for item in container.get("env") or []:
-            if "value" in item:
-                env[item["name"]] = self._remap(str(item["value"]), mounts)
-            elif "secretKeyRef" in item.get("valueFrom", {}):
-                ref = item["valueFrom"]["secretKeyRef"]
-                env[item["name"]] = self._secret(ref["name"])[ref["key"]]
-        return env
-
-    def _argv(self, container: Mapping[str, Any], mounts: list[tuple[str, str]]) -> list[str]:
-        argv = [
-            self._remap(a, mounts)
-            for a in [*(container.get("command") or []), *(container.get("args") or [])]
-        ]
-        if argv and argv[0] == "sparkguard":
-            argv[0] = str(BIN / "sparkguard")
-        return argv
-
-    def _start_sidecar(
-        self,
-        container: Mapping[str, Any],
-        volumes: Mapping[str, Path],
-        run_dir: Path,
-        log: Any,
-        pod: _PodProcesses,
-    ) -> subprocess.Popen[bytes]:
-        mounts = self._mounts(container, volumes)
-        argv = self._argv(container, mounts)
-        # The pod network is the host here: listen on loopback only.
-        argv = pod.wrap(["127.0.0.1" if a == "0.0.0.0" else a for a in argv], sidecar=True)
-        process = subprocess.Popen(
-            argv, env=self._env(container, mounts), stdout=log, stderr=log, cwd=run_dir
+        super()._start_pod(
+            pod_name=pod_name,
+            submission=submission,
+            record={"generation": app["metadata"]["generation"], "submission": submission},
+            spec=PodSpec(
+                init_containers=driver.get("initContainers") or [],
+                sidecars=driver.get("sidecars") or [],
+                driver=driver,
+                volumes=spec.get("volumes") or [],
+                share_process_namespace=driver.get("shareProcessNamespace") is True,
+                conf=spec.get("sparkConf") or {},
+            ),
         )
-        pod.started(process, argv)
-        probe = (container.get("startupProbe") or container["readinessProbe"])["httpGet"]
-        url = f"http://127.0.0.1:{probe['port']}{probe['path']}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=1):
-                    return process
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"sidecar {container['name']} did not become ready"
-                    ) from None
-                time.sleep(0.1)
 
-    def _run_driver(  # noqa: PLR0917 - the pod's parts, as _watch_driver takes them
-        self,
-        spec: Mapping[str, Any],
-        volumes: Mapping[str, Path],
-        run_dir: Path,
-        log: Any,
-        procs: _PodProcesses,
-        pod: DriverPod,
-    ) -> int:
-        driver = spec["driver"]
-        mounts = self._mounts(driver, volumes)
-        env = self._env(driver, mounts)
-        conf = {k: self._remap(str(v), mounts) for k, v in (spec.get("sparkConf") or {}).items()}
-        kill = pod.index in self.kill_runs
-        signal_file = run_dir / "paused"
-        if self.job == "plain":
-            argv = [
-                sys.executable, str(PLAIN_JOB), "{}", self.table, str(self.rows),
-                str(self.partitions),
-            ]  # fmt: skip
-            env["PYSPARK_SUBMIT_ARGS"] = _submit_args(conf)
-            env["SPARK_LOCAL_IP"] = "127.0.0.1"
-        elif self.job == "light":
-            settings = {**conf, "spark.driver.host": "127.0.0.1"}
-            argv = [
-                sys.executable, str(LIGHT_JOB), "driver", json.dumps(settings), self.table,
-                str(self.rows), str(self.partitions), str(run_dir),
-                self.kill_point if kill or pod.index in self.stall_runs else "none",
-                str(self.executor_delay_s),
-            ]  # fmt: skip
-            signal_file = run_dir / f"at-{self.kill_point}"
-        else:
-            faults = (
-                json.dumps([{"point": "task:after-file", "action": "pause", "partition": 2,
-                             "signal": str(signal_file)}])
-                if kill else ""
-            )  # fmt: skip
-            argv = [
-                sys.executable, "-m", "sparkguard.spark_lib.demo_job",
-                "--table", self.table, "--rows", str(self.rows),
-                "--partitions", str(self.partitions),
-                "--job-id", conf["spark.sparkguard.jobId"],
-                "--attempt", conf["spark.sparkguard.attempt"],
-                "--journal", conf["spark.sparkguard.journal"],
-                "--markers", conf["spark.sparkguard.markers.type"],
-                "--endpoint", conf.get("spark.sparkguard.markers.endpoint", ""),
-                "--token-file", conf.get("spark.sparkguard.markers.tokenFile", ""),
-                "--faults", faults,
-            ]  # fmt: skip
-            if kill:  # fault injection is test-only: the library refuses it without this
-                env["SPARKGUARD_ENABLE_FAULTS"] = "1"
-            owner = conf.get("spark.sparkguard.owner")
-            if owner:  # as spark-submit --conf (spark-operator passes sparkConf so)
-                env["PYSPARK_SUBMIT_ARGS"] = (
-                    f"--conf {shlex.quote('spark.sparkguard.owner=' + owner)} pyspark-shell"
-                )
-        return self._watch_driver(argv, env, run_dir, log, procs, pod, signal_file=signal_file)
-
-    def _watch_driver(  # noqa: PLR0917 - the pod's parts
-        self,
-        argv: list[str],
-        env: Mapping[str, str],
-        run_dir: Path,
-        log: Any,
-        procs: _PodProcesses,
-        pod: DriverPod,
-        *,
-        signal_file: Path,
-    ) -> int:
-        """Run the driver program in the pod's process namespace; SIGKILL it (its whole session:
-        Python, its Spark JVM and PySpark's workers) when a run to kill reaches its moment, or
-        stop it (SIGTERM, then SIGKILL) when the pod is deleted."""
-        kill = pod.index in self.kill_runs
-        argv = procs.wrap(argv, sidecar=False)
-        process = subprocess.Popen(
-            argv, env=env, stdout=log, stderr=log, cwd=run_dir, start_new_session=True
-        )
-        procs.started(process, argv)
-        pod.driver = process
-        deadline = time.monotonic() + 600
-        while process.poll() is None:
-            self._start_executors(run_dir, env, log)
-            if pod.deleting.is_set():
-                pod.record["ended_by"] = "deleted"
-                code = self._terminate_session(process)
-                return 128 - code if code < 0 else code
-            due = signal_file.exists() or (self.kill_when is not None and self.kill_when())
-            if kill and due:
-                kill_session(process.pid)  # with PySpark's workers, in their own group
-                process.wait()
-                pod.record["ended_by"] = "killed"
-                return 128 + signal.SIGKILL  # a container's exit code for SIGKILL
-            if time.monotonic() > deadline:
-                kill_session(process.pid)
-                raise RuntimeError("driver did not finish within 600 s")
-            time.sleep(0.01 if kill else 0.05)
-        pod.record["ended_by"] = "exited"
-        return int(process.returncode)
-
-    # -- lingering executors ----------------------------------------------------------------
-    def _start_executors(self, run_dir: Path, env: Mapping[str, str], log: Any) -> None:
-        """Start the executor "pods" the driver asked for (``light_driver._request_executor``)
-        as processes of their own session and namespaces, as Kubernetes runs executor pods
-        apart from the driver's: the driver pod's end (its PID namespace included) does not end
-        them; :meth:`_gc_executors` does, ``executor_linger_s`` later."""
-        requests = run_dir / "executor-requests"
-        if not requests.is_dir():
-            return
-        for request in sorted(requests.glob("*.json")):
-            argv = json.loads(request.read_text())
-            request.unlink()
-            executor = subprocess.Popen(
-                argv, env=dict(env), stdout=log, stderr=log, cwd=run_dir, start_new_session=True
-            )
-            (run_dir / "executors").mkdir(exist_ok=True)
-            (run_dir / "executors" / str(executor.pid)).touch()
-
-    def _gc_executors(self, *, everything: bool = False) -> None:
-        """Stop the executors whose driver ended ``executor_linger_s`` ago (or all of them)."""
-        now = time.monotonic()
-        with self._lock:
-            due = [e for e in self._executors if everything or e[0] <= now]
-            self._executors = [e for e in self._executors if e not in due]
-        for _, pids in due:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGTERM)
-            time.sleep(min(self.termination_grace_s, 0.5) if pids else 0)
-            for pid in pids:
-                kill_session(pid)
-
-    def executors_left(self) -> int:
-        """Executor processes still running (lingering after their driver, or not yet GC'd)."""
-        with self._lock:
-            return sum(len(pids) for _, pids in self._executors)
-
-    # -- running it ---------------------------------------------------------------------------
     def run_driver_pod(self, *, timeout: float = 300) -> str:
         """Serve the app until its first driver pod has ended and the app is terminal; return
         that state. Raises :class:`DriverPodStillRunningError` when the driver container ended
@@ -1289,16 +705,6 @@ class StandInSparkOperator:
                 f"sidecar container(s) {stuck} did not exit within {self.sidecar_grace_s:g} s"
             )
         return str(state)
-
-    def cleanup(self) -> None:
-        """Stop every pod and executor still running (the test is over)."""
-        for pod in list(self.pods.values()):
-            pod.deleting.set()
-        for pod in list(self.pods.values()):
-            if pod.thread is not None:
-                pod.thread.join(30)
-        self._gc_executors(everything=True)
-        shutil.rmtree(self.workdir / "volumes", ignore_errors=True)
 
 
 def parse_every(schedule: str) -> float:
@@ -1511,10 +917,3 @@ class StandInScheduledController:
             thread.join(30)
         for standin in self.runs.values():
             standin.cleanup()
-
-
-def _submit_args(conf: Mapping[str, str]) -> str:
-    """``conf`` as spark-submit options (``--conf k=v`` each), as spark-operator passes
-    ``spec.sparkConf``; PySpark hands them to the spark-submit that starts its JVM."""
-    options = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in conf.items())
-    return f"{options} pyspark-shell"
