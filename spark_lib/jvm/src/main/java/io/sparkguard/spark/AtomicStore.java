@@ -69,6 +69,37 @@ public interface AtomicStore extends Serializable {
   /** Delete {@code dir} and everything under it; missing is fine. */
   void deleteDirectory(Path dir) throws IOException;
 
+  /**
+   * Replace {@code path} with {@code data} (create or overwrite), atomically: a reader sees the
+   * old file or the new one. For hints nothing depends on ({@code snapshots/LATEST}).
+   */
+  default void overwrite(Path path, byte[] data) throws IOException {
+    overwriteWith(AtomicFiles.forPath(path, new Configuration()), path, data);
+  }
+
+  /** {@link #overwrite} through {@code files}. */
+  static void overwriteWith(AtomicFiles files, Path path, byte[] data) throws IOException {
+    AtomicOutput out = files.create(path, true);
+    try {
+      out.write(data);
+      out.close();
+    } finally {
+      out.cancel();  // no-op after a close that ran
+    }
+  }
+
+  /**
+   * Delete every file of {@code paths} (all in the directory {@code dir}), in the given order;
+   * missing ones are fine. Object stores batch the requests (Hadoop's bulk delete: one request
+   * per page of keys) and may delete a page in any order, so callers that need an order call
+   * this once per step.
+   */
+  default void deleteAll(Path dir, List<Path> paths) throws IOException {
+    for (Path path : paths) {
+      delete(path);
+    }
+  }
+
   /** The store for a local {@code table} (the journal, tests); see {@link #forTable(Path, Configuration)}. */
   static AtomicStore forTable(Path table) {
     return forTable(table, new Configuration());
@@ -93,6 +124,11 @@ public interface AtomicStore extends Serializable {
    */
   static AtomicStore forTable(Path table, Configuration conf) {
     String scheme = table.toUri().getScheme();
+    if (conf.getBoolean(CountingAtomicStore.KEY, false)) {
+      Configuration plain = new Configuration(conf);
+      plain.setBoolean(CountingAtomicStore.KEY, false);
+      return new CountingAtomicStore(forTable(table, plain));
+    }
     boolean local = scheme == null || scheme.equals("file");
     try {
       if (local && !conf.getBoolean(FORCE_HADOOP_RENAME_FOR_LOCAL, false)) {

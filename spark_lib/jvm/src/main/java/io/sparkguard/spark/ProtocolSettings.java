@@ -23,6 +23,10 @@ public final class ProtocolSettings implements Serializable {
   public static final String RERUN_KEY = "spark.sparkguard.rerun";
   public static final String ENDPOINT_KEY = "spark.sparkguard.markers.endpoint";
   public static final String TOKEN_FILE_KEY = "spark.sparkguard.markers.tokenFile";
+  public static final String SNAPSHOT_EVERY_KEY = "spark.sparkguard.timeline.snapshotEvery";
+  public static final String ARCHIVE_RETENTION_KEY = "spark.sparkguard.timeline.archiveRetentionDays";
+  /** docs/storage-contract.md, "Compaction, step by step": the default of snapshotEvery. */
+  public static final int DEFAULT_SNAPSHOT_EVERY = 10;
   static final String DRIVER_HOST_KEY = "spark.driver.host";
   static final String DRIVER_HOST_PLACEHOLDER = "{driverHost}";
 
@@ -39,11 +43,17 @@ public final class ProtocolSettings implements Serializable {
   private final String markerEndpoint;
   private final String tokenFile;
   private final boolean rewriteOnRerun;
+  private final int snapshotEvery;
+  /** Days an archive file is kept after its snapshot was created; -1: forever. */
+  private final int archiveRetentionDays;
 
   private ProtocolSettings(
       String jobId, String owner, int attempt, String journal, String markerType,
-      String markerEndpoint, String tokenFile, boolean rewriteOnRerun) {
+      String markerEndpoint, String tokenFile, boolean rewriteOnRerun, int snapshotEvery,
+      int archiveRetentionDays) {
     this.rewriteOnRerun = rewriteOnRerun;
+    this.snapshotEvery = snapshotEvery;
+    this.archiveRetentionDays = archiveRetentionDays;
     this.jobId = jobId;
     this.owner = owner;
     this.attempt = attempt;
@@ -133,10 +143,35 @@ public final class ProtocolSettings implements Serializable {
           RERUN_KEY + " '" + rerun + "' is not valid: use skip (the default: a rerun's write"
               + " that already committed writes nothing) or rewrite (write it again)");
     }
+    int snapshotEvery = nonNegativeInt(lookup, SNAPSHOT_EVERY_KEY, DEFAULT_SNAPSHOT_EVERY,
+        "(e.g. 10: compact the timeline once 10 settled instants are uncovered; 0 turns automatic"
+            + " compaction off)");
+    int retention = nonNegativeInt(lookup, ARCHIVE_RETENTION_KEY, -1,
+        "(days to keep archived instants after their snapshot, e.g. 30; unset keeps them)");
     return new ProtocolSettings(
         jobId, owner, attempt, lookup.apply(JOURNAL_KEY), markerType, endpoint,
         markerType.equals("TIMELINE_SERVER_BASED") ? lookup.apply(TOKEN_FILE_KEY) : null,
-        rerun.equals("rewrite"));
+        rerun.equals("rewrite"), snapshotEvery, retention);
+  }
+
+  /** A non-negative integer setting, {@code unset} when absent; anything else is refused. */
+  private static int nonNegativeInt(
+      Function<String, String> lookup, String key, int unset, String example) {
+    String raw = lookup.apply(key);
+    if (raw == null) {
+      return unset;
+    }
+    int value;
+    try {
+      value = Integer.parseInt(raw.trim());
+    } catch (NumberFormatException e) {
+      value = -1;
+    }
+    if (value < 0) {
+      throw new ConfigException(
+          key + " '" + raw + "' is not valid: give a non-negative integer " + example);
+    }
+    return value;
   }
 
   private static boolean isValidOwner(String owner) {
@@ -184,6 +219,22 @@ public final class ProtocolSettings implements Serializable {
   /** True when a rerun's write that already committed is written again ({@code rerun=rewrite}). */
   public boolean rewriteOnRerun() {
     return rewriteOnRerun;
+  }
+
+  /**
+   * Compact the timeline after a commit once this many settled instants are uncovered ({@code
+   * spark.sparkguard.timeline.snapshotEvery}, default 10); 0: never automatically.
+   */
+  public int snapshotEvery() {
+    return snapshotEvery;
+  }
+
+  /**
+   * Days archive files are kept after their snapshot was created ({@code
+   * spark.sparkguard.timeline.archiveRetentionDays}); -1 (unset): kept forever.
+   */
+  public int archiveRetentionDays() {
+    return archiveRetentionDays;
   }
 
   /** The sidecar's bearer token file, or {@code null}. */

@@ -484,6 +484,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot commit the write to " + path, e);
     }
+    // After W10, best effort (never fails the committed write): compaction C1-C7.
+    Compactor.afterCommit(store, new Path(path), settings);
   }
 
   /**

@@ -394,7 +394,10 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
       // The manifest has the batch: the next batch's setupJob (or a rollback) records it.
       LOG.warn("sparkguard: batch {} is in {} but its outcome could not be written; the next"
           + " batch or 'sparkguard rollback' records it as committed", batchId, MANIFEST_DIR, e);
+      return;
     }
+    // After S10, best effort (never fails the committed batch): compaction C1-C7.
+    Compactor.afterCommit(store, new Path(path), settings);
   }
 
   @Override

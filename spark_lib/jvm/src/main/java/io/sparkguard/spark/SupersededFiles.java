@@ -68,11 +68,21 @@ final class SupersededFiles {
       keep.addAll(SparkguardCommitProtocol.markedFiles(store, timeline.markerDirectory(other)));
     }
     String decided = committedAt(store.read(timeline.file(instant, ".outcome")));
-    for (String name : store.listFiles(timeline.directory())) {
-      if (!name.endsWith(".outcome") || name.equals(instant + ".outcome")) {
+    // Hot instants only: a commit decided after this one is not eligible for a snapshot while
+    // this instant keeps its marker directory (a snapshot is a prefix of the commit order), so
+    // none is archived before W10. An .outcome without .inflight is void; one archived between
+    // the listing and the read was decided before this one.
+    Set<String> names = new TreeSet<>(store.listFiles(timeline.directory()));
+    for (String name : names) {
+      if (!name.endsWith(".outcome") || name.equals(instant + ".outcome")
+          || !names.contains(name.substring(0, name.length() - ".outcome".length()) + ".inflight")) {
         continue;
       }
-      JsonNode outcome = JSON.readTree(store.read(new Path(timeline.directory(), name)));
+      byte[] bytes = Snapshots.readIfExists(store, new Path(timeline.directory(), name));
+      if (bytes == null) {
+        continue;
+      }
+      JsonNode outcome = JSON.readTree(bytes);
       if ("committed".equals(outcome.path("outcome").asText())
           && committedAtOf(outcome).compareTo(decided) > 0) {
         for (JsonNode file : outcome.path("files")) {

@@ -129,6 +129,16 @@ public final class Timeline implements Serializable {
           "instant " + instant + " of " + table + " was already decided (a rollback or another"
               + " committer won); this commit is refused and publishes nothing");
     }
+    // W9, second half (docs/storage-contract.md, "Zombie commits after archiving"): a compactor
+    // deletes an .inflight first, and only of a decided, covered instant. Without it this
+    // outcome landed after the instant was decided and archived: withdraw it, publish nothing.
+    if (store.size(file(instant, ".inflight")) < 0) {
+      store.delete(file(instant, ".outcome"));
+      throw new InstantDecidedException(
+          "instant " + instant + " of " + table + " was decided and archived before this commit"
+              + " (its .inflight is gone); the outcome just written was withdrawn and this commit"
+              + " publishes nothing");
+    }
   }
 
   /**
@@ -197,9 +207,15 @@ public final class Timeline implements Serializable {
       if (!instant.matches("[0-9]{17}-.*") || !instant.substring(18).equals(jobId)) {
         continue;
       }
-      // No .inflight (not written by this contract version): a plain write 0.
-      com.fasterxml.jackson.databind.JsonNode inflight = names.contains(instant + ".inflight")
-          ? inflight(instant) : JSON.createObjectNode();
+      if (!names.contains(instant + ".inflight")) {
+        continue;  // void: a zombie's commit after archiving (or one half-archived by C6)
+      }
+      byte[] inflightBytes = Snapshots.readIfExists(store, file(instant, ".inflight"));
+      byte[] outcomeBytes = Snapshots.readIfExists(store, file(instant, ".outcome"));
+      if (inflightBytes == null || outcomeBytes == null) {
+        continue;  // archived since the listing: the snapshot read below covers it
+      }
+      com.fasterxml.jackson.databind.JsonNode inflight = JSON.readTree(inflightBytes);
       String operation = inflight.path("operation").asText();
       if (operation.equals("stream-register") || operation.equals("stream-batch")) {
         continue;
@@ -213,13 +229,51 @@ public final class Timeline implements Serializable {
       if (!MicroBatch.matches(batch, recorded) || inflight.path("write").asInt(0) != write) {
         continue;
       }
-      com.fasterxml.jackson.databind.JsonNode outcome = JSON.readTree(store.read(file(instant, ".outcome")));
+      com.fasterxml.jackson.databind.JsonNode outcome = JSON.readTree(outcomeBytes);
       if ("committed".equals(outcome.path("outcome").asText())
           && !"stream-register".equals(outcome.path("extra").path("operation").asText())) {
         return instant;
       }
     }
-    return null;
+    return archivedWrite(jobId, write, batch);
+  }
+
+  /**
+   * The archived part of {@link #committedWrite(String, int, MicroBatch)}: the newest valid
+   * snapshot's {@code jobs.<job>.writes}, and the instants of newer damaged snapshots' archives
+   * (docs/storage-contract.md, "Reading with snapshots"). One listing of {@code snapshots/}
+   * (and one snapshot read when there is one).
+   */
+  private String archivedWrite(String jobId, int write, MicroBatch batch) throws IOException {
+    Snapshots.View view = Snapshots.load(store, table);
+    String found = null;
+    if (view.snapshot() != null) {
+      for (com.fasterxml.jackson.databind.JsonNode entry
+          : view.snapshot().jobs().path(jobId).path("writes")) {
+        if (entry.path("write").asInt(0) == write
+            && MicroBatch.matches(batch, entry.path(MicroBatch.EXTRA_KEY))
+            && (found == null || entry.path("instant").asText().compareTo(found) > 0)) {
+          found = entry.path("instant").asText();
+        }
+      }
+    }
+    for (Snapshots.Instant instant : view.archivedHot().values()) {
+      if (!instant.jobId().equals(jobId) || !instant.committed() || instant.inflight() == null
+          || view.covers(instant.id())) {
+        continue;
+      }
+      com.fasterxml.jackson.databind.JsonNode inflight = instant.inflight();
+      if (inflight.path("operation").asText().startsWith("stream-")
+          || instant.outcome().path("extra").path("operation").asText().startsWith("stream-")) {
+        continue;
+      }
+      if (inflight.path("write").asInt(0) == write
+          && MicroBatch.matches(batch, inflight.path("extra").path(MicroBatch.EXTRA_KEY))
+          && (found == null || instant.id().compareTo(found) > 0)) {
+        found = instant.id();
+      }
+    }
+    return found;
   }
 
   /** Whether {@code instant} is decided (its {@code .outcome} exists). */
