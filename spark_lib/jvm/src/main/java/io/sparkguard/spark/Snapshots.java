@@ -176,8 +176,17 @@ final class Snapshots {
     return bytes == null ? null : JSON.readTree(bytes);
   }
 
-  /** Steps 1-2: the newest valid snapshot and the damaged ones' archives, then one hot listing. */
+  /** Steps 1-2: one hot listing, then the newest valid snapshot and the damaged ones' archives. */
   static View load(AtomicStore store, Path table) throws IOException {
+    // The hot listing comes first: an instant a compactor deleted before it was covered by a
+    // snapshot published before it (C3 precedes C6), which the snapshot listing below sees.
+    // (Listing snapshots first could miss an instant covered and wholly archived in between.)
+    TreeSet<String> hot = new TreeSet<>();
+    for (String name : store.listFiles(new Timeline(store, table).directory())) {
+      if (!name.startsWith(".") && !name.contains("/")) {
+        hot.add(name);
+      }
+    }
     TreeSet<Long> numbers = new TreeSet<>();
     for (String name : store.listFiles(snapshotsDir(table))) {
       Matcher m = SNAPSHOT_NAME.matcher(name);
@@ -213,12 +222,6 @@ final class Snapshots {
     } else {
       for (long n : damaged) {
         readArchive(store, table, n, archivedHot);
-      }
-    }
-    TreeSet<String> hot = new TreeSet<>();
-    for (String name : store.listFiles(new Timeline(store, table).directory())) {
-      if (!name.startsWith(".") && !name.contains("/")) {
-        hot.add(name);
       }
     }
     return new View(valid, archivedHot, numbers, hot);

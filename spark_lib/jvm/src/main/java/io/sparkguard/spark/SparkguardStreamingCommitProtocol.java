@@ -191,6 +191,9 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
                 + settings.jobId() + " --journal <journal> --owner '" + owner + "' (or --force)");
       }
     }
+    if (undecided.isEmpty()) {
+      return;  // the common case: no manifest read (a listing of _spark_metadata)
+    }
     Map<String, Long> listed = null;
     long latest = manifestLatestBatch();
     for (String own : undecided) {

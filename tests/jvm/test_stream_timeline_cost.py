@@ -1,0 +1,36 @@
+"""A streaming file sink's per-batch cost stays flat as its timeline ages (issue 19).
+
+Without compaction every batch lists the whole timeline (``undecided``), so the names listed per
+batch grow with the batches run; with ``snapshotEvery`` the hot timeline holds at most a few
+dozen names. The full 2,000-batch run is ``benchmarks/stream_timeline.py``; this is the same
+measurement, shorter: batches 100-200 against the last 100 of 400.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.jvm import stream_cost
+
+pytestmark = pytest.mark.spark
+
+BATCHES = 400
+
+
+def test_cost_per_batch_is_flat_with_compaction(tmp_path: Path) -> None:
+    result = stream_cost.measure(tmp_path / "on", BATCHES, snapshot_every=10)
+    assert result["batches"] == BATCHES
+    summary = stream_cost.windows(result, (100, 200))
+    assert stream_cost.within(summary, ("ops", "listed", "requests")) == [], summary
+    # latency: medians, with the same 10%; a loaded shared machine may need a rerun
+    assert stream_cost.within(summary, ("ms",)) == [], summary
+    hot = list((tmp_path / "on" / "sink" / "_sparkguard" / "timeline").iterdir())
+    assert len(hot) <= 2 * 20, sorted(p.name for p in hot)
+
+
+def test_without_compaction_the_listing_grows(tmp_path: Path) -> None:
+    result = stream_cost.measure(tmp_path / "off", BATCHES, snapshot_every=0)
+    summary = stream_cost.windows(result, (100, 200))
+    assert "listed" in " ".join(stream_cost.within(summary, ("listed",))), summary
