@@ -136,7 +136,7 @@ final class Compactor {
         // An archive step that did not finish (a crash in C5/C6), or a zombie's void outcome:
         // finish them for the newest snapshot, which lists its still-hot instants.
         hook.before("C5");
-        archive(previous.number(), leftover, view);
+        archive(previous.number(), leftover, view, state);
         delete(leftover, state.voidOutcomes);
         return Result.FINISHED_ARCHIVE;
       }
@@ -159,7 +159,7 @@ final class Compactor {
     store.overwrite(new Path(snapshots, "LATEST"), (next + "\n").getBytes(StandardCharsets.UTF_8));
     // C5
     hook.before("C5");
-    archive(next, instants, view);
+    archive(next, instants, view, state);
     // C6
     delete(instants, state.voidOutcomes);
     // C7
@@ -348,7 +348,8 @@ final class Compactor {
   }
 
   /** C5: the archive of snapshot {@code n}, unless an earlier run wrote it. */
-  private void archive(long n, List<String> instants, View view) throws IOException {
+  private void archive(long n, List<String> instants, View view, TableState state)
+      throws IOException {
     Path path = new Path(Snapshots.archiveDir(table), Snapshots.archiveName(n));
     if (store.size(path) >= 0) {
       return;
@@ -361,7 +362,10 @@ final class Compactor {
     for (String id : instants) {
       Set<String> suffixes = hot.get(id);
       Instant instant;
-      if (suffixes != null) {
+      Instant read = state.uncovered.get(id);
+      if (read != null && read.outcome() != null) {
+        instant = read;  // C2 read its documents (.rolledback included)
+      } else if (suffixes != null) {
         JsonNode outcome = Snapshots.json(Snapshots.readIfExists(store, timeline.file(id, ".outcome")));
         if (outcome == null) {
           continue;  // archived and deleted by another compactor meanwhile
