@@ -22,7 +22,6 @@ WRITES = [
 ]
 
 
-@pytest.mark.xfail(strict=False, reason="needs the Python snapshot reader")
 def test_python_reader_reads_a_table_the_jvm_compacted(tmp_path: Path) -> None:
     table = tmp_path / "t"
     result = None

@@ -3,7 +3,8 @@
 Without compaction every batch lists the whole timeline (``undecided``), so the names listed per
 batch grow with the batches run; with ``snapshotEvery`` the hot timeline holds at most a few
 dozen names. The full 2,000-batch run is ``benchmarks/stream_timeline.py``; this is the same
-measurement, shorter: batches 100-200 against the last 100 of 400.
+measurement, shorter: batches 100-200 against the last 100 of 400, on the counts only (storage
+operations, names listed, S3-style requests; the benchmark reports the latencies too).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ def test_cost_per_batch_is_flat_with_compaction(tmp_path: Path) -> None:
     assert result["batches"] == BATCHES
     summary = stream_cost.windows(result, (100, 200))
     assert stream_cost.within(summary, ("ops", "listed", "requests")) == [], summary
-    # latency: medians, with the same 10%; a loaded shared machine may need a rerun
-    assert stream_cost.within(summary, ("ms",)) == [], summary
+    # Counts only: tests never time things (a shared machine's load moves latencies by more
+    # than 10%); the latency figures are the benchmark's (docs/benchmarks.md).
     hot = list((tmp_path / "on" / "sink" / "_sparkguard" / "timeline").iterdir())
     assert len(hot) <= 2 * 20, sorted(p.name for p in hot)
 

@@ -249,7 +249,9 @@ final class Compactor {
         }
       } else {
         JsonNode marked = instant.rolledback().path("marked");
-        String decided = instant.outcome().path("decided").asText("");
+        // the end of the last pass, as the Python compactor records it (never before the outcome)
+        String decided = instant.rolledback().path("finished")
+            .asText(instant.outcome().path("decided").asText(""));
         if (marked.isArray() && marked.size() > 0 && recent(decided, now)) {
           Map<String, Object> entry = new TreeMap<>();
           entry.put("instant", instant.id());
@@ -393,9 +395,12 @@ final class Compactor {
       for (String id : instants) {
         paths.add(timeline.file(id, suffix));
       }
-      if (suffix.equals(".outcome")) {
+      if (!suffix.equals(".inflight")) {
         for (String id : voids) {
-          paths.add(timeline.file(id, suffix));
+          // void: checked once more (every writer writes .inflight first)
+          if (store.size(timeline.file(id, ".inflight")) < 0) {
+            paths.add(timeline.file(id, suffix));
+          }
         }
       }
       batches.put(suffix, paths);

@@ -211,6 +211,14 @@ final class Snapshots {
       }
     }
     Map<String, Instant> archivedHot = new HashMap<>();
+    if (valid == null && !damaged.isEmpty() && numbers.first() > 1
+        && store.size(new Path(archiveDir(table), archiveName(1))) < 0) {
+      // Only damaged snapshots, and the history before the oldest is gone (C7 retired it).
+      throw new SparkguardException("sparkguard: every snapshot of " + table + " is damaged ("
+          + new Path(snapshotsDir(table), snapshotName(damaged.get(0))) + " is the newest) and"
+          + " the archives before snapshot " + numbers.first() + " were deleted: the committed"
+          + " state cannot be rebuilt; restore that snapshot file from a backup");
+    }
     if (valid == null) {
       // No valid snapshot: every archive's instants are hot (a table without snapshots).
       for (String name : store.listFiles(archiveDir(table))) {

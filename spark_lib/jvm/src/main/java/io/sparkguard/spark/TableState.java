@@ -27,7 +27,7 @@ final class TableState {
   final View view;
   /** The uncovered decided instants (archived-hot ones included), by id; void ones left out. */
   final Map<String, Instant> uncovered;
-  /** Uncovered hot instants whose committed {@code .outcome} has no {@code .inflight}: void. */
+  /** Uncovered hot instants without {@code .inflight} (whatever else they have): void. */
   final Set<String> voidOutcomes;
 
   private TableState(View view, Map<String, Instant> uncovered, Set<String> voidOutcomes) {
@@ -78,21 +78,23 @@ final class TableState {
     for (Map.Entry<String, Set<String>> entry : view.hotInstants().entrySet()) {
       String id = entry.getKey();
       Set<String> suffixes = entry.getValue();
-      if (view.covers(id) || !suffixes.contains("outcome")) {
-        continue;  // covered (archive step unfinished), or undecided
+      if (view.covers(id)) {
+        continue;  // covered (archive step unfinished)
+      }
+      if (!suffixes.contains("inflight")) {
+        // Void ("Void instants"): a zombie's outcome after archiving, or a .rolledback a
+        // rollback pass rewrote after C6; or half-deleted by C6, with its documents in a
+        // damaged snapshot's archive (then taken from there).
+        if (!uncovered.containsKey(id)) {
+          voids.add(id);
+        }
+        continue;
+      }
+      if (!suffixes.contains("outcome")) {
+        continue;  // undecided
       }
       JsonNode outcome = Snapshots.json(mustRead(store, timeline.file(id, ".outcome")));
-      if (!suffixes.contains("inflight")) {
-        if (uncovered.containsKey(id)) {
-          continue;  // half-deleted by C6, its documents are in a damaged snapshot's archive
-        }
-        if ("committed".equals(outcome.path("outcome").asText())) {
-          voids.add(id);  // a zombie's commit after archiving: void
-          continue;
-        }
-      }
-      JsonNode inflight = suffixes.contains("inflight")
-          ? Snapshots.json(mustRead(store, timeline.file(id, ".inflight"))) : null;
+      JsonNode inflight = Snapshots.json(mustRead(store, timeline.file(id, ".inflight")));
       JsonNode rolledback = withRolledBack && suffixes.contains("rolledback")
           ? Snapshots.json(Snapshots.readIfExists(store, timeline.file(id, ".rolledback"))) : null;
       uncovered.put(id, new Instant(id, inflight, outcome, rolledback));

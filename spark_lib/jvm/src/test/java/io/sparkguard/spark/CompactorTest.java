@@ -185,6 +185,39 @@ class CompactorTest {
   }
 
   @Test
+  void aStrayRolledbackWithoutInflightIsVoidAndRemoved() throws IOException {
+    TimelineHistory h = history("t");
+    String claimed = h.rolledBack("etl", 0, "a.parquet");
+    h.append("etl", 1, "b.parquet:1:1");
+    new Compactor(h.store, h.table).run(1, -1);
+    // a rollback pass rewrites .rolledback after C6 deleted the instant
+    h.store.putIfAbsent(h.timeline.file(claimed, ".rolledback"),
+        Timeline.encode(Timeline.ROLLEDBACK_KIND, Map.of("owner", "job:etl", "complete", true)));
+    assertSameState(h);
+    assertEquals(Compactor.Result.FINISHED_ARCHIVE, new Compactor(h.store, h.table).run(1, -1));
+    assertTrue(hot(h).isEmpty(), hot(h).toString());
+  }
+
+  @Test
+  void everySnapshotDamagedWithTheOldArchivesGoneIsAnErrorNamingTheFile() throws IOException {
+    TimelineHistory h = history("t");
+    for (int i = 0; i < 5; i++) {
+      h.append("etl", i, "f" + i + ".parquet:1:1");
+      new Compactor(h.store, h.table).run(1, 0);  // retention 0: old archives go with C7
+    }
+    List<String> names = h.store.listFiles(Snapshots.snapshotsDir(h.table));
+    for (String name : names) {
+      if (name.endsWith(".snapshot")) {
+        Files.writeString(LocalAtomicStore.local(new Path(Snapshots.snapshotsDir(h.table), name)), "{");
+      }
+    }
+    SparkguardException e = assertThrows(SparkguardException.class,
+        () -> TableState.load(h.store, h.table, false));
+    assertTrue(e.getMessage().contains(Snapshots.snapshotName(5)), e.getMessage());
+    assertTrue(e.getMessage().contains("restore"), e.getMessage());
+  }
+
+  @Test
   void aZombieCommitAfterArchivingIsWithdrawnAndFails() throws IOException {
     TimelineHistory h = history("t");
     h.append("etl", 0, "a.parquet:1:1");
