@@ -361,3 +361,18 @@ def test_a_location_without_timeline_holding_other_files_is_reported_missing(
     assert summary.tables_removed == ()
     assert summary.tables_missing == (where[0],)
     assert (tmp_path / "t" / "report.parquet").exists()
+
+
+def test_the_cli_says_which_tables_it_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparkguard import cli
+
+    where = (str(tmp_path / "t"), str(tmp_path / "journal"), {})
+    _crashed_first_write(where)
+    argv = ["rollback", "--job-id", "orders-1", "--journal", where[1]]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    assert f"table would be removed: {where[0]}" in capsys.readouterr().out
+    assert cli.main(argv) == 0
+    assert f"table removed: {where[0]} (the rolled-back write created" in capsys.readouterr().out
+    assert not (tmp_path / "t").exists()
