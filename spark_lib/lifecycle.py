@@ -8,18 +8,19 @@ undecided instant), one of them is the job's and created the location, ``_sparkg
 nothing but ``timeline/``, ``markers/`` and ``owners/`` (a ``snapshots/``, ``archive/`` or
 ``streams/`` directory means history this module does not read: the table is kept), and no
 file outside ``_sparkguard/`` is left but leftovers Spark's listing skips and that no data
-file owns (:func:`is_leftover`). A rerun of ``saveAsTable``/CTAS then creates the table
-instead of failing with ``LOCATION_ALREADY_EXISTS``.
+file owns (:func:`is_leftover`) or late files of the rolled-back instants. A rerun of
+``saveAsTable``/CTAS then creates the table instead of failing with ``LOCATION_ALREADY_EXISTS``.
 
 The removal deletes only what it listed, in an order where a crash at any step leaves a state
-the next rollback finishes: leftovers, then the bookkeeping files, the timeline files of other
-instants (``.outcome`` last: each stays decided), then those of the created instant
-(``.inflight`` last: it carries ``createdLocation``; alone it is an INFLIGHT instant of the job,
-which the next rollback claims again), then the directories, deepest first, each with a
-non-recursive ``rmdir`` (a writer that started on the location after the listing keeps its
-files and its directories, and the location stays). A location holding only empty directories
-under ``_sparkguard/`` (the removal crashed among the ``rmdir``\\ s) is removed by the next
-rollback of a job whose journal names the table.
+the next rollback finishes: leftovers and late files, then the bookkeeping files, the timeline
+files of the other instants, then those of the creating instant; of each instant ``.inflight``
+first and its rolled-back ``.outcome`` last (it stays decided, and fenced, to the end; a
+rolled-back instant of the job left without ``.inflight`` is a creator for the next rollback of
+the job); then the directories, deepest first, each with a non-recursive ``rmdir`` (a writer
+that started on the location after the listing keeps its files, its directories and the
+location). A location holding only empty directories, or files named by the job (late files
+of a zombie task published after the removal), is removed by the next rollback of a job whose
+journal names the table.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ REMOVABLE_BOOKKEEPING: Final = frozenset(
 #: files Spark leaves that are no data: its job-success marker (and its checksum)
 _SPARK_LEFTOVERS: Final = frozenset({"_SUCCESS", "._SUCCESS.crc"})
 _TIMELINE_SUFFIXES: Final = (".inflight", ".outcome", ".rolledback")
-#: per instant, the order its timeline files are deleted in (the last one decides its state)
-_OTHER_ORDER: Final = (".rolledback", ".inflight", ".outcome")
-_CREATOR_ORDER: Final = (".rolledback", ".outcome", ".inflight")
+#: per instant, the order its timeline files are deleted in: ``.inflight`` first (as a
+#: compactor archives, C6), the rolled-back ``.outcome`` last: it fences a zombie committer and
+#: the marker sidecar until the instant is gone
+_DELETION_ORDER: Final = (".inflight", ".rolledback", ".outcome")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +202,13 @@ def _judge(
     journal names); a kept :class:`Removal` with a warning; ``None`` to keep it silently."""
     creators: list[str] = []
     if listing.by_instant:
-        creators, late = _creators(tl, listing.by_instant, job_id=job_id, rolled_back=rolled_back)
+        creators, late = _creators(
+            tl,
+            listing.by_instant,
+            job_id=job_id,
+            rolled_back=rolled_back,
+            journal_named=journal_named,
+        )
         if not creators:
             return None
         data = _without(frozenset(listing.data), late)  # late files of rolled-back instants
@@ -269,10 +277,16 @@ def _creators(
     *,
     job_id: str | None,
     rolled_back: Collection[str],
+    journal_named: bool,
 ) -> tuple[list[str], frozenset[str]]:
     """The instants of ``job_id`` that created the location, if every instant of the table is
     decided rolled back (or in ``rolled_back``), else an empty list; and the names those
-    instants marked (``.rolledback`` ``marked``: a zombie task may publish one late, R9)."""
+    instants marked (``.rolledback`` ``marked``: a zombie task may publish one late, R9).
+
+    A rolled-back instant of the job without ``.inflight`` counts as a creator when the job's
+    journal names the table: only an interrupted removal deletes an ``.inflight`` (first) on a
+    table without ``snapshots/`` (compaction, the other one, needs it).
+    """
     creators = []
     marked: set[str] = set()
     for instant in sorted(by_instant):
@@ -284,7 +298,10 @@ def _creators(
         if not decided:
             return [], frozenset()
         marked |= status.rolled_back_names
-        created = status.info is not None and status.info.extra.get(CREATED_LOCATION) is True
+        if status.info is None:
+            created = journal_named and status.outcome is timeline.Outcome.ROLLED_BACK
+        else:
+            created = status.info.extra.get(CREATED_LOCATION) is True
         if created and (job_id is None or status.job_id == job_id):
             creators.append(instant)
     return creators, frozenset(marked)
@@ -296,9 +313,8 @@ def _deletion_order(listing: _Listing, creators: list[str]) -> list[str]:
     timeline_dir = f"{listing.root}{timeline.SPARKGUARD_DIR}/{timeline.TIMELINE_DIR}/"
     ordered = [listing.root + r for r in sorted(listing.files) if _instant_file(r) is None]
     for instant in [*sorted(set(listing.by_instant) - set(creators)), *creators]:
-        order = _CREATOR_ORDER if instant in creators else _OTHER_ORDER
         suffixes = listing.by_instant[instant]
-        ordered.extend(f"{timeline_dir}{instant}{s}" for s in order if s in suffixes)
+        ordered.extend(f"{timeline_dir}{instant}{s}" for s in _DELETION_ORDER if s in suffixes)
     return ordered
 
 
