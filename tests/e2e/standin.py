@@ -26,14 +26,16 @@ Process namespaces are real (``unshare``/``nsenter``): every sidecar sees only i
 processes, or, with ``spec.driver.shareProcessNamespace: true``, sidecars and driver share one
 namespace with a pause process as PID 1.
 
-Three driver programs: ``job="demo"`` runs sparkguard's demo job (the Python writer, a Spark
+Four driver programs: ``job="demo"`` runs sparkguard's demo job (the Python writer, a Spark
 session), given the injected settings as arguments; ``job="plain"`` runs a plain PySpark job
 that never imports sparkguard (``tests/jvm/jobs/plain_write.py``) with the app's *whole*
 ``spec.sparkConf`` passed as spark-submit's ``--conf`` options (what spark-operator does);
-``job="light"`` runs ``light_driver.py``: sparkguard's Python writer without a JVM (driver step,
-task files, commit), with one task in a separate *executor* process that outlives its driver
-(lingering executors: stopped ``executor_linger_s`` after the driver pod ended, as Kubernetes'
-garbage collection of executor pods owned by the driver pod does).
+``job="plain-table"`` is the same for ``df.write.saveAsTable("orders")`` (``tests/jvm/jobs/
+create_table.py``; the table argument is the warehouse directory); ``job="light"`` runs
+``light_driver.py``: sparkguard's Python writer without a JVM (driver step, task files,
+commit), with one task in a separate *executor* process that outlives its driver (lingering
+executors: stopped ``executor_linger_s`` after the driver pod ended, as Kubernetes' garbage
+collection of executor pods owned by the driver pod does).
 
 Not modelled (see the Gaps in kubeflow-model.md §9 and the table): executor pods and
 ``executorState`` (Spark runs in local mode inside the "driver", except the light driver's one
@@ -71,9 +73,11 @@ SCHEDULED_PLURAL: Final = "scheduledsparkapplications"
 BIN = Path(sys.executable).parent
 #: the unchanged job of ``job="plain"``: never imports sparkguard
 PLAIN_JOB = Path(__file__).resolve().parents[1] / "jvm" / "jobs" / "plain_write.py"
+#: the unchanged job of ``job="plain-table"``: ``saveAsTable("orders")`` in the warehouse
+PLAIN_TABLE_JOB = Path(__file__).resolve().parents[1] / "jvm" / "jobs" / "create_table.py"
 #: the driver of ``job="light"``: sparkguard's Python writer without a Spark JVM
 LIGHT_JOB = Path(__file__).resolve().parent / "light_driver.py"
-JOBS: Final = ("demo", "plain", "light")
+JOBS: Final = ("demo", "plain", "plain-table", "light")
 
 #: upstream files the model cites (repo kubeflow/spark-operator)
 CONTROLLER: Final = "internal/controller/sparkapplication/controller.go"
@@ -1134,11 +1138,16 @@ class StandInSparkOperator:
         conf = {k: self._remap(str(v), mounts) for k, v in (spec.get("sparkConf") or {}).items()}
         kill = pod.index in self.kill_runs
         signal_file = run_dir / "paused"
-        if self.job == "plain":
+        if self.job in ("plain", "plain-table"):
             argv = [
                 sys.executable, str(PLAIN_JOB), "{}", self.table, str(self.rows),
                 str(self.partitions),
             ]  # fmt: skip
+            if self.job == "plain-table":  # self.table is the warehouse directory
+                argv = [
+                    sys.executable, str(PLAIN_TABLE_JOB), "{}", "saveAsTable", self.table,
+                    str(self.rows), str(self.partitions),
+                ]  # fmt: skip
             env["PYSPARK_SUBMIT_ARGS"] = _submit_args(conf)
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         elif self.job == "light":
