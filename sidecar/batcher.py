@@ -131,6 +131,15 @@ def is_decided(manager: filemanager.FileManager, path: str) -> bool:
     return True
 
 
+def is_gone(manager: filemanager.FileManager, path: str) -> bool:
+    """Whether the instant of the outcome file at ``path`` was decided and then removed: its
+    ``.inflight`` does not exist. A writer puts ``.inflight`` before any marker (W2), and only a
+    rollback that removed the location its decided write created deletes it
+    (docs/storage-contract.md, "The life of a table"; a compactor archiving a decided instant
+    too). One read, when a directory's state is loaded."""
+    return not is_decided(manager, path[: -len(".outcome")] + ".inflight")
+
+
 def write_batch_file(
     manager: filemanager.FileManager, path: str, index: int, content: bytes
 ) -> None:
@@ -390,7 +399,18 @@ class MarkerBatcher:
     async def _load(self, state: _DirState) -> LoadedDir:
         try:
             loaded = await self._run(load_marker_dir, state.manager, state.path)
-            await self._check_decided(state)
+            if not await self._check_decided(state) and await self._run(
+                is_gone, state.manager, state.outcome_path
+            ):
+                # A lingering executor of a write whose rollback removed the table's location:
+                # nothing of it may be written (not even MARKERS.type, which would re-create
+                # the location).
+                state.decided = True
+                logger.warning(
+                    "instant %s is gone (no .inflight: rolled back and removed): refusing its "
+                    "markers",
+                    state.dir.instant,
+                )
         except OSError as exc:
             raise errors.StorageError(
                 f"could not read marker directory {state.dir.key}: {exc}; retry"
@@ -550,8 +570,9 @@ class MarkerBatcher:
 
     def _decided_error(self, state: _DirState) -> errors.InstantDecidedError:
         return errors.InstantDecidedError(
-            f"instant {state.dir.instant} is already decided ({state.outcome_path} exists: it "
-            "was committed or rolled back); the sidecar refuses new markers for it. This task "
+            f"instant {state.dir.instant} is already decided ({state.outcome_path} exists, or "
+            "the instant is gone with the location its rolled-back write created: it was "
+            "committed or rolled back); the sidecar refuses new markers for it. This task "
             "belongs to a finished write and must not write its data file",
             instant=state.dir.instant,
         )

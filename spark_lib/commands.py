@@ -255,6 +255,12 @@ def run_rollback(
     )
     for table in summary.tables_missing:
         out.write(f"table missing (no timeline; nothing done there): {table}\n")
+    removed = "would be removed" if summary.dry_run else "removed"
+    for table in summary.tables_removed:
+        out.write(
+            f"table {removed}: {table} (the rolled-back write created its location and left "
+            "nothing else; the journal keeps the record)\n"
+        )
     for other in summary.instants_other_owner:
         out.write(
             f"left alone: {other.instant} on {other.table} is in flight for owner "

@@ -373,6 +373,43 @@ class FileManager(abc.ABC):
         ]
         return sorted(result, key=lambda info: info.path)
 
+    def list_tree(self, path: str) -> builtins.list[FileInfo]:
+        """Every file and directory below ``path``, at any depth (empty when there is none).
+
+        Directories are listed where the store has them; on object stores, where a directory is
+        only a prefix, a zero-byte key ending in ``/`` (a directory marker some clients write)
+        is listed as a file.
+        """
+        root = path.rstrip("/")
+        try:
+            entries = self.fs.find(root, withdirs=True, detail=True)
+        except FileNotFoundError:
+            return []
+        result = [
+            FileInfo(
+                path=str(name).rstrip("/"),
+                size=int(entry.get("size") or 0),
+                is_dir=entry.get("type") == "directory",
+            )
+            for name, entry in entries.items()
+            if str(name).rstrip("/") != root
+        ]
+        return sorted(result, key=lambda info: info.path)
+
+    def remove_empty_directory(self, path: str) -> bool:
+        """Remove the directory ``path`` if it is empty (never recursively).
+
+        Returns ``True`` when it is gone (removed now, or missing), ``False`` when something is
+        in it: a writer that created a file there meanwhile keeps its directory.
+        """
+        try:
+            self.fs.rmdir(path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
+
     def delete(self, path: str) -> None:
         """Delete a file; a missing file is not an error (deletes are idempotent)."""
         self.delete_many([path])
@@ -609,6 +646,17 @@ class RenameFileManager(FileManager):
             os.makedirs(path, exist_ok=True)
         else:
             super().mkdirs(path)
+
+    def remove_empty_directory(self, path: str) -> bool:
+        if self.protocol not in ("file", "local"):
+            return super().remove_empty_directory(path)
+        try:
+            os.rmdir(path)  # non-recursive: fails with ENOTEMPTY if a writer put a file there
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return True
 
     def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
         """Exact on local disk: the file is renamed away first (atomic), so a rewrite that
@@ -851,6 +899,47 @@ class DirectPutFileManager(FileManager):
 
     def mkdirs(self, path: str) -> None:
         """Object stores have no directories: nothing to do."""
+
+    def _keys(self, path: str) -> builtins.list[tuple[str, int]]:
+        """(key, size) of every key under ``path/``, directory markers included."""
+        bucket, key, _ = self.fs.split_path(path.rstrip("/") + "/")
+        prefix = key.rstrip("/") + "/"
+        found: builtins.list[tuple[str, int]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            response = self.fs.call_s3("list_objects_v2", **kwargs)
+            contents = response.get("Contents", [])
+            found.extend((str(o["Key"]), int(o.get("Size") or 0)) for o in contents)
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return found
+
+    def list_tree(self, path: str) -> builtins.list[FileInfo]:
+        """Every key under ``path``; a zero-byte key ending in ``/`` (a directory marker, as
+        S3A's ``mkdirs`` writes) is listed as a directory, the only kind an object store has."""
+        bucket, _, _ = self.fs.split_path(path.rstrip("/") + "/")
+        result = [
+            FileInfo(path=f"{bucket}/{key}".rstrip("/"), size=size, is_dir=key.endswith("/"))
+            for key, size in self._keys(path)
+        ]
+        root = path.rstrip("/")
+        return sorted((i for i in result if i.path != root), key=lambda info: info.path)
+
+    def remove_empty_directory(self, path: str) -> bool:
+        """Object stores have no directories: ``path`` is gone when no key is under it but
+        its own directory marker (``path/``, deleted then)."""
+        bucket, key, _ = self.fs.split_path(path.rstrip("/") + "/")
+        marker = key.rstrip("/") + "/"
+        keys = [k for k, _ in self._keys(path)]
+        if any(k != marker for k in keys):
+            return False
+        if keys:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=marker)
+        return True
 
     def list_pending_uploads(self, prefix: str) -> list[dict[str, str]]:
         """Multipart uploads under ``prefix`` that were never completed (a killed writer's)."""

@@ -39,6 +39,7 @@ from typing import Any, Final, NoReturn
 from sparkguard.spark_lib import (
     errors,
     filemanager,
+    lifecycle,
     markers,
     owners,
     paths,
@@ -104,6 +105,9 @@ class RollbackSummary:
     tables_missing: tuple[str, ...] = ()
     temp_files_removed: int = 0
     warnings: tuple[str, ...] = ()
+    #: tables whose location the rollback removed: the rolled-back write created it and left
+    #: nothing else (docs/storage-contract.md, "The life of a table"); a dry run: would remove
+    tables_removed: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable form (for ``--json`` output and operator events)."""
@@ -114,6 +118,7 @@ class RollbackSummary:
             "dryRun": self.dry_run,
             "tables": list(self.tables),
             "tablesMissing": list(self.tables_missing),
+            "tablesRemoved": list(self.tables_removed),
             "instantsRolledBack": list(self.instants_rolled_back),
             "instantsCommitted": list(self.instants_committed),
             "instantsOtherOwner": [
@@ -1099,6 +1104,46 @@ def _rollback_in_table(
     ]
 
 
+def _remove_if_created(
+    tl: timeline.Timeline,
+    results: Iterable[InstantRollback],
+    *,
+    job_id: str | None,
+    journal_named: bool,
+    dry_run: bool,
+    label: str,
+) -> lifecycle.Removal | None:
+    """After the pass over a table: remove its location if a rolled-back write of the job
+    created it and nothing else is there (``lifecycle.remove_created_location``)."""
+    would = [r.instant for r in results if r.action is Action.WOULD_ROLL_BACK] if dry_run else []
+    try:  # a dry run deleted nothing: the names those instants marked count as deleted
+        would_delete = marked_by_live_instants(tl, [tl.status(i) for i in would])
+    except errors.CorruptFileError:
+        return None
+    return lifecycle.remove_created_location(
+        tl,
+        job_id=job_id,
+        journal_named=journal_named,
+        dry_run=dry_run,
+        label=label,
+        rolled_back=would,
+        rolled_back_files=would_delete,
+    )
+
+
+def _with_removals(
+    summary: RollbackSummary, removals: Iterable[lifecycle.Removal | None]
+) -> RollbackSummary:
+    """``summary`` with the tables removed and the removals' warnings (purely computational)."""
+    done = [r for r in removals if r is not None]
+    return dataclasses.replace(
+        summary,
+        files_deleted=summary.files_deleted + sum(r.data_files_deleted for r in done),
+        tables_removed=tuple(sorted(r.table for r in done if r.removed)),
+        warnings=summary.warnings + tuple(w for r in done for w in r.warnings),
+    )
+
+
 def rollback_table(
     url: str,
     *,
@@ -1115,7 +1160,8 @@ def rollback_table(
 
     Reads one listing of the timeline plus each instant's markers; never lists data files
     except the directories of marked names. A table without a timeline is reported in
-    ``tables_missing`` and not touched.
+    ``tables_missing`` and not touched. A table whose location the rolled-back write created,
+    left with nothing else, is removed and reported in ``tables_removed``.
     """
     if job_id is not None:
         timeline.validate_job_id(job_id)
@@ -1141,7 +1187,11 @@ def rollback_table(
         damage=damage,
     )
     damage.raise_if_any()
-    return summarise(job_id or "*", results, dry_run=dry_run, owner=owner, force=force)
+    removal = _remove_if_created(
+        tl, results, job_id=job_id, journal_named=False, dry_run=dry_run, label=label
+    )
+    summary = summarise(job_id or "*", results, dry_run=dry_run, owner=owner, force=force)
+    return _with_removals(summary, [removal])
 
 
 def rollback_job(
@@ -1171,30 +1221,50 @@ def rollback_job(
         by_table[entry.table].append(entry.instant)
     results: list[InstantRollback] = []
     missing: list[str] = []
+    removals: list[lifecycle.Removal | None] = []
     damage = _Damage()
     for table_url in sorted(by_table):
         manager, path = filemanager.resolve(table_url, storage_options=storage_options)
         tl = timeline.Timeline(manager, path)
         if not tl.exists():
-            # Deleted table: report it, never recreate its _sparkguard/ directories.
+            # A removal of the location interrupted among its rmdirs leaves empty directories:
+            # finish it. Otherwise a deleted table: report it, never recreate its directories.
+            removal = lifecycle.remove_created_location(
+                tl, job_id=job_id, journal_named=True, dry_run=dry_run, label=table_url
+            )
+            if removal is not None and removal.removed:
+                removals.append(removal)
+                continue
             logger.warning("table %s of job %s has no timeline (deleted?)", table_url, job_id)
             missing.append(table_url)
             continue
-        results.extend(
-            _rollback_in_table(
-                tl,
-                job_id=job_id,
-                extra_instants=by_table[table_url],
-                owner=owner,
-                force=force,
-                dry_run=dry_run,
-                progress=progress,
-                label=table_url,
-                damage=damage,
-            )
+        damaged = len(damage.messages)
+        table_results = _rollback_in_table(
+            tl,
+            job_id=job_id,
+            extra_instants=by_table[table_url],
+            owner=owner,
+            force=force,
+            dry_run=dry_run,
+            progress=progress,
+            label=table_url,
+            damage=damage,
         )
+        results.extend(table_results)
+        if len(damage.messages) == damaged:  # a damaged instant stays: no removal
+            removals.append(
+                _remove_if_created(
+                    tl,
+                    table_results,
+                    job_id=job_id,
+                    journal_named=True,
+                    dry_run=dry_run,
+                    label=table_url,
+                )
+            )
     damage.raise_if_any()
     summary = summarise(
         job_id, results, dry_run=dry_run, owner=owner, force=force, tables_missing=missing
     )
+    summary = _with_removals(summary, removals)
     return dataclasses.replace(summary, tables=tuple(sorted(by_table)))

@@ -48,6 +48,7 @@ from sparkguard.spark_lib import (
     faults,
     filemanager,
     journal,
+    lifecycle,
     markers,
     paths,
     reader,
@@ -715,6 +716,9 @@ class SparkguardDataSource(DataSource):
                 f"option 'rerun'={raw_rerun!r} is not valid; use skip (default) or rewrite"
             ) from None
         target = open_target(url, settings)
+        # Before W1 creates _sparkguard/ (the owner claim): a rollback of a write that created
+        # the location removes it again (docs/storage-contract.md, "The life of a table").
+        created_location = not target.manager.exists(target.path)
         write = next_write_index(driver_run_dir(), job_id=settings.job_id, table_url=target.url)
         guard = roll_back_stale(target, settings)
         committed = committed_write(target, settings.job_id, write)
@@ -744,6 +748,7 @@ class SparkguardDataSource(DataSource):
                 "format": fmt.value,
                 "partitionBy": list(parts),
                 "ownerClaim": guard.claim.epoch,
+                **({lifecycle.CREATED_LOCATION: True} if created_location else {}),
             },
             write=write,
         )

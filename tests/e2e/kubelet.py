@@ -17,10 +17,12 @@ gone (its name free again) only then. Process namespaces are real (``unshare``/`
 every sidecar sees only its own processes, or, with ``shareProcessNamespace: true``, sidecars
 and driver share one namespace with a pause process as PID 1.
 
-Three driver programs: ``job="demo"`` runs sparkguard's demo job (the Python writer, a Spark
+Four driver programs: ``job="demo"`` runs sparkguard's demo job (the Python writer, a Spark
 session), given the injected settings as arguments; ``job="plain"`` runs a plain PySpark job
 that never imports sparkguard (``tests/jvm/jobs/plain_write.py``) with the app's *whole*
-``sparkConf`` passed as spark-submit's ``--conf`` options; ``job="light"`` runs
+``sparkConf`` passed as spark-submit's ``--conf`` options; ``job="plain-table"`` is the same for
+``df.write.saveAsTable("orders")`` (``tests/jvm/jobs/create_table.py``; the table argument is
+the warehouse directory); ``job="light"`` runs
 ``light_driver.py``: sparkguard's Python writer without a JVM (driver step, task files,
 commit), with one task in a separate *executor* process that outlives its driver (lingering
 executors: stopped ``executor_linger_s`` after the driver pod ended, as Kubernetes' garbage
@@ -55,7 +57,9 @@ BIN = Path(sys.executable).parent
 PLAIN_JOB = Path(__file__).resolve().parents[1] / "jvm" / "jobs" / "plain_write.py"
 #: the driver of ``job="light"``: sparkguard's Python writer without a Spark JVM
 LIGHT_JOB = Path(__file__).resolve().parent / "light_driver.py"
-JOBS: Final = ("demo", "plain", "light")
+#: the unchanged job of ``job="plain-table"``: ``saveAsTable("orders")`` in the warehouse
+PLAIN_TABLE_JOB = Path(__file__).resolve().parents[1] / "jvm" / "jobs" / "create_table.py"
+JOBS: Final = ("demo", "plain", "plain-table", "light")
 
 
 class DriverPodStillRunningError(RuntimeError):
@@ -570,11 +574,16 @@ class Kubelet:
         conf = {k: self._remap(str(v), mounts) for k, v in spec.conf.items()}
         kill = pod.index in self.kill_runs
         signal_file = run_dir / "paused"
-        if self.job == "plain":
+        if self.job in ("plain", "plain-table"):
             argv = [
                 sys.executable, str(PLAIN_JOB), "{}", self.table, str(self.rows),
                 str(self.partitions),
             ]  # fmt: skip
+            if self.job == "plain-table":  # self.table is the warehouse directory
+                argv = [
+                    sys.executable, str(PLAIN_TABLE_JOB), "{}", "saveAsTable", self.table,
+                    str(self.rows), str(self.partitions),
+                ]  # fmt: skip
             env["PYSPARK_SUBMIT_ARGS"] = _submit_args(conf)
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         elif self.job == "light":

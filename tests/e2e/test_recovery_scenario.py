@@ -429,8 +429,10 @@ def test_killed_run_is_rolled_back_resubmitted_and_exactly_once(
     rows, duplicates, missing = _exactly_once(str(table))
     assert (rows, duplicates, missing) == (ROWS, 0, 0)
     assert _uncommitted_files(table) == []
+    # The killed run was the table's first write: its rollback removed the location it created
+    # (docs/storage-contract.md, "The life of a table"); the rerun's commit is all there is.
     states = [s.state for s in timeline.timeline_for(str(table)).statuses(job_id=job_id)]
-    assert states == [timeline.State.ROLLED_BACK, timeline.State.COMMITTED]
+    assert states == [timeline.State.COMMITTED]
 
 
 def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
@@ -495,6 +497,7 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
     assert len(summary["instantsRolledBack"]) == 1
     assert summary["instantsCommitted"] == []
     assert summary["filesDeleted"] >= 1
+    assert summary["tablesRemoved"] == [str(table)]  # the killed write created the location
     # The jar the driver loaded came from the library volume (the bundle the initContainer wrote).
     for index in range(2):
         assert (
@@ -515,4 +518,34 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
     markers = table / timeline.SPARKGUARD_DIR / "markers"
     assert not markers.exists() or list(markers.iterdir()) == []
     states = [s.state for s in timeline.timeline_for(str(table)).statuses(job_id=job_id)]
-    assert states == [timeline.State.ROLLED_BACK, timeline.State.COMMITTED]
+    assert states == [timeline.State.COMMITTED]  # the killed write's location was removed
+
+
+def test_new_managed_table_killed_mid_save_as_table_is_removed_and_created_by_the_resubmission(
+    chart_operator: ChartOperator, tmp_path: Path
+) -> None:
+    """An unchanged job's first ``saveAsTable("orders")`` (a new managed table in the warehouse)
+    is SIGKILLed mid-write; the operator's rollback removes the location the write created, so
+    the resubmitted run creates the table instead of failing with LOCATION_ALREADY_EXISTS."""
+    cluster = chart_operator
+    warehouse = tmp_path / "warehouse"
+    table = warehouse / "orders"
+    created = cluster.create(spark_app("managed", annotations={appmeta.BACKOFF: "1s"}))
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    standin = _run_until_completed(
+        cluster, "managed", table=warehouse, workdir=tmp_path / "pods", job="plain-table",
+        rows=PLAIN_ROWS, partitions=PLAIN_PARTITIONS, kill_when=lambda: _mid_write(table),
+    )  # fmt: skip
+    assert [run["exit"] for run in standin.runs] == [128 + signal.SIGKILL, 0]
+    assert standin.runs[1]["generation"] == standin.runs[0]["generation"] + 1
+    summary = cluster.rollback.summaries[0]
+    assert len(summary["instantsRolledBack"]) == 1
+    assert summary["tablesRemoved"] == [str(table)]
+    # The rerun created the table (its driver read it back with spark.table: every row once).
+    rows, duplicates, missing = _exactly_once(str(table), rows=PLAIN_ROWS, column="n")
+    assert (rows, duplicates, missing) == (PLAIN_ROWS, 0, 0)
+    assert _uncommitted_files(table) == []
+    committed = sorted(Path(p).name for p in reader.committed_paths(str(table)))
+    assert committed == sorted(p.name for p in table.glob("part-*"))
+    states = [s.state for s in timeline.timeline_for(str(table)).statuses(job_id=job_id)]
+    assert states == [timeline.State.COMMITTED]

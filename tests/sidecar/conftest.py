@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from sparkguard.sidecar import app, config
+from sparkguard.spark_lib import filemanager
 from tests.support import s3server
 
 TOKEN = "s3cr3t-token"
@@ -24,9 +25,32 @@ INSTANT = "20261122120000000-job-1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def marker_dir_under(root: str, table: str = "table", instant: str = INSTANT) -> str:
-    """The marker directory of ``instant`` in table ``root/table``."""
-    return f"{root.rstrip('/')}/{table}/_sparkguard/markers/{instant}"
+def marker_dir_under(
+    root: str,
+    table: str = "table",
+    instant: str = INSTANT,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    opened: bool = True,
+) -> str:
+    """The marker directory of ``instant`` in table ``root/table``, with the instant opened: its
+    ``.inflight`` written, as a writer's W2 does before any marker (the sidecar refuses markers
+    of an instant whose ``.inflight`` is gone). Object-store roots need ``storage_options``;
+    without them, or with ``opened=False`` (a path the sidecar must refuse), only the path is
+    returned."""
+    table_url = f"{root.rstrip('/')}/{table}"
+    if opened and ("://" not in root or storage_options is not None):
+        open_instant(table_url, instant, storage_options=storage_options)
+    return f"{table_url}/_sparkguard/markers/{instant}"
+
+
+def open_instant(
+    table_url: str, instant: str, *, storage_options: Mapping[str, Any] | None = None
+) -> None:
+    """Write ``<table>/_sparkguard/timeline/<instant>.inflight`` (its content is not read)."""
+    manager, table = filemanager.resolve(table_url, storage_options=storage_options)
+    inflight = f"{table}/_sparkguard/timeline/{instant}.inflight"
+    manager.write_bytes(inflight, b"{}", overwrite=True)
 
 
 @pytest.fixture

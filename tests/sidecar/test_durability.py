@@ -144,7 +144,7 @@ def test_kill_9_loses_no_acknowledged_marker_local(root: str) -> None:
 def test_kill_9_loses_no_acknowledged_marker_s3(
     s3_server: s3server.S3Server, s3_bucket: str, s3_options: dict[str, Any]
 ) -> None:
-    directory = marker_dir_under(s3_bucket)
+    directory = marker_dir_under(s3_bucket, storage_options=s3_options)
     manager, path = filemanager.resolve(directory, storage_options=s3_options)
     kill_loop(
         rounds=10,

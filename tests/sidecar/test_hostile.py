@@ -334,9 +334,10 @@ def test_overlong_table_segment_or_job_id_is_400_and_touches_no_storage(
     root: str, tmp_path: Path
 ) -> None:
     too_long = [
-        marker_dir_under(root, table="t" * 300),
-        marker_dir_under(root, instant="20261122120000000-" + "j" * 300),
-        marker_dir_under(root, instant="20261122120000000-" + "j" * 120),  # job ids: <= 100
+        marker_dir_under(root, table="t" * 300, opened=False),
+        marker_dir_under(root, instant="20261122120000000-" + "j" * 300, opened=False),
+        # job ids: <= 100 characters
+        marker_dir_under(root, instant="20261122120000000-" + "j" * 120, opened=False),
         marker_dir_under("s3://bucket/" + "/".join(["d" * 200] * 5)),  # S3 keys: <= 1024 bytes
     ]
     with sidecar(f"{root},s3://bucket", tmp_path) as sc:
@@ -460,6 +461,34 @@ def test_markers_of_a_rolled_back_or_committed_instant_are_refused(
     assert not manager.exists(path)  # nothing was appended to the rolled-back instant
     assert sorted(p.name for p in Path(table).iterdir()) == ["_sparkguard"]
     assert tl.status(instant).state is timeline.State.ROLLED_BACK
+
+
+def test_markers_of_an_instant_removed_with_its_location_are_refused_by_the_next_sidecar(
+    root: str, tmp_path: Path
+) -> None:
+    """A lingering executor of a killed first write asks the *next* driver pod's sidecar (fresh
+    state) for a marker after the rollback removed the location the write created: the
+    instant's outcome is gone with it, its missing ``.inflight`` refuses the marker (409), and
+    nothing re-creates the location."""
+    table = f"{root}/orders"
+    tl = timeline.timeline_for(table)
+    instant = tl.start(
+        "job-1", attempt=1, marker_type=TIMELINE_TYPE, extra={"createdLocation": True}
+    )
+    directory = markers.marker_dir(table, instant)
+    with sidecar(root, tmp_path) as sc, sc.client(deadline_s=10) as client:
+        client.create(directory, "part-0.parquet")
+        Path(table, "part-0.parquet").write_bytes(b"data")
+    summary = rollback.rollback_table(table, job_id="job-1")
+    assert summary.tables_removed == (table,)
+    assert not Path(table).exists()
+    with sidecar(root, tmp_path) as sc, sc.client(deadline_s=10) as client:
+        with pytest.raises(
+            lib_errors.MarkerError, match=rf"HTTP 409.*instant {re.escape(instant)}"
+        ):
+            client.create(directory, "part-1.parquet")
+        assert "Traceback" not in sc.log()
+    assert not Path(table).exists()
 
 
 def test_markers_racing_a_rollback_are_refused_or_found(root: str, tmp_path: Path) -> None:

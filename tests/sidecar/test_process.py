@@ -205,7 +205,7 @@ def test_sigterm_answers_503_while_draining_and_the_client_rides_through(
             # Hold the drain: the next flush reads the instant's outcome, here a FIFO whose
             # open() waits until the test opens its other end.
             fifo = Path(batcher.outcome_path(directory, INSTANT))
-            fifo.parent.mkdir(parents=True)
+            fifo.parent.mkdir(parents=True, exist_ok=True)
             os.mkfifo(fifo)
             threads[0].start()
             while _readyz(port)[1].get("pending") != 1:

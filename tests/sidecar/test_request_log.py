@@ -122,7 +122,7 @@ CASES: dict[str, tuple[Callable[[str], bytes], int]] = {
 
 def decide(timeline_dir: Path) -> None:
     """Write the instant's outcome: its markers are refused (409) from now on."""
-    timeline_dir.mkdir(parents=True)
+    timeline_dir.mkdir(parents=True, exist_ok=True)
     (timeline_dir / f"{INSTANT}.outcome").write_text("{}")
 
 

@@ -310,7 +310,10 @@ async def test_percent_escapes_that_are_not_utf8_are_refused(client: Client, roo
             assert f"parameter {parameter!r} in the {place}" in message, message
             assert "not UTF-8" in message, message
             assert "send UTF-8 percent-encoding" in message, message
-    assert os.listdir(root) == []
+    # Nothing but the instant's .inflight (written by marker_dir_under): no marker directory.
+    assert os.listdir(root) == ["table"]
+    assert os.listdir(os.path.join(root, "table")) == ["_sparkguard"]
+    assert os.listdir(os.path.join(root, "table", "_sparkguard")) == ["timeline"]
     # Escapes of UTF-8 bytes are fine, in either place.
     quoted_dir = urllib.parse.quote(directory, safe="/")
     response = await client.post(

@@ -34,7 +34,7 @@ from sparkguard.spark_lib import (
     writer,
 )
 from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays, undecided
-from tests.spark_lib.test_rollback import PARTS, _batch, _start, _task
+from tests.spark_lib.test_rollback import PARTS, _batch, _start, _task, existing_location
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -107,6 +107,7 @@ def test_file_published_after_rollback_is_removed_before_the_next_commit(
     where: tuple[str, str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, journal, options = where
+    existing_location(url, options)
     w = _start(url, journal, options, "late-2", markerType="DIRECT")
     late = _zombie_task(
         w,
@@ -412,6 +413,7 @@ def test_files_deleted_counts_files_removed_not_names_marked(
     where: tuple[str, str, dict[str, Any]],
 ) -> None:
     url, journal, options = where
+    existing_location(url, options)
     w = _start(url, journal, options, "count-1")
     for p, ids in PARTS.items():
         _task(w, p, ids)
@@ -432,6 +434,7 @@ def test_rolledback_deleted_lists_only_files_removed(
     where: tuple[str, str, dict[str, Any]],
 ) -> None:
     url, journal, options = where
+    existing_location(url, options)
     w = _start(url, journal, options, "count-2")
     written = sorted(f.path for p, ids in PARTS.items() for f in _task(w, p, ids).files)
     manager, table = filemanager.resolve(url, storage_options=options)

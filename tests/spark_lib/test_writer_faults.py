@@ -109,8 +109,11 @@ def _kill_then_recover(spark: Any, store: Store, tmp_path: Path, point: str) -> 
     ids = visible_ids(url, options)
     expected = list(ROWS) if point == P.COMMIT_AFTER_OUTCOME else []
     assert sorted(ids) == expected, point  # the outcome decides: all of it, or none of it
-    rollback.rollback_job(job, journal, storage_options=options)
+    summary = rollback.rollback_job(job, journal, storage_options=options)
     assert undecided(url, options) == []
+    # The write created the table's location: a rollback removes it (the rerun creates it).
+    removed = () if point == P.COMMIT_AFTER_OUTCOME else summary.tables
+    assert summary.tables_removed == removed, point
     conf = {"spark.sparkguard.jobId": job, "spark.sparkguard.journal": journal}
     if options:
         conf["spark.sparkguard.storageOptions"] = json.dumps(options)

@@ -73,6 +73,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private static final long serialVersionUID = 1L;
   private static final Logger LOG = LoggerFactory.getLogger(SparkguardCommitProtocol.class);
   static final String PROTOCOL = SparkguardCommitProtocol.class.getName();
+  /**
+   * The {@code .inflight} {@code extra} key recording that the output path did not exist at
+   * {@link #setupJob}: a rollback that leaves the table with nothing else removes it.
+   */
+  static final String CREATED_LOCATION = "createdLocation";
 
   private final String sparkJobId;
   private final String path;
@@ -135,6 +140,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       Map<String, Object> extra = new TreeMap<>();
       extra.put("protocol", PROTOCOL);
       extra.put("sparkJobId", sparkJobId);
+      // Before anything below creates _sparkguard/ (the owner claim, the inflight): a rollback
+      // of a write that created the location removes it again (docs/storage-contract.md, "The
+      // life of a table"). Spark creates no directory before setupJob for saveAsTable, CTAS or
+      // df.write to a new path (InsertIntoHadoopFsRelationCommand only checks it exists).
+      if (!locationExists()) {
+        extra.put(CREATED_LOCATION, true);
+      }
       // What the O4 check decides on: an instant of another owner not in here appeared after it.
       java.util.Set<String> known = OwnerClaims.instantsOf(store, timeline(), settings.jobId());
       fenceEarlierAttempts();
@@ -185,6 +197,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot start the write to " + path, e);
     }
+  }
+
+  /** Whether the table's location exists (a directory, or on object stores any key under it). */
+  private boolean locationExists() throws IOException {
+    Path location = new Path(path);
+    return location.getFileSystem(ProtocolSteps.hadoopConf()).exists(location);
   }
 
   /**

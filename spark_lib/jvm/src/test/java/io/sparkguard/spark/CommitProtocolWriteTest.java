@@ -129,6 +129,21 @@ class CommitProtocolWriteTest {
   }
 
   @Test
+  void aWriteToAPathThatDidNotExistRecordsThatItCreatedTheLocation() throws IOException {
+    Path table = dir.resolve("t");
+    rows(10, 2).write().mode("append").parquet(table.toString());
+    Files.createDirectories(dir.resolve("empty"));
+    rows(10, 2).write().mode("append").parquet(dir.resolve("empty").toString());
+    rows(10, 2).write().mode("append").parquet(table.toString());
+
+    List<JsonNode> written = timeline(table, ".inflight");
+    assertTrue(written.get(0).get("extra").get("createdLocation").asBoolean());
+    assertFalse(written.get(1).get("extra").has("createdLocation"));  // the table existed
+    JsonNode intoEmpty = timeline(dir.resolve("empty"), ".inflight").get(0);
+    assertFalse(intoEmpty.get("extra").has("createdLocation"));  // an existing empty directory
+  }
+
+  @Test
   void aRerunWithRewriteRewritesTheSameNamesNoDuplicates() throws IOException {
     Path table = dir.resolve("t");
     rows(100, 4).write().mode("append").parquet(table.toString());
