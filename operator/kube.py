@@ -298,18 +298,13 @@ class KubeClient:
         self._count("crd-get")
         try:
             found = await self._call(
-                self.api_client.call_api,
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
-                "GET",
-                response_type="object",
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
+                client.ApiextensionsV1Api(self.api_client).read_custom_resource_definition, name
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return cast(dict[str, Any], found)
+        return cast(dict[str, Any], self.api_client.sanitize_for_serialization(found))
 
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The (still base64-encoded) data of a Secret, or ``None`` when it does not exist."""
