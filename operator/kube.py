@@ -304,7 +304,7 @@ class KubeClient:
             if exc.status == 404:
                 return None
             raise
-        return cast(dict[str, Any], self.api_client.sanitize_for_serialization(found))
+        return cast(dict[str, Any], self.api_client.sanitize_for_serialization(found))  # type: ignore[no-untyped-call]
 
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The (still base64-encoded) data of a Secret, or ``None`` when it does not exist."""
