@@ -23,6 +23,7 @@ resubmissions as expected.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -350,3 +351,54 @@ def test_both_kinds_opted_in_at_once_in_one_namespace_share_nothing(cluster: Apa
         assert rows_once(table) == (LIGHT_ROWS, 0, 0), name
         assert leftovers(table) == [], name
         assert states_of(table, job_id) == [timeline.State.ROLLED_BACK, timeline.State.COMMITTED]
+
+
+def test_a_streaming_app_killed_three_times_writes_every_row_once(cluster: Apache) -> None:
+    """restartPolicy Always (the user's): a streaming query of 5 micro-batches whose first three
+    drivers are each killed in the middle of a micro-batch, after committing one. The Apache
+    operator restarts each; the next driver's rollback initContainer rolls the dead attempt's
+    micro-batch back before the driver replays the query (skipping committed batches). After
+    the fourth driver's success the restart budget (3) is used up: final after Succeeded, so
+    sparkguard marks the app Succeeded. Every row once, by listing the output directory."""
+    import pyarrow.parquet as pq
+
+    name, batches, rows = "stream", 5, 400
+    restart = {"restartPolicy": "Always", "maxRestartAttempts": 3, "restartBackoffMillis": 500}
+    app = _app(name, **{appmeta.MAX_RETRIES: "3"})
+    app["spec"]["applicationTolerations"] = {"restartConfig": restart}
+    created = cluster.create(app)
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    standin = cluster.standin(name)
+    standin.rows = rows
+    standin.stream_batches = batches
+    standin.kill_runs = {0, 1, 2}
+    _serve_until(
+        standin,
+        lambda: cluster.notes(name).get(appmeta.PHASE) == "Succeeded",
+        what=f"app {name} to succeed",
+    )
+    assert [r["pod"] for r in standin.runs] == [f"{name}-{i}-driver" for i in range(4)]
+    assert [r["ended_by"] for r in standin.runs] == ["killed"] * 3 + ["exited"]
+    for run in standin.runs:  # each restart ran the rollback before its driver
+        assert ("sparkguard-rollback", 0) in run["init"], run
+    # ...and that rollback (the init container's summary, in pod order) is what cleaned each
+    # dead attempt's micro-batch: nothing before the first driver, one instant before each next
+    summaries = re.findall(r"rolled back: (\d+) ", standin.log.read_text())
+    assert summaries == ["0", "1", "1", "1"], summaries
+    reasons = cluster.event_reasons(name)
+    assert "RollbackStarted" not in reasons
+    assert "Resubmitted" not in reasons
+    # Every row once, from the files in the output directory (sparkguard's own excluded).
+    table = cluster.workdir / name / "table"
+    files = sorted(
+        p
+        for p in table.rglob("*.parquet")
+        if timeline.SPARKGUARD_DIR not in p.relative_to(table).parts
+    )
+    ids = [i for f in files for i in pq.read_table(f, columns=["id"]).column("id").to_pylist()]
+    assert sorted(ids) == list(range(batches * rows))
+    assert leftovers(table) == []
+    # each killed driver's micro-batch rolled back, each batch committed once
+    states = states_of(table, job_id)
+    assert states.count(timeline.State.ROLLED_BACK) == 3, states
+    assert states.count(timeline.State.COMMITTED) == batches, states
