@@ -1084,8 +1084,8 @@ async def finish_resubmission(
             step = resubmit.next_step(old_uid=old_uid, current=current, pods=pods)
             if step.step in (resubmit.Step.WAIT_APP, resubmit.Step.WAIT_PODS):
                 logger.debug("resubmission of %s: %s", name, step.reason)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), timeout=RECORD_POLL_SECONDS)
+                if not wakeup.is_set():  # news of the record cuts nothing short: pods change
+                    await runtime.sleep(RECORD_POLL_SECONDS)  # without it, so look again soon
                 continue
             if step.step is resubmit.Step.CREATE:
                 created = await runtime.kube.create_app(namespace, manifest)
