@@ -402,3 +402,37 @@ def test_a_streaming_app_killed_three_times_writes_every_row_once(cluster: Apach
     states = states_of(table, job_id)
     assert states.count(timeline.State.ROLLED_BACK) == 3, states
     assert states.count(timeline.State.COMMITTED) == batches, states
+
+
+def test_an_app_deleted_mid_write_is_rolled_back_before_it_goes(cluster: Apache) -> None:
+    """``kubectl delete`` of a running Apache app whose driver is in the middle of its write:
+    the Apache operator's clean-up stops the driver (ResourceReleased "shutdown as
+    requested"), sparkguard's finalizer rolls the write back first; then the app is gone and
+    nothing uncommitted is left."""
+    name = "deleted"
+    created = cluster.create(_app(name))
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    standin = cluster.standin(name)
+    standin.stall_runs = {0}  # stalls mid-write until its pod is deleted
+    stop = threading.Event()
+    runner = threading.Thread(target=standin.serve, args=(stop,), daemon=True)
+    runner.start()
+    stalled = standin.workdir / "run-0" / "at-mid-write"
+    try:
+        harness.eventually(stalled.exists, what="the driver to stall mid-write", timeout=60)
+        cluster.custom.delete_namespaced_custom_object(
+            apache.GROUP, apache.VERSION, cluster.namespace, apache.PLURAL, name
+        )
+        harness.eventually(
+            lambda: cluster.get(name) is None and standin.executors_left() == 0,
+            what=f"app {name} to be gone",
+            timeout=90,
+        )
+    finally:
+        stop.set()
+        runner.join(30)
+        standin.cleanup()
+    assert "RolledBackOnDelete" in cluster.event_reasons(name)
+    table = cluster.workdir / name / "table"
+    assert leftovers(table) == []
+    assert states_of(table, job_id) == [timeline.State.ROLLED_BACK]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.operator import appmeta, finalizers, mutation, recovery, resubmit
+from sparkguard.operator import appmeta, finalizers, mutation, protection, recovery, resubmit
 from sparkguard.operator import config as config_
 from tests.operator.apps import apache_app
 
@@ -222,3 +222,34 @@ def test_the_finalizer_reads_the_apache_status(
 ) -> None:
     app = _app(status)
     assert finalizers.may_have_undecided_writes(app)[0] is undecided
+
+
+def _driver_pod(owner_uid: str, *init: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "nightly-0-driver",
+            "labels": {"spark-role": "driver", protection.APACHE_APP_NAME_LABEL: "nightly"},
+            "ownerReferences": [{"kind": "SparkApplication", "uid": owner_uid}],
+        },
+        "spec": {"initContainers": [{"name": n} for n in init], "containers": [{"name": "s"}]},
+    }
+
+
+def test_an_apache_driver_pod_without_the_rollback_init_is_unprotected(
+    config: config_.OperatorConfig,
+) -> None:
+    admitted = mutation.mutate(_app(), config=config)
+    ours = protection.check_driver_pod(
+        admitted, _driver_pod("uid-1", "sparkguard-lib", "sparkguard-rollback")
+    )
+    assert (ours.relevant, ours.protected) == (True, True)
+    # stored without admission: the template lacks it, so does the pod
+    bare = protection.check_driver_pod(_app(), _driver_pod("uid-1"))
+    assert (bare.relevant, bare.protected) == (True, False)
+    assert "stored without sparkguard's admission" in bare.message
+    # the template has it, the pod does not: the Apache operator did not use the template
+    odd = protection.check_driver_pod(admitted, _driver_pod("uid-1"))
+    assert not odd.protected
+    assert "podTemplateSpec" in odd.message
+    # a pod of an earlier app of the same name says nothing
+    assert not protection.check_driver_pod(_app(), _driver_pod("uid-0")).relevant
