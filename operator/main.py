@@ -37,11 +37,10 @@ def build_settings(
     settings = settings if settings is not None else kopf.OperatorSettings()
     # Our Events are explicit (kopf.event); keep kopf's own log lines out of the app's Events.
     settings.posting.level = logging.ERROR
-    # One fixed CRD, in namespaces given by name (or cluster-wide): kopf need not observe CRDs
-    # or namespaces, so the chart's least-privilege RBAC (no cluster-scoped reads) suffices in
-    # both modes. Trade-off: a SparkApplication CRD installed after the operator started needs
-    # an operator restart. (Found by tests/chart/test_rbac.py: 403s on CRD/namespace lists.)
-    # A kind whose CRD is installed later is served all the same: :mod:`crdwatch`.
+    # Fixed CRDs, in namespaces given by name (or cluster-wide): kopf need not observe CRDs
+    # or namespaces, so the chart's least-privilege RBAC (no cluster-scoped lists) suffices in
+    # both modes. (Found by tests/chart/test_rbac.py: 403s on CRD/namespace lists.) A kind whose
+    # CRD is installed after the start is found by name and served: :mod:`crdwatch`.
     settings.scanning.disabled = True
     if config.webhook_mode is not config_.WebhookMode.DISABLED:
         settings.admission.server = runtime.webhook_server or build_webhook_server(config)
