@@ -26,7 +26,7 @@ from typing import Any, Final, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta, mutation, sidecarmode
+from sparkguard.operator import appmeta, mutation, resubmit, sidecarmode
 from sparkguard.operator import config as config_
 
 logger = logging.getLogger(__name__)
@@ -99,12 +99,19 @@ class Admission:
             return mutation.Review(allowed=True)
         # Apache apps: always native (their CRD keeps restartPolicy; Kubernetes >= 1.34)
         apache = mutation.kind_of(app) is mutation.APACHE
+        keep_owner = (
+            apache
+            and old is None
+            and bool(appmeta.of(app).get(appmeta.RESUBMITTED_FROM))
+            and await asyncio.to_thread(self.resubmission_of, app)
+        )
         verdict = mutation.review(
             app,
             old=old,
             config=self.config,
             owner_id=secrets.token_hex(8),
             native_sidecar=True if apache else await self.native_sidecars(),
+            keep_owner=keep_owner,
         )
         job_id = verdict.job_id
         if not verdict.allowed or job_id is None:
@@ -132,6 +139,21 @@ class Admission:
                 ),
             ),
         )
+
+    def resubmission_of(self, app: Mapping[str, Any]) -> bool:
+        """Whether ``app`` is the recreation the operator's resubmission record describes
+        (:func:`resubmit.vouches_for`): only then does it keep the owner it carries."""
+        meta = app.get("metadata") or {}
+        uid = appmeta.of(app).get(appmeta.RESUBMITTED_FROM) or ""
+        try:
+            found = client.CoreV1Api(self.api_client).read_namespaced_config_map(
+                resubmit.record_name(uid), str(meta.get("namespace"))
+            )
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return False
+            raise
+        return resubmit.vouches_for(dict(found.data or {}), app)
 
     def holder_of(
         self,

@@ -74,8 +74,11 @@ HANDLED_FAILURE: Final = PREFIX + "handled-failure"
 NEXT_RETRY_AT: Final = PREFIX + "next-retry-at"
 LAST_ROLLBACK: Final = PREFIX + "last-rollback"
 MESSAGE: Final = PREFIX + "message"
+#: on an Apache app the operator recreated to resubmit it: the uid of the app it replaced
+#: (whose resubmission record names it; see :mod:`resubmit`)
+RESUBMITTED_FROM: Final = PREFIX + "resubmitted-from"
 PROGRESS_KEYS: Final = frozenset(
-    {ATTEMPT, PHASE, HANDLED_FAILURE, NEXT_RETRY_AT, LAST_ROLLBACK, MESSAGE}
+    {ATTEMPT, PHASE, HANDLED_FAILURE, NEXT_RETRY_AT, LAST_ROLLBACK, MESSAGE, RESUBMITTED_FROM}
 )
 
 #: written by the operator when a driver pod of the app runs without sparkguard's containers

@@ -97,6 +97,8 @@ class OperatorConfig:
     error_backoff_seconds: float = 30.0
     #: longest single sleep while waiting for a backoff to expire
     max_sleep_seconds: float = 600.0
+    #: how often the CRD of a SparkApplication kind not served yet is looked for (crdwatch.py)
+    crd_check_seconds: float = 10.0
     #: only the holder of a coordination.k8s.io Lease recovers apps (every replica admits)
     leader_election: bool = False
     lease_name: str = "sparkguard-operator"
@@ -287,6 +289,7 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "max_concurrent_rollbacks": ("MAX_CONCURRENT_ROLLBACKS", _bounded_int(1, 256)),
     "error_backoff_seconds": ("ERROR_BACKOFF", _seconds),
     "max_sleep_seconds": ("MAX_SLEEP", _seconds),
+    "crd_check_seconds": ("CRD_CHECK_INTERVAL", _seconds),
     "leader_election": ("LEADER_ELECTION", _bool),
     "lease_name": ("LEASE_NAME", _k8s_name),
     "lease_namespace": ("LEASE_NAMESPACE", _optional),

@@ -30,6 +30,11 @@ FINALIZER: Final = "sparkguard.io/rollback"
 NOT_STARTED_STATES: Final = frozenset({"", "NEW"})
 #: the state of an app whose driver ended successfully: its writes were committed
 COMPLETED_STATES: Final = frozenset({"COMPLETED"})
+#: the Apache operator's API group and its final states (see :func:`recovery.observe`)
+APACHE_GROUP: Final = "spark.apache.org"
+APACHE_TERMINATED_STATES: Final = frozenset(
+    {"ResourceReleased", "TerminatedWithoutReleaseResources"}
+)
 
 
 class Step(enum.StrEnum):
@@ -123,12 +128,35 @@ def may_have_undecided_writes(app: Mapping[str, Any]) -> tuple[bool, str]:
     rollback is idempotent and cheap when there is nothing to do, and it also catches files a
     zombie executor wrote after an earlier rollback.
     """
+    if str(app.get("apiVersion") or "").startswith(APACHE_GROUP + "/"):
+        return _apache_may_have_undecided_writes(app)
     state = str(((app.get("status") or {}).get("applicationState") or {}).get("state") or "")
     if state in COMPLETED_STATES:
         return False, f"state {state}: every write of the job was committed"
     if state in NOT_STARTED_STATES and not appmeta.of(app).get(appmeta.HANDLED_FAILURE):
         return False, "the app never started: the job wrote nothing"
     return True, f"state {state or 'NEW'!r}: the job may have writes in flight"
+
+
+def _apache_may_have_undecided_writes(app: Mapping[str, Any]) -> tuple[bool, str]:
+    """:func:`may_have_undecided_writes` for an Apache app (``currentState`` and its history):
+    nothing undecided after a final state that followed Succeeded, or before its first driver
+    (no state, or Submitted with no earlier attempt and no recovery recorded)."""
+    status = app.get("status") or {}
+    state = str((status.get("currentState") or {}).get("currentStateSummary") or "")
+    history = status.get("stateTransitionHistory") or {}
+    keys = sorted((int(k) for k in history if str(k).isdigit()), reverse=True)
+    before = (
+        str((history.get(str(keys[1])) or {}).get("currentStateSummary") or "")
+        if len(keys) > 1
+        else ""
+    )
+    if state in APACHE_TERMINATED_STATES and before == "Succeeded":
+        return False, f"state {state} after Succeeded: every write of the job was committed"
+    fresh = state in ("", "Submitted") and keys in ([], [0])
+    if fresh and not appmeta.of(app).get(appmeta.HANDLED_FAILURE):
+        return False, "the app never started: the job wrote nothing"
+    return True, f"state {state or 'new'!r}: the job may have writes in flight"
 
 
 def _finalizers_patch(finalizers: list[str]) -> dict[str, Any]:

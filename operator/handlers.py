@@ -33,6 +33,7 @@ from aiohttp import web
 from sparkguard.operator import (
     admission,
     appmeta,
+    crdwatch,
     errors,
     finalizers,
     kube,
@@ -41,6 +42,7 @@ from sparkguard.operator import (
     mutation,
     podwatch,
     recovery,
+    resubmit,
     rollbacks,
 )
 from sparkguard.operator import config as config_
@@ -66,6 +68,13 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
     async def start_metrics(logger: Logger, **_: Any) -> None:
         runtime.rollback_slots()
         start_leader_election(runtime)
+        if runtime.insights is not None:
+            _spawn(
+                runtime,
+                crdwatch.serve_new_kinds(
+                    runtime, registry, runtime.insights, interval=config.crd_check_seconds
+                ),
+            )
         if config.metrics_port:
             servers.append(
                 await metrics.start_server(
@@ -86,10 +95,45 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
         for kind in mutation.KINDS:
             _register_admission(registry, admission_, kind, config=config)
 
+    for kind in mutation.KINDS:
+        _register_recovery(registry, runtime, kind)
+
     @kopf.on.event(
-        mutation.GROUP,
-        mutation.VERSION,
-        mutation.PLURAL,
+        "",
+        "v1",
+        "configmaps",
+        id="resubmission-records",
+        labels={resubmit.RECORD_LABEL: "true"},
+        registry=registry,
+    )
+    async def on_record(
+        type: str, namespace: str | None, name: str, logger: Logger, **_: Any
+    ) -> None:
+        if namespace is None or type == "DELETED":
+            if namespace is not None:
+                runtime.records.pop(f"{namespace}/{name}", None)
+            return
+        runtime.records[f"{namespace}/{name}"] = (namespace, name)
+        if runtime.leading():
+            wake_record(runtime, namespace, name, logger=logger)
+
+    # Driver pods without sparkguard's containers: the Unprotected signal (podwatch.py).
+    podwatch.DriverPodWatch(runtime).register(registry)
+    return registry
+
+
+def _register_recovery(
+    registry: kopf.OperatorRegistry, runtime: runtime_.Runtime, kind: mutation.AppKind
+) -> None:
+    """The recovery handler of one SparkApplication kind: one path for both kinds
+    (:func:`recovery.decide` reads each kind's status its own way)."""
+    config = runtime.config
+
+    @kopf.on.event(
+        kind.group,
+        kind.version,
+        kind.plural,
+        id=f"recovery/{kind.name}",
         # the label (scheduled runs carry it) or the annotation; or our finalizer (an app
         # opted out since still needs it removed)
         when=lambda body, **_: appmeta.opted_in(body) or finalizers.has_finalizer(body),
@@ -130,10 +174,6 @@ def build_registry(runtime: runtime_.Runtime) -> kopf.OperatorRegistry:
         if version is not None and runtime.written.get(key.id) == version:
             return  # the echo of our own patch: its worker holds that very version already
         wake(runtime, key, logger=logger)
-
-    # Driver pods without sparkguard's containers: the Unprotected signal (podwatch.py).
-    podwatch.DriverPodWatch(runtime).register(registry)
-    return registry
 
 
 #: the kopf handler id of each kind's mutating webhook: the path the chart's
@@ -194,6 +234,8 @@ def start_leader_election(runtime: runtime_.Runtime) -> None:
         runtime.metrics.leader.set(1 if leading else 0)
         if leading:
             resync(runtime)
+            for namespace, name in list(runtime.records.values()):
+                wake_record(runtime, namespace, name, logger=_log)
         else:  # running workers see it at their next step and stop
             for flag in runtime.workers.values():
                 flag.set()
@@ -373,7 +415,10 @@ async def reconcile(  # noqa: PLR0912, PLR0915 - one loop: read, decide, act or 
             return
         app: dict[str, Any] | None = None
         try:
-            app, written = written or await runtime.kube.get_app(namespace, name), None
+            app, written = (
+                written or await runtime.kube.get_app(namespace, name, group=key.group),
+                None,
+            )
             if app is None or (key.uid is not None and runtime_.AppKey.of(app).uid != key.uid):
                 runtime.pending.pop(key.id, None)
                 runtime.metrics.track_recovery((namespace, name), recovering=False)
@@ -447,6 +492,7 @@ async def _patch(
         patch,
         uid=meta.get("uid"),
         resource_version=meta.get("resourceVersion"),
+        group=runtime_.AppKey.of(app).group,
     )
     if patched is not None:
         key = runtime_.AppKey.of(patched)
@@ -484,6 +530,9 @@ async def _act(
         return patched
     if action in (recovery.Action.ROLLBACK, recovery.Action.GIVE_UP):
         return await _rollback(runtime, app=app, decision=decision, logger=logger)
+    if action is recovery.Action.RECREATE:
+        await _recreate(runtime, app=app, decision=decision, logger=logger)
+        return None
     raise AssertionError(f"unhandled action {action}")  # pragma: no cover
 
 
@@ -519,7 +568,9 @@ class _Claim:
                 patched = await _patch(self.runtime, self.app, patch)
             except errors.KubeConflictError:
                 self.runtime.metrics.conflicts.labels(step="claimed").inc()
-                current = await self.runtime.kube.get_app(self.key.namespace, self.key.name)
+                current = await self.runtime.kube.get_app(
+                    self.key.namespace, self.key.name, group=self.key.group
+                )
                 if not self.still_ours(current):
                     self.lost = True
                     return None
@@ -616,8 +667,8 @@ async def _claim_and_roll_back(
     if marked is None:
         return None
     if new_failure:
-        state = (app.get("status") or {}).get("applicationState", {}).get("state", "FAILED")
-        runtime.metrics.failures.labels(reason=str(state)).inc()
+        state = recovery.observe(app).state or "FAILED"
+        runtime.metrics.failures.labels(reason=state).inc()
     runtime.metrics.track_recovery((namespace, meta["name"]), recovering=True)
     # RollbackStarted goes out while the rollback runs (off the critical path), and is done
     # before the conclusion: its Events stay in order.
@@ -803,7 +854,7 @@ async def _remove_finalizer(
         except errors.KubeConflictError:
             runtime.metrics.conflicts.labels(step="finalizer").inc()
             key = runtime_.AppKey.of(current)
-            fresh = await runtime.kube.get_app(key.namespace, key.name)
+            fresh = await runtime.kube.get_app(key.namespace, key.name, group=key.group)
             current = fresh if fresh is not None and runtime_.AppKey.of(fresh) == key else None
     key = runtime_.AppKey.of(app)
     raise errors.KubeConflictError(
@@ -934,3 +985,130 @@ async def _bounded_rollback(
         return await asyncio.wrap_future(future)
     finally:
         runtime.metrics.rollback_seconds.observe(time.monotonic() - started)
+
+
+async def _recreate(
+    runtime: runtime_.Runtime,
+    *,
+    app: dict[str, Any],
+    decision: recovery.Decision,
+    logger: Logger,
+) -> None:
+    """Resubmit an Apache app by recreating it (:mod:`resubmit`), steps 1-2 here.
+
+    The old app is patched first (phase Resubmitted with the new attempt, our finalizer off:
+    the deletion is ours and needs no rollback), under its uid and resourceVersion; then the
+    record is written from what that patch returned; then the old app is deleted (uid
+    precondition). A replica killed between two steps leaves an app in phase Resubmitted,
+    which :func:`recovery.decide` sends here again; each step is idempotent.
+    """
+    meta = app["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    annotations = dict((decision.patch.get("metadata") or {}).get("annotations") or {})
+    patch: dict[str, Any] = {
+        "metadata": {
+            "annotations": annotations,
+            "finalizers": finalizers.without_finalizer(finalizers.finalizers_of(app)),
+        }
+    }
+    released = await _patch(runtime, app, patch)
+    if released is None:
+        return  # gone meanwhile
+    manifest = resubmit.new_manifest(released, annotations={})
+    record = resubmit.record(released, manifest)
+    if await runtime.kube.create_config_map(namespace, record):
+        logger.info("resubmission record %s written", record["metadata"]["name"])
+    deleted = await runtime.kube.delete_app(
+        namespace, name, uid=str(meta.get("uid")), group=runtime_.AppKey.of(app).group
+    )
+    logger.info("%s: %s the old app", decision.reason, "deleted" if deleted else "already gone:")
+    wake_record(runtime, namespace, record["metadata"]["name"], logger=logger)
+
+
+def wake_record(runtime: runtime_.Runtime, namespace: str, name: str, *, logger: Logger) -> None:
+    """Make the worker of one resubmission record go on (starting one if it has none)."""
+    key = f"record/{namespace}/{name}"
+    flag = runtime.workers.get(key)
+    if flag is not None:
+        flag.set()
+        return
+    flag = asyncio.Event()
+    runtime.workers[key] = flag
+
+    async def work() -> None:
+        try:
+            await finish_resubmission(runtime, namespace, name, logger=logger, wakeup=flag)
+        finally:
+            del runtime.workers[key]
+
+    _spawn(runtime, work())
+
+
+#: how often a resubmission record's worker looks whether the old app and its pods are gone
+RECORD_POLL_SECONDS: Final = 0.5
+
+
+async def finish_resubmission(
+    runtime: runtime_.Runtime,
+    namespace: str,
+    record_name: str,
+    *,
+    logger: Logger,
+    wakeup: asyncio.Event | None = None,
+) -> None:
+    """Steps 3-4 of a resubmission (:mod:`resubmit`): wait until the old app and its driver
+    pods are gone, create the new app, drop the record. Errors are retried after
+    ``error_backoff``; the worker ends when the record is gone or this replica stops leading.
+    """
+    wakeup = wakeup if wakeup is not None else asyncio.Event()
+    while runtime.leading():
+        wakeup.clear()
+        try:
+            data = await runtime.kube.read_config_map(namespace, record_name)
+            if data is None:
+                return
+            found = resubmit.manifest_of(data)
+            if found is None:
+                logger.warning("resubmission record %s is unreadable; dropped", record_name)
+                await runtime.kube.delete_config_map(namespace, record_name)
+                return
+            old_uid, manifest = found
+            name = manifest["metadata"]["name"]
+            group = str(manifest.get("apiVersion") or "").partition("/")[0]
+            current = await runtime.kube.get_app(namespace, name, group=group)
+            pods = (
+                await runtime.kube.pod_names(namespace, f"{resubmit.APACHE_APP_LABEL}={name}")
+                if current is None
+                else []
+            )
+            step = resubmit.next_step(old_uid=old_uid, current=current, pods=pods)
+            if step.step in (resubmit.Step.WAIT_APP, resubmit.Step.WAIT_PODS):
+                logger.debug("resubmission of %s: %s", name, step.reason)
+                if not wakeup.is_set():  # news of the record cuts nothing short: pods change
+                    await runtime.sleep(RECORD_POLL_SECONDS)  # without it, so look again soon
+                continue
+            if step.step is resubmit.Step.CREATE:
+                created = await runtime.kube.create_app(namespace, manifest)
+                if created is not None:
+                    runtime.metrics.resubmissions.inc()
+                    logger.info("[%s/%s] recreated (resubmission of %s)", namespace, name, old_uid)
+                    await _post(runtime, created, recovery.owed_event(
+                        created, now=runtime.clock(), config=runtime.config
+                    ))  # fmt: skip
+                continue  # read again: DONE (or ABANDON if someone else was first)
+            if step.step is resubmit.Step.ABANDON and current is not None:
+                logger.warning("resubmission of %s: %s", name, step.reason)
+                await _event(
+                    runtime,
+                    current,
+                    type="Warning",
+                    reason="ResubmissionAbandoned",
+                    message=f"sparkguard did not recreate {name}: {step.reason}",
+                )
+            await runtime.kube.delete_config_map(namespace, record_name)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the API fails in many ways; we retry
+            logger.warning("resubmission record %s: %s; retrying", record_name, exc)
+            await runtime.sleep(runtime.config.error_backoff_seconds)

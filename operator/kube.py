@@ -52,16 +52,20 @@ class KubeClient:
         if self.on_request is not None:
             self.on_request(request)
 
-    async def get_app(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The SparkApplication as stored now, or ``None`` when it is gone."""
+    async def get_app(
+        self, namespace: str, name: str, *, group: str = mutation.GROUP
+    ) -> dict[str, Any] | None:
+        """The SparkApplication (of the kind of API ``group``) as stored now, or ``None`` when
+        it is gone."""
+        kind = _kind(group)
         self._count("get")
         try:
             found = await self._call(
                 self._custom.get_namespaced_custom_object,
-                mutation.GROUP,
-                mutation.VERSION,
+                kind.group,
+                kind.version,
                 namespace,
-                mutation.PLURAL,
+                kind.plural,
                 name,
             )
         except ApiException as exc:
@@ -78,8 +82,9 @@ class KubeClient:
         *,
         uid: str | None,
         resource_version: str | None,
+        group: str = mutation.GROUP,
     ) -> dict[str, Any] | None:
-        """Apply a JSON merge patch to the app; ``None`` when it is gone.
+        """Apply a JSON merge patch to the app (of API ``group``); ``None`` when it is gone.
 
         With ``uid`` the patch applies only to that object, never to another one created
         under the same name since; with ``resource_version`` only to that version of it, so a
@@ -94,14 +99,15 @@ class KubeClient:
             if resource_version:
                 meta["resourceVersion"] = resource_version
             body["metadata"] = meta
+        kind = _kind(group)
         self._count("patch")
         try:
             patched = await self._call(
                 self._custom.patch_namespaced_custom_object,
-                mutation.GROUP,
-                mutation.VERSION,
+                kind.group,
+                kind.version,
                 namespace,
-                mutation.PLURAL,
+                kind.plural,
                 name,
                 body,
                 _content_type="application/merge-patch+json",
@@ -116,6 +122,88 @@ class KubeClient:
                 ) from exc
             raise
         return cast(dict[str, Any], patched)
+
+    async def create_app(self, namespace: str, app: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create ``app`` (its kind from its ``apiVersion``); ``None`` when one of its name
+        exists already (409)."""
+        kind = _kind(str(app.get("apiVersion") or "").partition("/")[0])
+        self._count("create")
+        try:
+            created = await self._call(
+                self._custom.create_namespaced_custom_object,
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                dict(app),
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return cast(dict[str, Any], created)
+
+    async def delete_app(self, namespace: str, name: str, *, uid: str, group: str) -> bool:
+        """Delete exactly the app with ``uid`` (a precondition); ``False`` when it is gone or
+        replaced by another of the same name."""
+        kind = _kind(group)
+        self._count("delete")
+        try:
+            await self._call(
+                self._custom.delete_namespaced_custom_object,
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                name,
+                body={"preconditions": {"uid": uid}},
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def pod_names(self, namespace: str, selector: str) -> list[str]:
+        """The names of the pods with labels ``selector``."""
+        self._count("pods")
+        listed = await self._call(
+            self._core.list_namespaced_pod, namespace, label_selector=selector
+        )
+        return [p.metadata.name for p in listed.items if p.metadata and p.metadata.name]
+
+    async def create_config_map(self, namespace: str, body: Mapping[str, Any]) -> bool:
+        """Create a ConfigMap; ``False`` when one of its name exists already."""
+        self._count("configmap-create")
+        try:
+            await self._call(
+                self._core.create_namespaced_config_map, namespace, cast(Any, dict(body))
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_config_map(self, namespace: str, name: str) -> None:
+        """Delete a ConfigMap (gone already is fine)."""
+        self._count("configmap-delete")
+        try:
+            await self._call(self._core.delete_namespaced_config_map, name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data, or ``None`` when it does not exist."""
+        self._count("configmap-get")
+        try:
+            found = await self._call(self._core.read_namespaced_config_map, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(found.data or {})
 
     async def post_event(
         self,
@@ -205,6 +293,19 @@ class KubeClient:
             raise
         return replaced
 
+    async def get_crd(self, name: str) -> dict[str, Any] | None:
+        """The CustomResourceDefinition ``name``, or ``None`` when it is not installed."""
+        self._count("crd-get")
+        try:
+            found = await self._call(
+                client.ApiextensionsV1Api(self.api_client).read_custom_resource_definition, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], self.api_client.sanitize_for_serialization(found))  # type: ignore[no-untyped-call]
+
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The (still base64-encoded) data of a Secret, or ``None`` when it does not exist."""
         self._count("secret")
@@ -255,3 +356,11 @@ def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
         certificate_path=configuration.cert_file,
         private_key_path=configuration.key_file,
     )
+
+
+def _kind(group: str) -> mutation.AppKind:
+    """The SparkApplication kind of API ``group``."""
+    for kind in mutation.KINDS:
+        if kind.group == group:
+            return kind
+    raise ValueError(f"no SparkApplication kind has API group {group!r}")

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import kopf
+from kopf._cogs.structs import references as kopf_references
 
 from sparkguard.operator import certificates, handlers
 from sparkguard.operator import config as config_
@@ -36,10 +37,10 @@ def build_settings(
     settings = settings if settings is not None else kopf.OperatorSettings()
     # Our Events are explicit (kopf.event); keep kopf's own log lines out of the app's Events.
     settings.posting.level = logging.ERROR
-    # One fixed CRD, in namespaces given by name (or cluster-wide): kopf need not observe CRDs
-    # or namespaces, so the chart's least-privilege RBAC (no cluster-scoped reads) suffices in
-    # both modes. Trade-off: a SparkApplication CRD installed after the operator started needs
-    # an operator restart. (Found by tests/chart/test_rbac.py: 403s on CRD/namespace lists.)
+    # Fixed CRDs, in namespaces given by name (or cluster-wide): kopf need not observe CRDs
+    # or namespaces, so the chart's least-privilege RBAC (no cluster-scoped lists) suffices in
+    # both modes. (Found by tests/chart/test_rbac.py: 403s on CRD/namespace lists.) A kind whose
+    # CRD is installed after the start is found by name and served: :mod:`crdwatch`.
     settings.scanning.disabled = True
     if config.webhook_mode is not config_.WebhookMode.DISABLED:
         settings.admission.server = runtime.webhook_server or build_webhook_server(config)
@@ -58,7 +59,9 @@ async def run(
     """Run the operator until ``stop_flag`` is set (or a signal arrives, in the main thread)."""
     config = runtime.config
     liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
+    runtime.insights = kopf_references.Insights()
     await kopf.operator(
+        insights=runtime.insights,
         registry=handlers.build_registry(runtime),
         settings=build_settings(runtime, settings=settings),
         standalone=True,

@@ -86,7 +86,7 @@ class AppKind:
 KUBEFLOW: Final = AppKind(name="kubeflow", group=GROUP, version=VERSION)
 #: the Apache Spark Kubernetes Operator (``spark.apache.org/v1``; v1alpha1/v1beta1 reach the
 #: webhook converted to v1 under ``matchPolicy: Equivalent``)
-APACHE: Final = AppKind(name="apache", group="spark.apache.org", version="v1", finalized=False)
+APACHE: Final = AppKind(name="apache", group="spark.apache.org", version="v1")
 KINDS: Final = (KUBEFLOW, APACHE)
 
 
@@ -503,6 +503,23 @@ def spark_container(
     raise AssertionError("unreachable: a schema-valid template holds objects")  # pragma: no cover
 
 
+def apache_restart_config(options: appmeta.Options) -> dict[str, Any]:
+    """The ``applicationTolerations.restartConfig`` an Apache app gets when it has none.
+
+    A purely computational function with no side-effects. The Apache operator restarts a
+    failed attempt itself (a new driver pod, whose rollback initContainer cleans the dead
+    attempt first): ``OnFailure``, ``max-retries`` restarts, and a **fixed** wait of
+    ``backoff`` between them (the operator has no exponential backoff: ``backoff-max`` does not
+    apply). ``maxRestartOnFailure`` and ``restartCounterResetMillis`` stay unset, so the budget
+    is exactly ``max-retries`` restarts.
+    """
+    return {
+        "restartPolicy": "OnFailure",
+        "maxRestartAttempts": options.max_retries,
+        "restartBackoffMillis": round(options.backoff * 1000),
+    }
+
+
 def _place_apache(
     spec: dict[str, Any],
     options: appmeta.Options,
@@ -520,6 +537,9 @@ def _place_apache(
     ``restartPolicy: Always``): nothing is ever added to ``containers[]`` (Spark takes the
     first template container as its own, and every other one counts as a main container)."""
     conf = _dict_at(spec, "sparkConf")
+    tolerations = _dict_at(spec, "applicationTolerations")
+    if not tolerations.get("restartConfig"):
+        tolerations["restartConfig"] = apache_restart_config(options)
     for role in ("driver", "executor"):
         prefix = f"spec.{role}Spec.podTemplateSpec.spec"
         pod = _dict_at(_dict_at(_dict_at(spec, f"{role}Spec"), "podTemplateSpec"), "spec")
@@ -585,6 +605,7 @@ def review(
     config: config_.OperatorConfig,
     owner_id: str,
     native_sidecar: bool = False,
+    keep_owner: bool = False,
 ) -> Review:
     """Decide an admission request for ``app`` (``old`` is the stored object on UPDATE).
 
@@ -602,6 +623,9 @@ def review(
     UPDATE of an app that did not have it (:func:`finalizers.admission_adds`): never twice,
     never to an app being deleted, never again after it was removed; and only to the kinds
     whose deleted apps the operator handles (:attr:`AppKind.finalized`).
+
+    ``keep_owner``: a CREATE that keeps the owner it carries, for the recreation of an Apache
+    app the operator resubmits (:mod:`admission` checks its resubmission record first).
     """
     prepared = copy.deepcopy(dict(app))
     notes: list[appmeta.Problem] = []
@@ -609,7 +633,9 @@ def review(
         meta = _dict_at(prepared, "metadata")
         annotations = _dict_at(meta, "annotations")
         now = appmeta.storage_owner(meta)
-        if old is None:
+        if old is None and keep_owner and now is not None:
+            pass  # a resubmission's recreation (its record vouches for the owner it carries)
+        elif old is None:
             fresh = appmeta.new_owner(
                 namespace=str(meta.get("namespace") or ""),
                 name=str(meta.get("name") or meta.get("generateName") or ""),

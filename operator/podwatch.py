@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import kopf
 
-from sparkguard.operator import appmeta, errors, protection
+from sparkguard.operator import appmeta, errors, mutation, protection
 from sparkguard.operator import runtime as runtime_
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -35,14 +35,16 @@ class DriverPodWatch:
     def register(self, registry: kopf.OperatorRegistry) -> None:
         """Add the pod handler to ``registry`` (pods labelled as spark-operator's drivers)."""
 
+        for label in (protection.APP_NAME_LABEL, protection.APACHE_APP_NAME_LABEL):
+            self._register_for(registry, label)
+
+    def _register_for(self, registry: kopf.OperatorRegistry, label: str) -> None:
         @kopf.on.event(
             "",
             "v1",
             "pods",
-            labels={
-                protection.ROLE_LABEL: protection.DRIVER_ROLE,
-                protection.APP_NAME_LABEL: kopf.PRESENT,
-            },
+            id=f"driver-pods/{label}",
+            labels={protection.ROLE_LABEL: protection.DRIVER_ROLE, label: kopf.PRESENT},
             registry=registry,
         )
         async def on_driver_pod(type: str, body: kopf.Body, logger: Logger, **_: Any) -> None:
@@ -59,10 +61,13 @@ class DriverPodWatch:
         if key in self.checked or not self.runtime.leading():
             return None  # the leader records it (a new leader checks the pods it lists)
         namespace = meta.get("namespace")
-        app_name = (meta.get("labels") or {}).get(protection.APP_NAME_LABEL)
+        labels = meta.get("labels") or {}
+        app_name, group = labels.get(protection.APP_NAME_LABEL), mutation.GROUP
+        if not app_name:  # the Apache operator's driver pod
+            app_name, group = labels.get(protection.APACHE_APP_NAME_LABEL), mutation.APACHE.group
         if not namespace or not app_name:
             return None
-        app = await self.runtime.kube.get_app(str(namespace), str(app_name))
+        app = await self.runtime.kube.get_app(str(namespace), str(app_name), group=group)
         verdict = protection.Verdict(relevant=False) if app is None else (
             protection.check_driver_pod(app, pod)
         )  # fmt: skip
@@ -91,6 +96,7 @@ class DriverPodWatch:
                     patch,
                     uid=meta.get("uid"),
                     resource_version=None,
+                    group=runtime_.AppKey.of(app).group,
                 )
             except errors.KubeConflictError:
                 return  # the app was replaced by another of the same name: not its pod

@@ -28,6 +28,9 @@ from sparkguard.operator import appmeta, mutation
 ROLE_LABEL: Final = "spark-role"
 DRIVER_ROLE: Final = "driver"
 APP_NAME_LABEL: Final = "sparkoperator.k8s.io/app-name"
+#: the Apache operator's label naming a driver pod's app (its ``Utils`` /
+#: ``spark.operator/spark-app-name``, model §5)
+APACHE_APP_NAME_LABEL: Final = "spark.operator/spark-app-name"
 SUBMISSION_ID_LABEL: Final = "sparkoperator.k8s.io/submission-id"
 #: the value of :data:`appmeta.PROTECTION` on an app whose driver pod lacks our containers
 UNPROTECTED: Final = "unprotected"
@@ -61,6 +64,8 @@ def check_driver_pod(app: Mapping[str, Any], pod: Mapping[str, Any]) -> Verdict:
     """
     if not appmeta.opted_in(app):
         return Verdict(relevant=False)
+    if mutation.kind_of(app) is mutation.APACHE:
+        return _check_apache_driver_pod(app, pod)
     submission = ((app.get("status") or {}).get("submissionID")) or None
     pod_meta = pod.get("metadata") or {}
     pod_submission = (pod_meta.get("labels") or {}).get(SUBMISSION_ID_LABEL)
@@ -107,6 +112,41 @@ def check_driver_pod(app: Mapping[str, Any], pod: Mapping[str, Any]) -> Verdict:
         "(and failurePolicy Fail), then rerun the app"
     )
     return Verdict(relevant=True, protected=False, missing=missing, message=message)
+
+
+def _check_apache_driver_pod(app: Mapping[str, Any], pod: Mapping[str, Any]) -> Verdict:
+    """:func:`check_driver_pod` for an Apache app: the pod is built from the app's
+    ``driverSpec.podTemplateSpec`` (no pod webhook), so it lacks our containers only when the
+    app was stored without sparkguard's admission; a pod owned by an earlier app of the same
+    name (another uid) says nothing."""
+    pod_meta = pod.get("metadata") or {}
+    owners = {str(o.get("uid")) for o in pod_meta.get("ownerReferences") or []}
+    uid = (app.get("metadata") or {}).get("uid")
+    if owners and uid and uid not in owners:
+        return Verdict(relevant=False)
+    pod_spec = pod.get("spec") or {}
+    present = {
+        c.get("name")
+        for c in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]
+    }
+    if mutation.ROLLBACK_INIT_NAME in present:
+        return Verdict(relevant=True)
+    template = (((app.get("spec") or {}).get("driverSpec") or {}).get("podTemplateSpec")) or {}
+    declared = {c.get("name") for c in (template.get("spec") or {}).get("initContainers") or []}
+    cause = (
+        "the Apache operator did not build the pod from the app's driverSpec.podTemplateSpec"
+        if mutation.ROLLBACK_INIT_NAME in declared
+        else "the SparkApplication was stored without sparkguard's admission (its webhook "
+        "down with failurePolicy Ignore, or the app created before it was installed)"
+    )
+    message = (
+        f"driver pod {pod_meta.get('name')} runs without sparkguard's rollback initContainer "
+        f"{mutation.ROLLBACK_INIT_NAME}: {cause}; nothing rolls back an earlier attempt's "
+        "output before this driver starts. Fix: recreate the app"
+    )
+    return Verdict(
+        relevant=True, protected=False, missing=(mutation.ROLLBACK_INIT_NAME,), message=message
+    )
 
 
 def annotations_patch(app: Mapping[str, Any], verdict: Verdict) -> dict[str, Any] | None:

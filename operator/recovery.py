@@ -31,7 +31,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import appmeta, finalizers, mutation
 from sparkguard.operator import config as config_
 
 #: spark-operator's final failure. SUBMISSION_FAILED and FAILING are never final: spark-operator
@@ -55,12 +55,112 @@ CONF_RESUBMISSION: Final = "spark.sparkguard.resubmission"
 #: longest wait between two nudges of a resubmission that spark-operator did not act on
 MAX_NUDGE_INTERVAL: Final = 600.0
 SUCCEEDED_STATES: Final = frozenset({"COMPLETED"})
+#: the Apache operator's ``ApplicationStateSummary.isFailure`` states (apache/spark-kubernetes-
+#: operator ``ApplicationStateSummary``): *stopping* states, after which the operator restarts
+#: the app (ScheduledToRestart) or ends it; never final on their own
+APACHE_FAILURE_STATES: Final = frozenset(
+    {
+        "Failed",
+        "SchedulingFailure",
+        "DriverEvicted",
+        "DriverStartTimedOut",
+        "DriverReadyTimedOut",
+        "ExecutorsStartTimedOut",
+    }
+)
+#: its ``isTerminated`` states: the app is over, the operator never runs it again
+APACHE_TERMINATED_STATES: Final = finalizers.APACHE_TERMINATED_STATES
+#: the state before a final one that makes it a success
+APACHE_SUCCEEDED: Final = "Succeeded"
 #: how many instants a last-rollback annotation lists (the counts are always complete)
 _LISTED_INSTANTS: Final = 20
 #: how long after a transition an operator still posts its Event when the replica that made
 #: the transition died before posting it (kube-apiserver's default ``--event-ttl``: older
 #: Events are gone anyway, and a late copy would only look new)
 EVENT_REPLAY_SECONDS: Final = 3600.0
+
+
+class Outcome(enum.StrEnum):
+    """What an app's status says, whichever operator wrote it."""
+
+    SUCCEEDED = "succeeded"  # final: every write committed
+    FAILED = "failed"  # final: the operator will not run it again
+    TRANSIENT = "transient"  # a failure the operator is still handling (retry or restart)
+    OTHER = "other"  # new, running, stopping, or over without a failure (cancelled)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Observation:
+    """An app's status read the way its kind's operator writes it (:func:`observe`)."""
+
+    outcome: Outcome
+    #: the state to name in messages and metrics
+    state: str
+    #: for FAILED: the failure's identity, stable while it stands (see :func:`observe`)
+    failure: str | None = None
+    #: the restarts the app's operator made itself before this final state (Apache: the final
+    #: attempt's id; Kubeflow: 0, its retries are not sparkguard's budget)
+    restarts: int = 0
+
+
+def observe(app: Mapping[str, Any]) -> Observation:
+    """What ``app``'s status says: final success, final failure, transient, or nothing yet.
+
+    A purely computational function with no side-effects. Kubeflow: ``applicationState``
+    (COMPLETED, FAILED; SUBMISSION_FAILED/FAILING are transient). Apache
+    (``spark.apache.org``): a failure is final only when ``currentState`` is terminated
+    (ResourceReleased, TerminatedWithoutReleaseResources) and the history entry just before it
+    (the largest key below the current one: the history is never trimmed at a final state)
+    is a failure state; after Succeeded it is a success; a failure state on its own is
+    stopping (the operator restarts or ends the app next) and a terminated state after
+    anything else (an app cancelled by its deletion) is neither. The failure's identity is
+    the app's uid + the final attempt's id + the terminal entry's history key: a restart by
+    the operator makes another attempt (and keys only grow), a recreated app another uid.
+    """
+    status = app.get("status") or {}
+    if mutation.kind_of(app) is mutation.APACHE:
+        return _observe_apache(app, status)
+    state = str((status.get("applicationState") or {}).get("state") or "")
+    if state in SUCCEEDED_STATES:
+        return Observation(outcome=Outcome.SUCCEEDED, state=state)
+    if state in TRANSIENT_FAILURE_STATES:
+        return Observation(outcome=Outcome.TRANSIENT, state=state)
+    if state in FAILED_STATES:
+        return Observation(outcome=Outcome.FAILED, state=state, failure=failure_id(status))
+    return Observation(outcome=Outcome.OTHER, state=state)
+
+
+def _observe_apache(app: Mapping[str, Any], status: Mapping[str, Any]) -> Observation:
+    current = str((status.get("currentState") or {}).get("currentStateSummary") or "")
+    if current in APACHE_FAILURE_STATES:
+        return Observation(outcome=Outcome.TRANSIENT, state=current)
+    if current not in APACHE_TERMINATED_STATES or (app.get("metadata") or {}).get(
+        "deletionTimestamp"
+    ):
+        return Observation(outcome=Outcome.OTHER, state=current)
+    history = status.get("stateTransitionHistory") or {}
+    keys = sorted((int(k) for k in history if str(k).lstrip("-").isdigit()), reverse=True)
+    before = (
+        str((history.get(str(keys[1])) or {}).get("currentStateSummary") or "")
+        if len(keys) > 1
+        else ""
+    )
+    info = (status.get("currentAttemptSummary") or {}).get("attemptInfo") or {}
+    raw_id = info.get("id")
+    attempt = raw_id if isinstance(raw_id, int) and raw_id >= 0 else 0
+    if before == APACHE_SUCCEEDED:
+        return Observation(outcome=Outcome.SUCCEEDED, state=f"{before}/{current}")
+    if before not in APACHE_FAILURE_STATES:
+        return Observation(outcome=Outcome.OTHER, state=f"{before or 'new'}/{current}")
+    uid = str((app.get("metadata") or {}).get("uid") or "")
+    identity = f"{uid}/{attempt}/{keys[0]}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return Observation(
+        outcome=Outcome.FAILED,
+        state=before,
+        failure=f"{before}-{attempt}-{digest}",
+        restarts=attempt,
+    )
 
 
 class Phase(enum.StrEnum):
@@ -85,6 +185,9 @@ class Action(enum.StrEnum):
     GIVE_UP = "give-up"  # rollback, then Exhausted: no retries left
     WAIT = "wait"  # rolled back; the backoff has not expired (or another operator's claim)
     RESUBMIT = "resubmit"
+    #: Apache apps: resubmit by recreating the app (:mod:`resubmit`), the patch holds the
+    #: annotations of the new app
+    RECREATE = "recreate"
     NUDGE = "nudge"  # resubmitted, but the app stayed FAILED: patch the resubmission again
 
 
@@ -394,7 +497,7 @@ def _last_rollback_at(app: Mapping[str, Any]) -> datetime.datetime | None:
     return parse_time(str(value.get("at") or "")) if value is not None else None
 
 
-def decide(  # noqa: PLR0911 - one return per row of the decision table
+def decide(  # noqa: PLR0911, PLR0912 - one return per row of the decision table
     app: Mapping[str, Any],
     *,
     now: datetime.datetime,
@@ -440,11 +543,12 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
             ),
         )
     options = parsed.options
-    status = app.get("status") or {}
-    state = (status.get("applicationState") or {}).get("state")
+    seen = observe(app)
+    state = seen.state
     attempt = current_attempt(app)
+    apache = mutation.kind_of(app) is mutation.APACHE
 
-    if state in SUCCEEDED_STATES:
+    if seen.outcome is Outcome.SUCCEEDED:
         if phase == Phase.SUCCEEDED.value:
             return Decision(action=Action.NOTHING, reason="already marked Succeeded")
         return Decision(
@@ -456,16 +560,22 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
                 {appmeta.PHASE: Phase.SUCCEEDED.value, appmeta.NEXT_RETRY_AT: None}
             ),
         )
-    if state in TRANSIENT_FAILURE_STATES:
+    if seen.outcome is Outcome.TRANSIENT:
         return Decision(
             action=Action.NOTHING,
-            reason=f"state {state!r}: spark-operator retries it or makes it FAILED",
+            reason=f"state {state!r}: its operator (spark-operator) retries it, restarts it "
+            "or makes it final",
         )
-    if state not in FAILED_STATES:
+    if seen.outcome is not Outcome.FAILED or seen.failure is None:
         return Decision(action=Action.NOTHING, reason=f"state {state or 'new'!r} needs nothing")
 
-    failure = failure_id(status)
+    failure = seen.failure
     handled = values.get(appmeta.HANDLED_FAILURE) == failure
+    if handled and phase == Phase.RESUBMITTED.value and apache:
+        # recorded on the old app just before its deletion: finish the recreation
+        return _resubmit(
+            attempt=attempt, failure=failure, options=options, now=now, apache=True, again=True
+        )
     if handled and phase == Phase.RESUBMITTED.value:
         return _verify_resubmission(
             app, attempt=attempt, failure=failure, options=options, now=now, config=config
@@ -489,7 +599,14 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
                 retry_at=retry_at,
                 options=options,
             )
-        return _resubmit(attempt=attempt, failure=failure, options=options, now=now)
+        return _resubmit(
+            attempt=attempt,
+            failure=failure,
+            options=options,
+            now=now,
+            apache=apache,
+            used=seen.restarts,
+        )
     claim = claim_of(app)
     if (
         handled
@@ -510,13 +627,15 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
 
     # A new failure, or one whose rollback was interrupted (phase Recovering, its claim expired
     # or ours): roll back. Rollback is idempotent, so doing it again after a restart is safe.
-    give_up = attempt >= options.max_retries
+    # The budget: sparkguard's resubmissions, plus (Apache) the restarts its operator made
+    give_up = attempt + seen.restarts >= options.max_retries
     new_claim = Claim(
         holder=holder, until=now + datetime.timedelta(seconds=config.claim_ttl_seconds)
     )
     return Decision(
         action=Action.GIVE_UP if give_up else Action.ROLLBACK,
         reason=f"{state} at attempt {attempt}"
+        + (f" after {seen.restarts} restart(s) by its operator" if seen.restarts else "")
         + (f", no retries left (max-retries {options.max_retries})" if give_up else ""),
         attempt=attempt,
         failure_id=failure,
@@ -543,8 +662,42 @@ def decide(  # noqa: PLR0911 - one return per row of the decision table
 
 
 def _resubmit(
-    *, attempt: int, failure: str, options: appmeta.Options, now: datetime.datetime
+    *,
+    attempt: int,
+    failure: str,
+    options: appmeta.Options,
+    now: datetime.datetime,
+    apache: bool = False,
+    used: int = 0,
+    again: bool = False,
 ) -> Decision:
+    """Kubeflow: the spec change that reruns the app. Apache: RECREATE, whose patch holds the
+    annotations of the new app; its attempt counts the old app's restarts too (``used``), so
+    the budget spans every attempt of every incarnation. Repeated on the old app recorded
+    Resubmitted (``again``: its attempt is the new one already), it is the same recreation."""
+    if apache:
+        new_attempt = attempt if again else attempt + used + 1
+        record = json.dumps({"at": format_time_precise(now), "nudges": 0})
+        return Decision(
+            action=Action.RECREATE,
+            reason=f"resubmitting by recreating the app as attempt {new_attempt} of at most "
+            f"{options.max_retries}",
+            attempt=new_attempt,
+            failure_id=failure,
+            options=options,
+            patch=_annotations_patch(
+                {
+                    appmeta.ATTEMPT: str(new_attempt),
+                    appmeta.PHASE: Phase.RESUBMITTED.value,
+                    appmeta.HANDLED_FAILURE: failure,
+                    appmeta.NEXT_RETRY_AT: None,
+                    appmeta.MESSAGE: f"resubmitted as attempt {new_attempt}",
+                    CLAIM: None,
+                    RESUBMISSION: record,
+                }
+            ),
+            event=_resubmitted_event(failure, attempt=new_attempt, options=options),
+        )
     new_attempt = attempt + 1
     patch = {
         "metadata": {

@@ -27,6 +27,8 @@ class AppKey:
     namespace: str
     name: str
     uid: str | None
+    #: the API group of its kind (Kubeflow's unless the app says otherwise)
+    group: str = "sparkoperator.k8s.io"
 
     @property
     def id(self) -> str:
@@ -37,7 +39,10 @@ class AppKey:
     def of(cls, app: Any) -> AppKey:
         """The key of an app body."""
         meta = app.get("metadata") or {}
-        return cls(str(meta.get("namespace")), str(meta.get("name")), meta.get("uid") or None)
+        group = str(app.get("apiVersion") or "").partition("/")[0] or cls.group
+        return cls(
+            str(meta.get("namespace")), str(meta.get("name")), meta.get("uid") or None, group
+        )
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -63,6 +68,11 @@ class Runtime:
     elector: leadership.LeaderElector | None = None
     #: apps whose last seen state needs a recovery step: uid (or namespace/name) -> key
     pending: dict[str, AppKey] = dataclasses.field(default_factory=dict)
+    #: kopf's view of the resources it serves (set by ``main.run``; :mod:`crdwatch` adds a
+    #: kind installed after the start)
+    insights: Any = None
+    #: resubmission records seen (:mod:`resubmit`): ``namespace/name`` -> (namespace, name)
+    records: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     #: one reconciling task per app at most: its key id -> wake-up flag (set on news)
     workers: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
     #: resourceVersion our last patch of an app produced (its watch echo is no news)

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta, mutation
+from sparkguard.operator import appmeta, finalizers, mutation
 from sparkguard.operator import config as config_
 from tests.chart.operator_harness import (
     Apps,
@@ -244,10 +244,15 @@ def test_an_apache_app_is_admitted_and_stored_whole(bench: Bench) -> None:
     expected = apache_app("apache-etl", namespace=namespace)
     expected["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
     expected = mutation.mutate(expected, config=bench.config)
-    assert stored["spec"] == expected["spec"]  # nothing pruned, nothing defaulted away
+    # the CRD's defaults of applicationTolerations, which admission now writes into (the
+    # mapped restartConfig): the counter reset, retention and TTL off
+    tolerations = expected["spec"]["applicationTolerations"]
+    tolerations["restartConfig"]["restartCounterResetMillis"] = -1
+    tolerations.update(resourceRetainDurationMillis=-1, ttlAfterStopMillis=-1)
+    assert stored["spec"] == expected["spec"]  # nothing pruned, nothing else defaulted
     sidecar = stored["spec"]["driverSpec"]["podTemplateSpec"]["spec"]["initContainers"][-1]
     assert (sidecar["name"], sidecar["restartPolicy"]) == (mutation.SIDECAR_NAME, "Always")
-    assert "finalizers" not in stored["metadata"]
+    assert stored["metadata"]["finalizers"] == [finalizers.FINALIZER]
 
     # One job id across both kinds: a Kubeflow app's id is refused to an Apache app.
     shared = {appmeta.JOB_ID: f"both-{uuid.uuid4().hex[:6]}"}

@@ -178,20 +178,23 @@ def test_one_webhook_per_spark_application_kind() -> None:
         assert kubeflow == apache
 
 
-def test_rbac_for_apache_apps_is_the_job_id_list_only() -> None:
-    """Admission lists Apache apps' metadata (one job id across both kinds); nothing else
-    until their recovery exists (the minimal-RBAC rule of test_rbac.py: no unused verb), and
-    never their status (the Apache operator overwrites it)."""
+def test_rbac_for_apache_apps_covers_their_recovery_and_never_their_status() -> None:
+    """Apache apps are watched, read and patched as Kubeflow's, and created/deleted for their
+    resubmission by recreation (with its record ConfigMaps); never their status (the Apache
+    operator overwrites it). test_rbac.py proves every verb is used."""
     for values, kind in ((None, "ClusterRole"), (FLIPPED, "Role")):
         rules = [
             rule
             for role in _by_kind(render(values), kind)
             for rule in role["rules"]
-            if "spark.apache.org" in rule["apiGroups"]
+            if "spark.apache.org" in rule["apiGroups"] or "configmaps" in rule["resources"]
         ]
-        assert [(r["resources"], r["verbs"]) for r in rules] == [
-            (["sparkapplications"], ["list"])
-        ] * (len(rules) or 1)
+        expected = [
+            (["sparkapplications"], ["get", "list", "watch", "patch", "create", "delete"]),
+            (["configmaps"], ["get", "list", "watch", "create", "delete"]),
+        ]
+        assert [(r["resources"], r["verbs"]) for r in rules] == expected * (len(rules) // 2 or 1)
+        assert not [r for r in rules if any("/" in res for res in r["resources"])]
 
 
 def test_cert_manager_mode_uses_a_certificate() -> None:
@@ -206,7 +209,7 @@ def test_cert_manager_mode_uses_a_certificate() -> None:
 
 def test_namespaced_rbac_when_namespaces_are_listed() -> None:
     objects = render(FLIPPED)
-    # Only the CRD reader is cluster-wide (a CRD is cluster-scoped), limited to one CRD by name.
+    # Only the CRD reader is cluster-wide (a CRD is cluster-scoped), limited to two CRDs by name.
     (crd_reader,) = _by_kind(objects, "ClusterRole")
     assert crd_reader["metadata"]["name"].endswith("-crd-reader")
     assert crd_reader["rules"] == CRD_READER_RULES
@@ -225,7 +228,10 @@ CRD_READER_RULES = [
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
-        "resourceNames": ["sparkapplications.sparkoperator.k8s.io"],
+        "resourceNames": [
+            "sparkapplications.sparkoperator.k8s.io",
+            "sparkapplications.spark.apache.org",
+        ],
         "verbs": ["get"],
     }
 ]
@@ -245,7 +251,11 @@ def test_clusterwide_rbac_by_default_and_every_rule_is_commented() -> None:
     assert ("secrets", "get") in verbs
     assert {("pods", "list"), ("pods", "watch")} <= verbs
     assert ("pods", "get") not in verbs
-    assert not any(verb in ("*", "delete", "deletecollection") for _, verb in verbs)
+    assert not any(verb in ("*", "deletecollection") for _, verb in verbs)
+    # delete only what the resubmission of an Apache app recreates: the app and its record
+    assert {res for res, verb in verbs if verb == "delete"} == {"sparkapplications", "configmaps"}
+    deleting = [r for r in role["rules"] if "delete" in r["verbs"]]
+    assert sorted(g for r in deleting for g in r["apiGroups"]) == ["", "spark.apache.org"]
     source = (CHART / "templates" / "rbac.yaml").read_text()
     rules_block = source[source.index('define "sparkguard.rules"') :]
     for line_no, line in enumerate(rules_block.splitlines()):

@@ -15,13 +15,14 @@ import contextlib
 import dataclasses
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sparkguard.operator import appmeta
+from sparkguard.operator import appmeta, finalizers
+from sparkguard.operator.resubmit import RECORD_LABEL
 from tests.chart.operator_harness import (
     Apps,
     Permission,
@@ -39,7 +40,7 @@ from tests.chart.operator_harness import (
     uninstall,
 )
 from tests.kubebench.bench import APACHE_SPARK_OPERATOR_CRD, KubeBench
-from tests.operator.apps import failed_status, spark_app
+from tests.operator.apps import APACHE_GROUP, APACHE_VERSION, apache_app, failed_status, spark_app
 from tests.operator.kmocking import FakeRollback
 
 pytestmark = pytest.mark.kube
@@ -213,11 +214,69 @@ def _run_scenario(bench: KubeBench, release: Release, app_namespace: str) -> Fak
             apps.create(spark_app("done"))
             apps.set_status("done", {"applicationState": {"state": "COMPLETED"}})
             _phase(apps, "done", "Succeeded")
+
+            _apache_scenario(admin, app_namespace)
     finally:
         with contextlib.suppress(ApiException):
             admission.delete_mutating_webhook_configuration(bench_hook_name)
         admin.close()
     return rollback
+
+
+def _apache_scenario(admin: client.ApiClient, namespace: str) -> None:
+    """An Apache app's final failure (ResourceReleased after Failed), its rollback and its
+    resubmission by recreation (record ConfigMap, delete, create keeping the owner), then
+    the recreated app's deletion rolled back by the finalizer: the Apache and ConfigMap verbs."""
+    custom = client.CustomObjectsApi(admin)
+    group, version, plural = APACHE_GROUP, APACHE_VERSION, "sparkapplications"
+
+    def get(name: str) -> dict[str, Any] | None:
+        try:
+            found = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], found)
+
+    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1", appmeta.STORAGE_SECRET: STORAGE_SECRET}
+    app = apache_app("apache-etl", namespace=namespace, annotations=notes)
+    app["spec"]["applicationTolerations"] = {"restartConfig": {"restartPolicy": "Never"}}
+    created = custom.create_namespaced_custom_object(group, version, namespace, plural, app)
+    old_uid = created["metadata"]["uid"]
+    assert finalizers.FINALIZER in created["metadata"]["finalizers"]
+    history = {
+        str(i): {"currentStateSummary": s, "lastTransitionTime": "2026-11-22T10:00:00Z"}
+        for i, s in enumerate(["Submitted", "DriverRequested", "Failed", "ResourceReleased"])
+    }
+    status = {
+        "currentState": {"currentStateSummary": "ResourceReleased"},
+        "stateTransitionHistory": history,
+        "currentAttemptSummary": {"attemptInfo": {"id": 0}},
+    }
+    custom.patch_namespaced_custom_object_status(
+        group, version, namespace, plural, "apache-etl", {"status": status}
+    )
+
+    def recreated() -> bool:
+        found = get("apache-etl")
+        return (
+            found is not None
+            and appmeta.of(found).get(appmeta.RESUBMITTED_FROM) == old_uid
+            and not client.CoreV1Api(admin)
+            .list_namespaced_config_map(namespace, label_selector=f"{RECORD_LABEL}=true")
+            .items
+        )
+
+    eventually(recreated, what="the Apache app to be recreated and its record dropped")
+    new = get("apache-etl")
+    assert new is not None
+    assert (
+        new["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+        == created["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
+    )
+    custom.delete_namespaced_custom_object(group, version, namespace, plural, "apache-etl")
+    eventually(lambda: get("apache-etl") is None, what="the recreated app to be let go")
 
 
 #: what kopf asks for when its cluster scanning is on (settings.scanning.disabled false)
@@ -262,7 +321,9 @@ def test_the_chart_rbac_is_sufficient_and_minimal(
         f"s3://warehouse/_journal/{variant.app_namespace}",
         STORAGE_OPTIONS,
     )
-    assert rollback.calls == [expected_call, expected_call], rollback.calls
+    apache_call = (f"{variant.app_namespace}.apache-etl", *expected_call[1:])
+    # Kubeflow's two failures; the Apache app's final failure, then its recreation's deletion
+    assert rollback.calls == [expected_call] * 2 + [apache_call] * 2, rollback.calls
 
     granted = release.granted()
     role_kind = "Role" if variant.watch_app_namespace_only else "ClusterRole"

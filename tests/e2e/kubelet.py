@@ -249,6 +249,8 @@ class Kubelet:
         self.stall_runs: set[int] = set()
         #: where the light driver stalls to be killed: before-files, mid-write, after-commit
         self.kill_point = "mid-write"
+        #: ``job="light"`` as a streaming query of this many micro-batches (0: one batch write)
+        self.stream_batches = 0
         #: ``job="plain"`` has no fault points: the driver of a run in ``kill_runs`` is
         #: SIGKILLed (whole process group) as soon as this says so (e.g. "a file is published")
         self.kill_when: Callable[[], bool] | None = None
@@ -589,11 +591,13 @@ class Kubelet:
         elif self.job == "light":
             settings = {**conf, "spark.driver.host": "127.0.0.1"}
             argv = [
-                sys.executable, str(LIGHT_JOB), "driver", json.dumps(settings), self.table,
-                str(self.rows), str(self.partitions), str(run_dir),
-                self.kill_point if kill or pod.index in self.stall_runs else "none",
+                sys.executable, str(LIGHT_JOB), "stream" if self.stream_batches else "driver",
+                json.dumps(settings), self.table, str(self.rows), str(self.partitions),
+                str(run_dir), self.kill_point if kill or pod.index in self.stall_runs else "none",
                 str(self.executor_delay_s),
             ]  # fmt: skip
+            if self.stream_batches:  # micro-batches of ``rows`` rows each (light_driver.py)
+                argv.append(str(self.stream_batches))
             signal_file = run_dir / f"at-{self.kill_point}"
         else:
             faults = (

@@ -2,6 +2,7 @@
 
     python light_driver.py driver CONF_JSON TABLE ROWS PARTITIONS RUN_DIR KILL_POINT EXECUTOR_DELAY
     python light_driver.py executor RUN_DIR PARTITION ROWS PARTITIONS
+    python light_driver.py stream CONF_JSON TABLE ROWS PARTITIONS RUN_DIR KILL_POINT DELAY BATCHES
 
 The driver runs the steps Spark would run for ``df.write.format("sparkguard").save(TABLE)``,
 like ``tests/jvm/jobs/owner_race_python.py``: the writer's driver step (``writer.source_class
@@ -18,6 +19,13 @@ lingering executor, which keeps going until the stand-in's garbage collection st
 ``StandInSparkOperator.executor_linger_s``). It hands its files to the driver through
 ``RUN_DIR/executor-<p>.json``; a driver that is gone never reads them. What it
 did (and when) goes to ``RUN_DIR/executor-<p>.log``.
+
+``stream``: a streaming query's driver, as a query restarted from its checkpoint behaves:
+micro-batches 0..BATCHES-1, each one write (ROWS rows: ids ``b*ROWS .. (b+1)*ROWS-1``, every
+partition written by the driver), numbered per driver run (one SparkContext per pod: the write
+counters live in RUN_DIR), so a restarted driver replays the batches from 0 and skips the ones
+committed (``rerun=skip``). With KILL_POINT ``mid-write`` it stalls in the middle of the second
+batch it writes itself (after committing one), to be killed there.
 
 KILL_POINT (``none``, ``before-files``, ``mid-write``, ``after-commit``): the driver creates
 ``RUN_DIR/at-<point>`` there and stalls until it is killed (the file-flag stall of
@@ -45,11 +53,11 @@ def _stall(run_dir: Path, point: str, kill_point: str) -> None:
         time.sleep(1)
 
 
-def _batch(partition: int, rows: int, partitions: int) -> object:
+def _batch(partition: int, rows: int, partitions: int, *, offset: int = 0) -> object:
     import pyarrow as pa
 
     per = -(-rows // partitions)
-    ids = list(range(partition * per, min(rows, (partition + 1) * per)))
+    ids = [offset + i for i in range(partition * per, min(rows, (partition + 1) * per))]
     return pa.record_batch({"id": pa.array(ids, pa.int64())})
 
 
@@ -129,6 +137,42 @@ def _driver(argv: list[str]) -> int:
     return 0
 
 
+def _stream(argv: list[str]) -> int:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from sparkguard.spark_lib import writer
+
+    conf = json.loads(argv[0])
+    table, rows, partitions = argv[1], int(argv[2]), int(argv[3])
+    run_dir, kill_point, batches = Path(argv[4]), argv[5], int(argv[7])
+    # This driver run's write counters (a SparkContext's files directory, per pod)
+    counters = str(run_dir / writer.WRITE_COUNTS_DIR)
+    writer.driver_run_dir = lambda: counters  # type: ignore[assignment]
+    schema = StructType([StructField("id", LongType())])
+    written = 0
+    for batch in range(batches):
+        built = writer.source_class(conf)(options={"path": table}).writer(schema, False)
+        if not isinstance(built, writer.BatchWriter):
+            print(f"light stream: batch {batch} already committed", flush=True)
+            continue
+        messages: list[Any] = []
+        for partition in range(partitions):
+            rows_of = _batch(partition, rows, partitions, offset=batch * rows)
+            files = writer.write_partition(
+                built.spec, [rows_of], partition=partition, attempt=0, token=built.token
+            )
+            messages.append(
+                writer.WriteMessage(partition=partition, attempt=0, task_attempt_id=partition,
+                                    files=files)
+            )  # fmt: skip
+            if written >= 1:
+                _stall(run_dir, "mid-write", kill_point)
+        built.commit(messages)
+        written += 1
+        print(f"light stream: batch {batch} committed", flush=True)
+    return 0
+
+
 def _executor(argv: list[str]) -> int:
     from pyspark import cloudpickle
 
@@ -158,4 +202,5 @@ def _executor(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     mode, rest = sys.argv[1], sys.argv[2:]
-    raise SystemExit(_driver(rest) if mode == "driver" else _executor(rest))
+    programs = {"driver": _driver, "stream": _stream, "executor": _executor}
+    raise SystemExit(programs[mode](rest))

@@ -90,7 +90,11 @@ def test_a_minimal_app_gets_everything_in_its_pod_templates(
         "containers": [spark_container("spark-kubernetes-executor")],
     }
     # Nothing else in the spec changed but sparkConf; no Kubeflow-only field appeared.
-    assert set(mutated["spec"]) == set(app["spec"]) | {"driverSpec", "executorSpec"}
+    assert set(mutated["spec"]) == set(app["spec"]) | {
+        "driverSpec",
+        "executorSpec",
+        "applicationTolerations",
+    }
     assert "shareProcessNamespace" not in _at(mutated, DRIVER)
     assert mutated["metadata"]["labels"] == {
         appmeta.JOB_ID_LABEL: appmeta.job_id_label("jobs.nightly")
@@ -130,6 +134,7 @@ def test_the_app_jar_stays_in_spark_jars(config: config_.OperatorConfig) -> None
 def test_readmission_changes_nothing(config: config_.OperatorConfig) -> None:
     once = mutation.mutate(_with_owner(apache_app()), config=config)
     assert mutation.mutate(once, config=config) == once
+    once["metadata"]["finalizers"] = [finalizers.FINALIZER]  # what the CREATE added
     verdict = mutation.review(once, old=once, config=config, owner_id="ffff", native_sidecar=False)
     assert verdict.allowed, verdict.message
     assert verdict.patch == {}
@@ -288,16 +293,52 @@ def test_conflicts_are_refused_naming_the_field(
     assert field in verdict.message, verdict.message
 
 
-def test_no_finalizer_on_apache_apps_until_the_operator_handles_their_deletion(
+def test_apache_apps_get_the_finalizer_as_kubeflow_apps(
     config: config_.OperatorConfig,
 ) -> None:
-    """A finalizer nobody removes would hold every deletion (kubectl's, the operator's TTL):
-    admission adds it only to the kinds the operator watches (AppKind.finalized)."""
+    """The operator watches both kinds and handles their deletion (AppKind.finalized)."""
     verdict = mutation.review(apache_app(), old=None, config=config, owner_id="0123")
     assert verdict.allowed
-    assert "finalizers" not in verdict.patch["metadata"]
+    assert verdict.patch["metadata"]["finalizers"] == [finalizers.FINALIZER]
     kubeflow = mutation.review(spark_app(), old=None, config=config, owner_id="0123")
     assert kubeflow.patch["metadata"]["finalizers"] == [finalizers.FINALIZER]
+
+
+def test_max_retries_and_backoff_become_the_restart_config(
+    config: config_.OperatorConfig,
+) -> None:
+    """Where the user set no restartConfig: OnFailure, max-retries restarts, a fixed wait of
+    the backoff (the Apache operator has no exponential backoff)."""
+    app = apache_app(annotations={appmeta.MAX_RETRIES: "2", appmeta.BACKOFF: "1m30s"})
+    mutated = mutation.mutate(app, config=config)
+    assert mutated["spec"]["applicationTolerations"] == {
+        "restartConfig": {
+            "restartPolicy": "OnFailure",
+            "maxRestartAttempts": 2,
+            "restartBackoffMillis": 90_000,
+        }
+    }
+    # the user's own restartConfig (and the rest of applicationTolerations) are kept as given
+    mine = {"restartPolicy": "Never"}
+    app = apache_app(applicationTolerations={"restartConfig": mine, "ttlAfterStopMillis": 5})
+    mutated = mutation.mutate(app, config=config)
+    assert mutated["spec"]["applicationTolerations"] == {
+        "restartConfig": mine,
+        "ttlAfterStopMillis": 5,
+    }
+    # idempotent: an UPDATE of the mutated app changes nothing
+    assert mutation.build_patch(mutated, config=config) == {}
+
+
+def test_a_recreation_keeps_its_owner_only_when_asked(config: config_.OperatorConfig) -> None:
+    """A CREATE replaces a carried owner, unless admission found the resubmission record that
+    vouches for it (keep_owner)."""
+    app = _with_owner(apache_app())
+    fresh = mutation.review(app, old=None, config=config, owner_id="0123")
+    assert fresh.patch["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] != OWNER
+    kept = mutation.review(app, old=None, config=config, owner_id="0123", keep_owner=True)
+    assert kept.allowed
+    assert appmeta.OWNER_ANNOTATION not in kept.patch["metadata"].get("annotations", {})
 
 
 def test_an_app_not_opted_in_passes_untouched(config: config_.OperatorConfig) -> None:

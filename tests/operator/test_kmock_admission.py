@@ -213,8 +213,8 @@ async def test_an_apache_app_is_mutated_through_its_own_webhook(
     owner = mutated["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
     with_owner = copy.deepcopy(app)
     with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
+    with_owner["metadata"]["finalizers"] = [finalizers.FINALIZER]  # as for Kubeflow apps
     assert mutated == mutation.mutate(with_owner, config=config)
-    assert "finalizers" not in mutated["metadata"]  # not until its deletion is handled
     driver = mutated["spec"]["driverSpec"]["podTemplateSpec"]["spec"]
     assert driver["initContainers"][-1]["name"] == mutation.SIDECAR_NAME
     assert driver["initContainers"][-1]["restartPolicy"] == "Always"

@@ -53,7 +53,7 @@ def test_a_failure_spark_operator_still_handles_needs_nothing(
     app["spec"]["restartPolicy"] = {"type": policy, "onSubmissionFailureRetries": 2}
     decision = _decide(app, config)
     assert decision.action is Action.NOTHING
-    assert "spark-operator retries it" in decision.reason
+    assert "(spark-operator) retries it" in decision.reason
     assert decision.patch is None or not decision.patch
 
 
