@@ -197,6 +197,19 @@ def require_directory(
         raise errors.ConfigError(f"{what} {url!r} is a file, not a directory; {fix}")
 
 
+def open_table(url: str, *, options: Mapping[str, Any]) -> tuple[filemanager.FileManager, str]:
+    """The file manager and path of the table at ``url``, which must be a directory."""
+    manager, path = open_location(url, what="table", options=options)
+    require_directory(
+        manager,
+        path,
+        what="table",
+        url=url,
+        fix="give the table's directory (the URL it was saved to)",
+    )
+    return manager, path
+
+
 def run_rollback(
     args: argparse.Namespace, *, options: dict[str, Any], out: TextIO, err: TextIO
 ) -> int:
@@ -444,14 +457,7 @@ def run_compact(
     retention_days: float | None = None,
 ) -> int:
     """``sparkguard compact``."""
-    manager, path = open_location(url, what="table", options=options)
-    require_directory(
-        manager,
-        path,
-        what="table",
-        url=url,
-        fix="give the table's directory (the URL it was saved to)",
-    )
+    manager, path = open_table(url, options=options)
     if not timeline.Timeline(manager, path).exists():
         raise errors.ConfigError(
             f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
@@ -486,14 +492,7 @@ def run_inspect(
     archived: bool = False,
 ) -> int:
     """``sparkguard inspect``."""
-    manager, path = open_location(url, what="table", options=options)
-    require_directory(
-        manager,
-        path,
-        what="table",
-        url=url,
-        fix="give the table's directory (the URL it was saved to)",
-    )
+    open_table(url, options=options)  # refuses a missing table, naming the fix
     report = inspect_table(url, options=options, archived=archived)
     if as_json:
         json.dump(report, out, indent=2)
