@@ -17,6 +17,7 @@ snapshot or archive is skipped with a warning, never fatal, unless history would
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -1159,7 +1160,7 @@ def _read_full_status(tl: timeline.Timeline, instant: str) -> ArchivedInstant | 
     inflight_path = paths.join(tl.directory, instant + ".inflight")
     rolledback_path = paths.join(tl.directory, instant + ".rolledback")
     inflight: dict[str, Any] | None = None
-    with _suppress_missing():
+    with contextlib.suppress(FileNotFoundError):
         inflight = formats.decode(
             tl.manager.read_bytes(inflight_path),
             kind=timeline.INFLIGHT_KIND,
@@ -1167,7 +1168,7 @@ def _read_full_status(tl: timeline.Timeline, instant: str) -> ArchivedInstant | 
             source=inflight_path,
         )
     rolledback: dict[str, Any] | None = None
-    with _suppress_missing():
+    with contextlib.suppress(FileNotFoundError):
         rolledback = formats.decode(
             tl.manager.read_bytes(rolledback_path),
             kind=timeline.ROLLEDBACK_KIND,
@@ -1177,14 +1178,6 @@ def _read_full_status(tl: timeline.Timeline, instant: str) -> ArchivedInstant | 
     return ArchivedInstant(
         instant=instant, inflight=inflight, outcome=outcome, rolledback=rolledback
     )
-
-
-class _suppress_missing:  # noqa: N801 - a tiny context manager
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        return kind is not None and issubclass(kind, FileNotFoundError)
 
 
 def uncovered_decided(manager: filemanager.FileManager, table: str) -> int:
