@@ -334,6 +334,14 @@ def _roll_back(setup: _Setup, report: _Report) -> None:
         f"rolled back {len(summary.instants_rolled_back)} instant(s), deleted "
         f"{summary.files_deleted} file(s), kept {summary.files_kept} committed file(s)"
     )
+    if summary.tables_removed:
+        # The killed write created the table: the rollback returns it to not existing
+        # (docs/storage-contract.md, "The life of a table"); the journal keeps the record.
+        report.say(
+            f"the dead attempt had created the table: its location was removed "
+            f"({len(summary.tables_removed)} table(s)), as before the write; the journal "
+            "keeps the record"
+        )
     report.check(_data_files(setup.manager, setup.table) == [], "no data file left behind")
     report.check(_temp_files(setup.manager, setup.table) == [], "no temp file left behind")
 

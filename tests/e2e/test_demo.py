@@ -40,7 +40,10 @@ def test_demo_recovers_exactly_once(tmp_path: Path) -> None:
     assert "no temp file left behind" in out
     assert "attempt 0 died in the middle of its write" in out
     assert "instant(s) still inflight: " in out
-    assert "rolled_back" in out  # the final timeline shows the rolled-back instant
+    # the killed first write created the table: the rollback removed its location, so the
+    # final timeline holds only the rerun's commit (docs/storage-contract.md, "The life of a table")
+    assert "the dead attempt had created the table: its location was removed" in out
+    assert "rolled_back" not in out.rsplit("Verify the table", 1)[-1]
     assert "committed" in out
     assert "FAIL" not in out
 

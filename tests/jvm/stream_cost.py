@@ -48,8 +48,10 @@ def measure(workdir: Path, batches: int, snapshot_every: int) -> dict[str, Any]:
     }
 
 
-def windows(result: dict[str, Any], early: tuple[int, int]) -> dict[str, tuple[float, float]]:
-    """Per metric: (mean over batches ``early``, mean over the last 100 batches); the batch's
+def windows(
+    result: dict[str, Any], early: tuple[int, int], last: int = 100
+) -> dict[str, tuple[float, float]]:
+    """Per metric: (mean over batches ``early``, mean over the ``last`` batches); the batch's
     latency ``ms`` as medians (a loaded machine's stray pauses)."""
     start, end = early
     summary: dict[str, tuple[float, float]] = {}
@@ -57,9 +59,9 @@ def windows(result: dict[str, Any], early: tuple[int, int]) -> dict[str, tuple[f
         values = result[key]
         # the last bucket ends with the query's stop, not with a next batch: leave it out
         values = values[:-1]
-        summary[key] = (statistics.fmean(values[start:end]), statistics.fmean(values[-100:]))
+        summary[key] = (statistics.fmean(values[start:end]), statistics.fmean(values[-last:]))
     ms = result["ms"]
-    summary["ms"] = (statistics.median(ms[start:end]), statistics.median(ms[-100:]))
+    summary["ms"] = (statistics.median(ms[start:end]), statistics.median(ms[-last:]))
     return summary
 
 
