@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
 
@@ -44,6 +45,11 @@ def main() -> int:
     total = clients * per_client
     with tempfile.TemporaryDirectory(prefix="sg-bench-load-") as root:
         directory = f"{root}/table/_sparkguard/markers/{INSTANT}"
+        for table in ("table", "warmup"):  # the writer's W2: .inflight before any marker (the
+            # sidecar refuses a marker directory whose instant has none, checked at load)
+            timeline_dir = Path(root, table, "_sparkguard", "timeline")
+            timeline_dir.mkdir(parents=True)
+            (timeline_dir / f"{INSTANT}.inflight").write_bytes(b"{}")
         port = free_port()
         endpoint = f"http://127.0.0.1:{port}"
         env = {
