@@ -38,6 +38,19 @@ def served(insights: references.Insights, kind: mutation.AppKind) -> bool:
     )
 
 
+def established(crd: dict[str, Any]) -> bool:
+    """Whether the apiserver serves the CRD's API: its ``Established`` condition is true and it
+    is not being deleted. A watch started before that answers 404, and kopf's failed watcher
+    stops the whole operator."""
+    if (crd.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(
+        isinstance(c, dict) and c.get("type") == "Established" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
 def resource_of(crd: dict[str, Any], kind: mutation.AppKind) -> references.Resource:
     """kopf's description of ``kind``'s resource, from its CRD."""
     spec = crd.get("spec") or {}
@@ -85,8 +98,8 @@ async def serve_new_kinds(
             except Exception as exc:  # noqa: BLE001 - looked at again next time
                 _log.warning("could not read the CRD %s: %s", kind.crd_name, exc)
                 continue
-            if crd is None:
-                continue
+            if crd is None or not established(crd):
+                continue  # not there, or not served yet: looked at again next time
             resource = resource_of(crd, kind)
             async with insights.revised:
                 observation.revise_resources(
