@@ -17,7 +17,6 @@ snapshot or archive is skipped with a warning, never fatal, unless history would
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import json
@@ -1157,24 +1156,8 @@ def _read_full_status(tl: timeline.Timeline, instant: str) -> ArchivedInstant | 
     outcome = tl.read_outcome_document(instant)
     if outcome is None:
         return None
-    inflight_path = paths.join(tl.directory, instant + ".inflight")
-    rolledback_path = paths.join(tl.directory, instant + ".rolledback")
-    inflight: dict[str, Any] | None = None
-    with contextlib.suppress(FileNotFoundError):
-        inflight = formats.decode(
-            tl.manager.read_bytes(inflight_path),
-            kind=timeline.INFLIGHT_KIND,
-            versions=frozenset({timeline.VERSION}),
-            source=inflight_path,
-        )
-    rolledback: dict[str, Any] | None = None
-    with contextlib.suppress(FileNotFoundError):
-        rolledback = formats.decode(
-            tl.manager.read_bytes(rolledback_path),
-            kind=timeline.ROLLEDBACK_KIND,
-            versions=frozenset({timeline.VERSION}),
-            source=rolledback_path,
-        )
+    inflight = tl.read_inflight_document(instant)
+    rolledback = tl.read_rolledback(instant)
     return ArchivedInstant(
         instant=instant, inflight=inflight, outcome=outcome, rolledback=rolledback
     )

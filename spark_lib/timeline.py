@@ -383,13 +383,23 @@ class Timeline:
     # -- reads --------------------------------------------------------------------------------
     def read_info(self, instant: str) -> InstantInfo | None:
         """The parsed ``.inflight`` of ``instant``, or ``None`` when it is missing."""
-        path = self._path(instant, ".inflight")
+        doc = self.read_inflight_document(instant)
+        if doc is None:
+            return None
+        return info_of_document(doc, instant=instant, source=self._path(instant, ".inflight"))
+
+    def read_inflight_document(self, instant: str) -> dict[str, Any] | None:
+        """The ``.inflight`` document of ``instant`` (kind and version checked), or ``None``."""
+        return self._read_document(instant, ".inflight", INFLIGHT_KIND)
+
+    def _read_document(self, instant: str, suffix: str, kind: str) -> dict[str, Any] | None:
+        """The versioned JSON ``<instant><suffix>`` of ``kind``, or ``None`` when missing."""
+        path = self._path(instant, suffix)
         try:
             data = self.manager.read_bytes(path)
         except FileNotFoundError:
             return None
-        doc = formats.decode(data, kind=INFLIGHT_KIND, versions=frozenset({VERSION}), source=path)
-        return info_of_document(doc, instant=instant, source=path)
+        return formats.decode(data, kind=kind, versions=frozenset({VERSION}), source=path)
 
     def read_outcome(
         self, instant: str
@@ -402,25 +412,14 @@ class Timeline:
 
     def read_outcome_document(self, instant: str) -> dict[str, Any] | None:
         """The checked ``.outcome`` document of ``instant``, or ``None`` when it is missing."""
-        path = self._path(instant, ".outcome")
-        try:
-            data = self.manager.read_bytes(path)
-        except FileNotFoundError:
-            return None
-        doc = formats.decode(data, kind=OUTCOME_KIND, versions=frozenset({VERSION}), source=path)
-        outcome_of_document(doc, source=path)
+        doc = self._read_document(instant, ".outcome", OUTCOME_KIND)
+        if doc is not None:
+            outcome_of_document(doc, source=self._path(instant, ".outcome"))
         return doc
 
     def read_rolledback(self, instant: str) -> dict[str, Any] | None:
         """The rollback summary of ``instant``, or ``None``."""
-        path = self._path(instant, ".rolledback")
-        try:
-            data = self.manager.read_bytes(path)
-        except FileNotFoundError:
-            return None
-        return formats.decode(
-            data, kind=ROLLEDBACK_KIND, versions=frozenset({VERSION}), source=path
-        )
+        return self._read_document(instant, ".rolledback", ROLLEDBACK_KIND)
 
     def instant_ids(self, *, job_id: str | None = None) -> list[str]:
         """Instant ids in start order (one listing), optionally only those of ``job_id``.
