@@ -207,9 +207,7 @@ def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]
     jobs = [job_id] if own else reader.stream_jobs(tl.manager, tl.table)
     for stream_job in jobs:
         log = reader.StreamLog(tl.manager, tl.table, stream_job)
-        if not tl.manager.exists(log.directory):
-            continue
-        for entry in log.committed():
+        for entry in log.committed():  # no stream log: one listing, empty
             listed.update(f.path for f in entry.files)
     listed.update(sinklog.listed_files(tl.manager, tl.table))
     # Commits archived in a snapshot (read after the hot timeline above: an instant archived
@@ -416,6 +414,7 @@ def rollback_instant(
     table_label: str | None = None,
     protected: Iterable[str] | None = None,
     settled: set[str] | None = None,
+    status: timeline.InstantStatus | None = None,
 ) -> InstantRollback:
     """Roll back one instant of ``tl`` unless it is committed (see the module docstring).
 
@@ -423,9 +422,12 @@ def rollback_instant(
     (:attr:`Action.OTHER_OWNER`) unless ``force``. ``protected`` are names a live instant
     marked (never deleted); when None they are read from the timeline. ``settled``: names a
     pass over several instants already deleted (or found absent); they are not checked again,
-    and this call adds its own. Idempotent and resumable: run it again after any interruption.
+    and this call adds its own. ``status``: the instant's status, read by the caller just
+    before (nothing of the pass ran in between); None: read here. Idempotent and resumable:
+    run it again after any interruption.
     """
-    status = tl.status(instant)
+    if status is None or status.instant != instant:
+        status = tl.status(instant)
     label = table_label or tl.table
     if status.info is None:
         # Nothing of it, or void remains of an archived instant (a zombie's outcome, a stray
@@ -1055,6 +1057,9 @@ def _rollback_in_table(
                     table_label=label,
                     protected=protected[status.job_id],
                     settled=settled,
+                    # The first instant's status was read just before (not re-read: three
+                    # requests); a later one's is read again after the cleanups before it.
+                    status=status if index == 1 else None,
                 )
             )
         except errors.CorruptFileError as exc:
@@ -1079,13 +1084,10 @@ def _rollback_in_table(
             damage.add(label, f"archived instants of {swept_job}", exc)
     jobs = [job_id] if job_id is not None else reader.stream_jobs(tl.manager, tl.table)
     for stream_job in jobs:
-        log = reader.StreamLog(tl.manager, tl.table, stream_job)
-        if tl.manager.exists(log.markers_directory):
-            results.extend(
-                rollback_stream(
-                    tl, stream_job, dry_run=dry_run, progress=progress, table_label=label
-                )
-            )
+        # No stream marker directory: one listing, nothing to do.
+        results.extend(
+            rollback_stream(tl, stream_job, dry_run=dry_run, progress=progress, table_label=label)
+        )
     for result in results:
         if result.action is Action.OTHER_OWNER:
             logger.warning(
