@@ -856,6 +856,32 @@ class DirectPutFileManager(FileManager):
         # One bulk request per 1,000 keys on S3; missing keys are not an error there.
         self.fs.rm(file_paths)
 
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of ``path``: one GET (s3fs would HEAD first, and list the key
+        as a directory when it is missing); :class:`FileNotFoundError` when it is missing."""
+        bucket, key, _ = self.fs.split_path(path)
+        response = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
+        return _read_body(self.fs, response["Body"])
+
+    def exists(self, path: str) -> bool:
+        """Whether a key ``path`` or keys under ``path/`` exist: one listing by the prefix
+        (s3fs would HEAD the key, then list the directory)."""
+        bucket, key, _ = self.fs.split_path(path)
+        key = key.rstrip("/")
+        if not key:
+            return bool(self.fs.exists(path))  # a bucket
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "Delimiter": "/"}
+        while True:
+            response = self.fs.call_s3("list_objects_v2", **kwargs)
+            if any(entry["Key"] == key for entry in response.get("Contents", [])) or any(
+                common["Prefix"] == key + "/" for common in response.get("CommonPrefixes", [])
+            ):
+                return True
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return False
+            kwargs["ContinuationToken"] = token
+
     def list(self, path: str) -> builtins.list[FileInfo]:
         """The entries directly under ``path`` (empty when there is none): one request per
         1,000 entries, also for a missing directory (s3fs would list its parent as well)."""
