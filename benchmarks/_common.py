@@ -105,9 +105,13 @@ class ProxiedS3:
 
 
 @contextlib.contextmanager
-def proxied_s3(*, latency_ms: float, write_rate: float) -> Iterator[ProxiedS3]:
-    """moto's S3 server behind ``_s3proxy.py`` (per-request latency, S3-like throttling)."""
-    with run_s3_server() as s3:
+def proxied_s3(
+    *, latency_ms: float, write_rate: float, conditional_deletes: bool = False
+) -> Iterator[ProxiedS3]:
+    """moto's S3 server behind ``_s3proxy.py`` (per-request latency, S3-like throttling);
+    ``conditional_deletes``: one that honours ``ETag`` per key of ``DeleteObjects`` as AWS S3
+    does (``tests/support/moto_conditional.py``)."""
+    with run_s3_server(conditional_deletes=conditional_deletes) as s3:
         port = free_port()
         proxy = f"http://127.0.0.1:{port}"
         args = [

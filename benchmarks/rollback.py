@@ -18,14 +18,22 @@ same procedure on a smaller table.
 
 Local disk by default; ``--s3`` puts the table on moto's S3 server behind
 ``benchmarks/_s3proxy.py`` (``--latency-ms`` per request, default 20) and also counts the
-storage requests of each cleanup. The table is built straight on the server (not timed). Last
-line: ``rollback: listing/markers = <x>x``.
+storage requests of each cleanup (``requests listing/markers = <r>x``; ``--request-log``
+prints the rollback's requests by operation and by what they touched). The S3 server honours
+a condition per key of ``DeleteObjects`` (``ETag: *``: delete only if present, report absent
+keys as errors) as AWS S3 does since 2025 (``tests/support/moto_conditional.py``; moto alone
+does not): rollback's deletes then tell which files existed. ``--plain-moto`` measures a store
+without it (rollback reads existence first: a HEAD per name, or a listing per directory). The
+table is built straight on the server (not timed). Last line: ``rollback: listing/markers =
+<x>x``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -37,7 +45,7 @@ from typing import Any
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside this file
 os.environ.setdefault("PYTHONSAFEPATH", "1")
 
-from _common import log, proxied_s3, rotated
+from _common import log, proxied_s3, proxy_call, rotated
 
 from sparkguard.spark_lib import filemanager, formats, journal, markers, paths, rollback, timeline
 
@@ -117,6 +125,31 @@ def listing_cleanup(url: str, options: Mapping[str, Any], *, job: str) -> int:
     return len(orphans)
 
 
+def _by_area(logged: Any) -> dict[str, int]:
+    """Requests counted by ``<operation> <area>``: the area is the ``_sparkguard/`` directory
+    (timeline, markers, ...), ``data``, or the journal, from the key or the listing prefix."""
+    counts: collections.Counter[str] = collections.Counter()
+    for entry in logged:
+        method, path, query = entry["method"], entry["path"], entry["query"]
+        prefix = dict(part.split("=", 1) for part in query.split("&") if "=" in part).get(
+            "prefix", ""
+        )
+        where = path + "/" + prefix.replace("%2F", "/")
+        if "/_sparkguard/" in where:
+            area = where.split("/_sparkguard/", 1)[1].split("/", 1)[0]
+        elif "/journal-" in where:
+            area = "journal"
+        else:
+            area = "data"
+        op = "POST-delete" if method == "POST" and "delete" in query else method
+        if method == "GET" and (query.startswith("list-type") or "prefix=" in query):
+            op = "LIST"
+        elif method == "GET" and "uploads" in query:
+            op = "LIST-uploads"
+        counts[f"{op} {area}"] += 1
+    return dict(sorted(counts.items()))
+
+
 @contextlib.contextmanager
 def _storage(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], Any]]:
     """(table base URL, storage options, the proxy or None) for the chosen store."""
@@ -127,7 +160,9 @@ def _storage(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], An
         finally:
             shutil.rmtree(base, ignore_errors=True)
         return
-    with proxied_s3(latency_ms=args.latency_ms, write_rate=1e9) as store:
+    with proxied_s3(
+        latency_ms=args.latency_ms, write_rate=1e9, conditional_deletes=not args.plain_moto
+    ) as store:
         yield f"s3://{store.s3.create_bucket()}", store.options, store
 
 
@@ -143,6 +178,16 @@ def main() -> int:
     parser.add_argument("--failed", type=int, help="failed files (default 1,000; 200 with --s3)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--plain-moto",
+        action="store_true",
+        help="an S3 server without conditional bulk deletes (moto as shipped)",
+    )
+    parser.add_argument(
+        "--request-log",
+        action="store_true",
+        help="print the last markers rollback's requests by operation and area (with --s3)",
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: use at least 2 (the order alternates by round)")
@@ -159,7 +204,12 @@ def main() -> int:
         # Build and fail writes straight on the server; time the cleanups through the proxy.
         setup_options = proxy.s3.storage_options if proxy else options
         url = f"{base}/table"
-        where = f"S3 server + proxy ({args.latency_ms:g} ms/request)" if proxy else "local disk"
+        where = (
+            f"S3 server + proxy ({args.latency_ms:g} ms/request, "
+            f"{'no ' if args.plain_moto else ''}conditional bulk deletes)"
+            if proxy
+            else "local disk"
+        )
         log(f"committed={committed} failed={failed} rounds={rounds} on {where}: {base}")
         start = time.perf_counter()
         _build(url, setup_options, committed)
@@ -188,6 +238,9 @@ def main() -> int:
                     log(f"warm-up {kind:8s} cleanup {elapsed * 1000:10.1f} ms (untimed)")
                     continue
                 requests[kind] = used
+                if proxy and kind == "markers" and args.request_log:
+                    logged = proxy_call(proxy.proxy, "/_proxy/requests")
+                    log(f"round {n} markers requests: {json.dumps(_by_area(logged))}")
                 times[kind].append(elapsed)
                 extra = f", {used} storage requests" if proxy else ""
                 log(f"round {n} {kind:8s} cleanup {elapsed * 1000:10.1f} ms{extra}")
@@ -198,6 +251,7 @@ def main() -> int:
     print(f"best: markers {best['markers'] * 1000:.1f} ms, listing {best['listing'] * 1000:.1f} ms")
     if args.s3:
         print(f"requests: markers {requests['markers']}, listing {requests['listing']}")
+        print(f"requests listing/markers = {requests['listing'] / requests['markers']:.1f}x")
     print(f"rollback: listing/markers = {ratio:.1f}x")
     return 0
 

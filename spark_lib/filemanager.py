@@ -25,6 +25,7 @@ instant marked, so a live writer of another name is never touched). Temp names s
 from __future__ import annotations
 
 import abc
+import asyncio
 import builtins
 import contextlib
 import ctypes
@@ -40,7 +41,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any, Final, Self
 
@@ -57,6 +58,12 @@ _TEMP_NAME = re.compile(r"^\..+\.sg-tmp-[0-9a-f]{12}$")
 _TEMP_PARTS = re.compile(r"^\.(?P<target>.+)\.sg-tmp-[0-9a-f]{12}$")
 #: at or above this many names in one directory, one listing is cheaper than a HEAD per name
 LIST_THRESHOLD: Final = 100
+#: keys per S3 DeleteObjects request (the API's limit)
+BULK_DELETE_KEYS: Final = 1000
+#: independent requests a file manager keeps in flight at once (HEADs, listings, bulk deletes)
+CONCURRENCY: Final = 32
+#: the error codes a conditional delete (``ETag: *``) of an absent key gets back
+_ABSENT_CODES: Final = frozenset({"NoSuchKey", "PreconditionFailed", "404", "412"})
 
 
 class Kind(enum.StrEnum):
@@ -807,10 +814,18 @@ class _CheckThenPutStream(AtomicStream):
         self._inner.cancel()
 
 
+#: per store (filesystem class, endpoint) and bucket: whether conditional bulk deletes are
+#: honoured (asked once per process)
+_CONDITIONAL_BULK_DELETE: dict[tuple[str, str, str], bool] = {}
+
+
 class DirectPutFileManager(FileManager):
     """Publication by a single (possibly multipart) upload straight to the key."""
 
     kind = Kind.DIRECT_PUT
+    #: whether the store honours ``ETag: *`` per key of a bulk delete; None: ask it once
+    #: (:meth:`honours_conditional_bulk_delete`)
+    conditional_bulk_delete: bool | None = None
 
     def __init__(
         self,
@@ -837,39 +852,233 @@ class DirectPutFileManager(FileManager):
             )
         return _DirectPutStream(self.fs, path, overwrite=False, block_size=self.block_size)
 
-    def _delete_files(self, file_paths: list[str]) -> None:
+    def _delete_files(self, file_paths: builtins.list[str]) -> None:
         # One bulk request per 1,000 keys on S3; missing keys are not an error there.
         self.fs.rm(file_paths)
 
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of ``path``: one GET (s3fs would HEAD first, and list the key
+        as a directory when it is missing); :class:`FileNotFoundError` when it is missing."""
+        bucket, key, _ = self.fs.split_path(path)
+        response = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
+        return _read_body(self.fs, response["Body"])
+
+    def exists(self, path: str) -> bool:
+        """Whether a key ``path`` or keys under ``path/`` exist: one listing by the prefix
+        (s3fs would HEAD the key, then list the directory)."""
+        bucket, key, _ = self.fs.split_path(path)
+        key = key.rstrip("/")
+        if not key:
+            return bool(self.fs.exists(path))  # a bucket
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "Delimiter": "/"}
+        while True:
+            response = self.fs.call_s3("list_objects_v2", **kwargs)
+            if any(entry["Key"] == key for entry in response.get("Contents", [])) or any(
+                common["Prefix"] == key + "/" for common in response.get("CommonPrefixes", [])
+            ):
+                return True
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return False
+            kwargs["ContinuationToken"] = token
+
+    def list(self, path: str) -> builtins.list[FileInfo]:
+        """The entries directly under ``path`` (empty when there is none): one request per
+        1,000 entries, also for a missing directory (s3fs would list its parent as well)."""
+        bucket, key, _ = self.fs.split_path(path.rstrip("/") + "/")
+        prefix = key.rstrip("/") + "/" if key.strip("/") else ""
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        result: builtins.list[FileInfo] = []
+        while True:
+            response = self.fs.call_s3("list_objects_v2", **kwargs)
+            for entry in response.get("Contents", []):
+                if entry["Key"] == prefix:
+                    continue  # the directory's own marker key
+                result.append(
+                    FileInfo(
+                        path=f"{bucket}/{entry['Key']}".rstrip("/"),
+                        size=int(entry.get("Size") or 0),
+                        is_dir=False,
+                        modified=_modified_of(entry),
+                    )
+                )
+            result.extend(
+                FileInfo(path=f"{bucket}/{common['Prefix']}".rstrip("/"), size=0, is_dir=True)
+                for common in response.get("CommonPrefixes", [])
+            )
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return sorted(result, key=lambda info: info.path)
+            kwargs["ContinuationToken"] = token
+
+    def _gather(self, coros: Iterable[Awaitable[Any]]) -> builtins.list[Any]:
+        """Run independent requests concurrently on the filesystem's event loop, at most
+        :data:`CONCURRENCY` in flight; their results in order."""
+        pending = builtins.list(coros)
+        if not pending:
+            return []
+
+        async def run() -> builtins.list[Any]:
+            gate = asyncio.Semaphore(CONCURRENCY)
+
+            async def one(coro: Awaitable[Any]) -> Any:
+                async with gate:
+                    return await coro
+
+            return builtins.list(await asyncio.gather(*(one(c) for c in pending)))
+
+        return builtins.list(fsspec.asyn.sync(self.fs.loop, run))
+
+    async def _is_key(self, path: str) -> bool:
+        bucket, key, _ = self.fs.split_path(path)
+        try:
+            await self.fs._call_s3("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def _names_in(self, directory: str) -> set[str]:
+        """Paths of the keys directly under ``directory`` (one request per 1,000 keys)."""
+        bucket, key, _ = self.fs.split_path(directory.rstrip("/") + "/")
+        prefix = key.rstrip("/") + "/"
+        found: set[str] = set()
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        while True:
+            response = await self.fs._call_s3("list_objects_v2", **kwargs)
+            found.update(f"{bucket}/{o['Key']}" for o in response.get("Contents", []))
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return found
+            kwargs["ContinuationToken"] = token
+
+    def existing_files(self, file_paths: Iterable[str]) -> set[str]:
+        """Which of ``file_paths`` exist now: one listing per directory holding at least
+        :data:`LIST_THRESHOLD` of them, else one HEAD per name; all of them concurrently."""
+        groups = _by_directory(file_paths)
+        listed = [(d, w) for d, w in groups.items() if len(w) >= LIST_THRESHOLD]
+        probed = sorted(p for d, w in groups.items() if len(w) < LIST_THRESHOLD for p in w)
+        answers = self._gather(
+            [self._names_in(d) for d, _ in listed] + [self._is_key(p) for p in probed]
+        )
+        found: set[str] = set()
+        for (_, wanted), names in zip(listed, answers[: len(listed)], strict=True):
+            found |= wanted & names
+        found.update(p for p, there in zip(probed, answers[len(listed) :], strict=True) if there)
+        return found
+
+    def honours_conditional_bulk_delete(self, sample: str) -> bool:
+        """Whether the store deletes a key of a bulk delete only if it exists when asked to
+        (S3's ``DeleteObjects`` with ``ETag: *`` per key: AWS S3 since 2025) and reports the
+        absent ones as errors. Then one request per 1,000 names both deletes and tells which
+        existed. Asked once per filesystem and bucket: a bulk delete of one absent key (a
+        random hidden name beside ``sample``) with that condition; a store that reports it
+        deleted (ignores the condition) or refuses the request does not honour it.
+        :attr:`conditional_bulk_delete` (True/False) skips the question."""
+        if self.conditional_bulk_delete is not None:
+            return self.conditional_bulk_delete
+        bucket, _, _ = self.fs.split_path(sample)
+        endpoint = getattr(self.fs, "endpoint_url", None) or (
+            getattr(self.fs, "client_kwargs", None) or {}
+        ).get("endpoint_url", "")
+        store = (type(self.fs).__name__, str(endpoint or ""), bucket)
+        if store not in _CONDITIONAL_BULK_DELETE:
+            probe = paths.join(paths.parent(sample), f".sg-absent-probe-{uuid.uuid4().hex}")
+            try:
+                deleted, absent = self._delete_if_present([probe])
+            except OSError as exc:
+                logger.info("bucket %s refused a conditional bulk delete: %s", bucket, exc)
+                deleted, absent = {probe}, set()
+            _CONDITIONAL_BULK_DELETE[store] = probe in absent and not deleted
+            logger.info(
+                "bucket %s %s conditional bulk deletes",
+                bucket,
+                "honours" if _CONDITIONAL_BULK_DELETE[store] else "ignores",
+            )
+        return _CONDITIONAL_BULK_DELETE[store]
+
+    def _delete_if_present(self, file_paths: Iterable[str]) -> tuple[set[str], set[str]]:
+        """Bulk-delete ``file_paths`` on the condition that each exists (``ETag: *``), 1,000
+        keys a request, the requests concurrently: (deleted, absent) as the store reports.
+        Any other per-key error is raised (:class:`OSError` naming the key and the code)."""
+        by_bucket: dict[str, builtins.list[str]] = {}
+        for path in sorted(set(file_paths)):
+            by_bucket.setdefault(self.fs.split_path(path)[0], []).append(path)
+        requests = [
+            (bucket, chunk[start : start + BULK_DELETE_KEYS])
+            for bucket, chunk in by_bucket.items()
+            for start in range(0, len(chunk), BULK_DELETE_KEYS)
+        ]
+
+        async def delete(bucket: str, chunk: builtins.list[str]) -> Any:
+            keys = [{"Key": self.fs.split_path(p)[1], "ETag": "*"} for p in chunk]
+            for path in chunk:
+                self.fs.invalidate_cache(paths.parent(path))
+            return await self.fs._call_s3(
+                "delete_objects", Bucket=bucket, Delete={"Objects": keys, "Quiet": False}
+            )
+
+        answers = self._gather(delete(bucket, chunk) for bucket, chunk in requests)
+        deleted: set[str] = set()
+        absent: set[str] = set()
+        for (bucket, _), answer in zip(requests, answers, strict=True):
+            deleted.update(f"{bucket}/{d['Key']}" for d in answer.get("Deleted", []))
+            for error in answer.get("Errors", []):
+                code = str(error.get("Code", ""))
+                if code not in _ABSENT_CODES:
+                    raise OSError(
+                        f"could not delete s3://{bucket}/{error.get('Key')}: {code} "
+                        f"({error.get('Message', '')}); fix the store's permissions, then run "
+                        "the rollback again"
+                    )
+                absent.add(f"{bucket}/{error['Key']}")
+        return deleted, absent
+
     def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
-        """Bulk-delete the files that exist (a bulk delete cannot tell which existed)."""
-        existing = self.existing_files(file_paths)
+        """Delete the files that exist; returns those (a name with no file is not counted).
+
+        Where the store honours a conditional bulk delete, the delete itself tells which
+        existed (one request per 1,000 names); elsewhere existence is read first
+        (:meth:`existing_files`: a plain bulk delete cannot tell), then one bulk delete."""
+        wanted = sorted({paths.validate_base(p) for p in file_paths})
+        if not wanted:
+            return set()
+        if self.honours_conditional_bulk_delete(wanted[0]):
+            return self._delete_if_present(wanted)[0]
+        existing = self.existing_files(wanted)
         if existing:
             self._delete_files(sorted(existing))
         return existing
 
     def find_leftovers(self, file_paths: Iterable[str]) -> builtins.list[Leftover]:
-        """Incomplete multipart uploads of exactly these keys (one listing per directory)."""
+        """Incomplete multipart uploads of exactly these keys: one listing of the uploads
+        under the directory all of them share (a request per 1,000 pending uploads there,
+        whatever the number of directories or of files)."""
+        by_bucket: dict[str, set[str]] = {}
+        for path in file_paths:
+            by_bucket.setdefault(self.fs.split_path(path)[0], set()).add(path)
         result = []
-        for directory, wanted in _by_directory(file_paths).items():
-            bucket, _, _ = self.fs.split_path(directory + "/")
-            for upload in self.list_pending_uploads(directory.rstrip("/") + "/"):
+        for bucket, wanted in sorted(by_bucket.items()):
+            shared = os.path.commonpath([paths.parent(p) for p in wanted])
+            for upload in self.list_pending_uploads(shared.rstrip("/") + "/"):
                 path = f"{bucket}/{upload['Key']}"
                 if path in wanted:
                     result.append(Leftover(path, path, upload["UploadId"]))
         return sorted(result, key=lambda leftover: (leftover.path, leftover.upload_id or ""))
 
     def remove_leftovers(self, leftovers: Iterable[Leftover]) -> int:
-        """Abort the incomplete uploads; returns how many were aborted."""
-        count = 0
-        for leftover in leftovers:
+        """Abort the incomplete uploads (concurrently); returns how many were aborted."""
+
+        async def abort(leftover: Leftover) -> bool:
             bucket, key, _ = self.fs.split_path(leftover.path)
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.call_s3(
+            try:
+                await self.fs._call_s3(
                     "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=leftover.upload_id
                 )
-                count += 1
-        return count
+            except FileNotFoundError:
+                return False
+            return True
+
+        return sum(1 for done in self._gather(abort(left) for left in leftovers) if done)
 
     def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
         """Exact on S3: the delete carries ``If-Match`` with the ETag of the content compared
@@ -941,14 +1150,23 @@ class DirectPutFileManager(FileManager):
                 self.fs.call_s3("delete_object", Bucket=bucket, Key=marker)
         return True
 
-    def list_pending_uploads(self, prefix: str) -> list[dict[str, str]]:
-        """Multipart uploads under ``prefix`` that were never completed (a killed writer's)."""
+    def list_pending_uploads(self, prefix: str) -> builtins.list[dict[str, str]]:
+        """Multipart uploads under ``prefix`` that were never completed (a killed writer's,
+        or a live writer's): a request per 1,000 of them."""
         bucket, key, _ = self.fs.split_path(prefix)
-        response = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key)
-        return [
-            {"Key": str(u["Key"]), "UploadId": str(u["UploadId"])}
-            for u in response.get("Uploads", [])
-        ]
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
+        found: builtins.list[dict[str, str]] = []
+        while True:
+            response = self.fs.call_s3("list_multipart_uploads", **kwargs)
+            found.extend(
+                {"Key": str(u["Key"]), "UploadId": str(u["UploadId"])}
+                for u in response.get("Uploads", [])
+            )
+            marker = response.get("NextKeyMarker")
+            if not response.get("IsTruncated") or not marker:
+                return found
+            kwargs["KeyMarker"] = marker
+            kwargs["UploadIdMarker"] = response.get("NextUploadIdMarker", "")
 
     def abort_pending_uploads(self, prefix: str) -> int:
         """Abort every pending multipart upload under ``prefix``; returns how many."""

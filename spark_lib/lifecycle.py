@@ -126,6 +126,24 @@ def _read(table: str, entries: list[filemanager.FileInfo]) -> _Listing | None:
     return _Listing(root, files, directories, by_instant)
 
 
+def _surely_kept(tl: timeline.Timeline, rolled_back: Collection[str]) -> bool:
+    """Whether the table stays whatever the rest of its location holds: an instant of its
+    timeline is not decided rolled back (undecided, committed or damaged; ``rolled_back``
+    count as decided). One listing of the timeline, then the outcomes in the order
+    :func:`_creators` reads them, up to the first that is not rolled back (a table with a
+    commit: one read). A shortcut to keeping only: False falls through to the full check."""
+    try:
+        for instant, suffixes in sorted(tl.files_by_instant().items()):
+            if instant in rolled_back:
+                continue
+            decided = tl.read_outcome(instant) if ".outcome" in suffixes else None
+            if decided is None or decided[0] is not timeline.Outcome.ROLLED_BACK:
+                return True
+    except errors.CorruptFileError:
+        return True  # _read/_creators keep such a table too
+    return False
+
+
 def remove_created_location(
     tl: timeline.Timeline,
     *,
@@ -145,6 +163,30 @@ def remove_created_location(
     ``rolled_back``: instants a dry run would roll back, judged as if it had;
     ``rolled_back_files``: the data files (relative) the dry run would delete.
     """
+    if _surely_kept(tl, rolled_back):
+        return None  # without listing the table: its cost follows the instants, not the files
+    return _remove_if_nothing_else(
+        tl,
+        job_id=job_id,
+        journal_named=journal_named,
+        dry_run=dry_run,
+        label=label,
+        rolled_back=rolled_back,
+        rolled_back_files=rolled_back_files,
+    )
+
+
+def _remove_if_nothing_else(
+    tl: timeline.Timeline,
+    *,
+    job_id: str | None,
+    journal_named: bool,
+    dry_run: bool,
+    label: str,
+    rolled_back: Collection[str],
+    rolled_back_files: Collection[str],
+) -> Removal | None:
+    """:func:`remove_created_location` after the shortcut: one listing of the whole location."""
     manager, table = tl.manager, tl.table
     entries = manager.list_tree(table)
     if not entries:  # nothing but the location itself

@@ -188,14 +188,21 @@ def summarise(
 # --------------------------------------------------------------------------------------------
 
 
-def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]) -> set[str]:
+def committed_names(
+    tl: timeline.Timeline,
+    *,
+    job_id: str,
+    marked: Iterable[str],
+    histories: dict[str, snapshots.JobHistory] | None = None,
+) -> set[str]:
     """Paths (relative) that a committed instant or stream batch lists, among ``marked``.
 
     Data file names embed the job id, so the committed instants of the same job suffice; a
     marked name that does not embed it (never written by sparkguard's writer) falls back to
     every committed instant of the table, so the answer is right either way. Files Spark's
     file-sink manifest (``_spark_metadata``) lists count as committed too: for a streaming
-    file sink that manifest is the commit.
+    file sink that manifest is the commit. ``histories``: where the archived history read
+    here is left for the rest of the pass (job id -> history; R9 of archived instants).
     """
     marked_set = set(marked)
     if not marked_set:
@@ -207,14 +214,14 @@ def committed_names(tl: timeline.Timeline, *, job_id: str, marked: Iterable[str]
     jobs = [job_id] if own else reader.stream_jobs(tl.manager, tl.table)
     for stream_job in jobs:
         log = reader.StreamLog(tl.manager, tl.table, stream_job)
-        if not tl.manager.exists(log.directory):
-            continue
-        for entry in log.committed():
+        for entry in log.committed():  # no stream log: one listing, empty
             listed.update(f.path for f in entry.files)
     listed.update(sinklog.listed_files(tl.manager, tl.table))
     # Commits archived in a snapshot (read after the hot timeline above: an instant archived
     # in between is in it).
     history = snapshots.job_history(tl.manager, tl.table, job_id)
+    if histories is not None:
+        histories[job_id] = history
     listed |= history.names if own else history.all_names
     return marked_set & listed
 
@@ -416,6 +423,8 @@ def rollback_instant(
     table_label: str | None = None,
     protected: Iterable[str] | None = None,
     settled: set[str] | None = None,
+    status: timeline.InstantStatus | None = None,
+    histories: dict[str, snapshots.JobHistory] | None = None,
 ) -> InstantRollback:
     """Roll back one instant of ``tl`` unless it is committed (see the module docstring).
 
@@ -423,9 +432,12 @@ def rollback_instant(
     (:attr:`Action.OTHER_OWNER`) unless ``force``. ``protected`` are names a live instant
     marked (never deleted); when None they are read from the timeline. ``settled``: names a
     pass over several instants already deleted (or found absent); they are not checked again,
-    and this call adds its own. Idempotent and resumable: run it again after any interruption.
+    and this call adds its own. ``status``: the instant's status, read by the caller just
+    before (nothing of the pass ran in between); None: read here. ``histories``: see
+    :func:`committed_names`. Idempotent and resumable: run it again after any interruption.
     """
-    status = tl.status(instant)
+    if status is None or status.instant != instant:
+        status = tl.status(instant)
     label = table_label or tl.table
     if status.info is None:
         # Nothing of it, or void remains of an archived instant (a zombie's outcome, a stray
@@ -454,6 +466,7 @@ def rollback_instant(
         label=label,
         protected=set(protected),
         settled=settled if settled is not None else set(),
+        histories=histories,
     )
 
 
@@ -466,6 +479,7 @@ def _roll_back(
     label: str,
     protected: set[str],
     settled: set[str],
+    histories: dict[str, snapshots.JobHistory] | None = None,
 ) -> InstantRollback:
     manager = tl.manager
     instant = status.instant
@@ -492,7 +506,7 @@ def _roll_back(
         )
     recorded = set(status.rolled_back_names)
     names = recorded | marked
-    kept = committed_names(tl, job_id=status.job_id, marked=names)
+    kept = committed_names(tl, job_id=status.job_id, marked=names, histories=histories)
     doomed = sorted(names - kept - protected)
     previous: Mapping[str, Any] = status.rolledback or {}
     passes = int(previous.get("passes", 0))
@@ -845,11 +859,14 @@ def sweep_archived(
     protected: set[str],
     dry_run: bool,
     label: str,
+    history: snapshots.JobHistory | None = None,
 ) -> list[InstantRollback]:
     """R9 for the job's rolled-back instants a snapshot archived: delete their ``marked``
     names that exist again and that no commit lists and no live instant protects. No
-    ``.rolledback`` is written for them (their hot files are gone)."""
-    history = snapshots.job_history(tl.manager, tl.table, job_id)
+    ``.rolledback`` is written for them (their hot files are gone). ``history``: the job's
+    archived history read after ``hot`` was listed (None: read here)."""
+    if history is None:
+        history = snapshots.job_history(tl.manager, tl.table, job_id)
     hot_set = set(hot)
     entries: dict[str, set[str]] = {}
     for entry in history.rolled_back:
@@ -1025,9 +1042,12 @@ def _rollback_in_table(
     progress: Progress | None,
     label: str,
     damage: _Damage,
+    seen: dict[str, timeline.InstantStatus] | None = None,
 ) -> list[InstantRollback]:
     found = sorted(set(tl.instant_ids(job_id=job_id)) | set(extra_instants))
     statuses = {instant: tl.status(instant) for instant in found}
+    if seen is not None:
+        seen.update(statuses)
     # Undecided instants first: each is claimed before any other instant's cleanup deletes a
     # name it marked (reruns of a job mark the same names), so it can no longer commit one.
     ordered = sorted(found, key=lambda i: (statuses[i].state is not timeline.State.INFLIGHT, i))
@@ -1041,6 +1061,8 @@ def _rollback_in_table(
                 damage.add(label, status.instant, exc)
     results = []
     settled: set[str] = set()
+    # Archived histories read during the pass (after the listing above): R9 below reuses them.
+    histories: dict[str, snapshots.JobHistory] = {}
     for index, instant in enumerate(ordered, start=1):
         status = statuses[instant]
         try:
@@ -1055,6 +1077,10 @@ def _rollback_in_table(
                     table_label=label,
                     protected=protected[status.job_id],
                     settled=settled,
+                    # The first instant's status was read just before (not re-read: three
+                    # requests); a later one's is read again after the cleanups before it.
+                    status=status if index == 1 else None,
+                    histories=histories,
                 )
             )
         except errors.CorruptFileError as exc:
@@ -1073,19 +1099,17 @@ def _rollback_in_table(
                     protected=protected[swept_job],
                     dry_run=dry_run,
                     label=label,
+                    history=histories.get(swept_job),
                 )
             )
         except errors.CorruptFileError as exc:
             damage.add(label, f"archived instants of {swept_job}", exc)
     jobs = [job_id] if job_id is not None else reader.stream_jobs(tl.manager, tl.table)
     for stream_job in jobs:
-        log = reader.StreamLog(tl.manager, tl.table, stream_job)
-        if tl.manager.exists(log.markers_directory):
-            results.extend(
-                rollback_stream(
-                    tl, stream_job, dry_run=dry_run, progress=progress, table_label=label
-                )
-            )
+        # No stream marker directory: one listing, nothing to do.
+        results.extend(
+            rollback_stream(tl, stream_job, dry_run=dry_run, progress=progress, table_label=label)
+        )
     for result in results:
         if result.action is Action.OTHER_OWNER:
             logger.warning(
@@ -1112,9 +1136,23 @@ def _remove_if_created(
     journal_named: bool,
     dry_run: bool,
     label: str,
+    seen: Mapping[str, timeline.InstantStatus] | None = None,
 ) -> lifecycle.Removal | None:
     """After the pass over a table: remove its location if a rolled-back write of the job
-    created it and nothing else is there (``lifecycle.remove_created_location``)."""
+    created it and nothing else is there (``lifecycle.remove_created_location``).
+
+    ``seen``: the statuses the pass read of the job's instants. When each has its
+    ``.inflight`` and none records ``createdLocation``, no write of the job created the
+    location (a write that starts later finds it existing): kept with no request."""
+    if (
+        job_id is not None
+        and seen
+        and all(
+            s.info is not None and s.info.extra.get(lifecycle.CREATED_LOCATION) is not True
+            for s in seen.values()
+        )
+    ):
+        return None
     would = [r.instant for r in results if r.action is Action.WOULD_ROLL_BACK] if dry_run else []
     try:  # a dry run deleted nothing: the names those instants marked count as deleted
         would_delete = marked_by_live_instants(tl, [tl.status(i) for i in would])
@@ -1175,6 +1213,7 @@ def rollback_table(
             job_id or "*", [], dry_run=dry_run, owner=owner, force=force, tables_missing=[label]
         )
     damage = _Damage()
+    seen: dict[str, timeline.InstantStatus] = {}
     results = _rollback_in_table(
         tl,
         job_id=job_id,
@@ -1185,10 +1224,11 @@ def rollback_table(
         progress=progress,
         label=label,
         damage=damage,
+        seen=seen,
     )
     damage.raise_if_any()
     removal = _remove_if_created(
-        tl, results, job_id=job_id, journal_named=False, dry_run=dry_run, label=label
+        tl, results, job_id=job_id, journal_named=False, dry_run=dry_run, label=label, seen=seen
     )
     summary = summarise(job_id or "*", results, dry_run=dry_run, owner=owner, force=force)
     return _with_removals(summary, [removal])
@@ -1239,6 +1279,7 @@ def rollback_job(
             missing.append(table_url)
             continue
         damaged = len(damage.messages)
+        seen: dict[str, timeline.InstantStatus] = {}
         table_results = _rollback_in_table(
             tl,
             job_id=job_id,
@@ -1249,6 +1290,7 @@ def rollback_job(
             progress=progress,
             label=table_url,
             damage=damage,
+            seen=seen,
         )
         results.extend(table_results)
         if len(damage.messages) == damaged:  # a damaged instant stays: no removal
@@ -1260,6 +1302,7 @@ def rollback_job(
                     journal_named=True,
                     dry_run=dry_run,
                     label=table_url,
+                    seen=seen,
                 )
             )
     damage.raise_if_any()

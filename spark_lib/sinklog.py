@@ -33,10 +33,8 @@ def manifest_dir(table: str) -> str:
 def _entries(manager: filemanager.FileManager, table: str) -> list[tuple[int, bool, str]]:
     """(batch id, is compact, path) of every manifest entry, oldest first; temp files skipped."""
     directory = manifest_dir(table)
-    if not manager.exists(directory):
-        return []
     found = []
-    for info in manager.list(directory):
+    for info in manager.list(directory):  # empty when there is no manifest: one request
         match = _ENTRY_NAME.match(info.name)
         if match and not info.is_dir:
             found.append((int(match.group(1)), match.group(2) is not None, info.path))

@@ -72,16 +72,25 @@ class S3Server:
 
 
 @contextlib.contextmanager
-def run_s3_server(port: int | None = None) -> Iterator[S3Server]:
-    """Start moto's server on 127.0.0.1 and stop it afterwards."""
+def run_s3_server(
+    port: int | None = None, *, conditional_deletes: bool = False
+) -> Iterator[S3Server]:
+    """Start moto's server on 127.0.0.1 and stop it afterwards. ``conditional_deletes``: one
+    that honours ``ETag`` per key of ``DeleteObjects`` as AWS S3 does
+    (``tests/support/moto_conditional.py``; moto alone reports every key deleted)."""
     port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     # moto logs every request: to a file, never to a pipe nobody drains (a full pipe blocks
     # the server after a few hundred requests).
     log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False)  # noqa: SIM115
+    server = (
+        [str(Path(__file__).with_name("moto_conditional.py"))]
+        if conditional_deletes
+        else ["-m", "moto.server"]
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, *server, "-H", "127.0.0.1", "-p", str(port)],
         stdout=log,
         stderr=log,
         env=env,
