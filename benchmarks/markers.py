@@ -144,6 +144,12 @@ def run_job(
     # its connections, seconds on a busy machine. Paid once per job whatever the job's size, it
     # would weigh 10x more in --quick than in the full run and make their ratios disagree.
     warm_dir = f"s3://{bucket}/warm-up/_sparkguard/markers/{INSTANT}"
+    # The writer's W2 (uncounted, like the data path's setup): .inflight before any marker. The
+    # sidecar refuses a marker directory whose instant has none (checked once, at load).
+    for owner in (table, f"{bucket}/warm-up"):
+        manager.write_bytes(
+            f"{owner}/_sparkguard/timeline/{INSTANT}.inflight", b"{}", overwrite=True
+        )
     warm: markers.MarkerClient = (
         direct if endpoint is None else HttpMarkerClient(endpoint, token=TOKEN, deadline_s=120)
     )
@@ -358,6 +364,10 @@ def main() -> int:
             for n in range(args.rounds):
                 for mode in rotated(BATCHED_MODES, n):
                     directory = f"{root}/{mode}-{n}/_sparkguard/markers/{INSTANT}"
+                    timeline_dir = f"{root}/{mode}-{n}/_sparkguard/timeline"
+                    os.makedirs(timeline_dir)  # the writer's W2: .inflight before any marker
+                    with open(f"{timeline_dir}/{INSTANT}.inflight", "wb") as inflight:
+                        inflight.write(b"{}")
                     with sidecar(free_port(), root, {}, mode) as endpoint:
                         elapsed, lat = asyncio.run(
                             _capacity_load(
