@@ -187,20 +187,25 @@ def is_gone(manager: filemanager.FileManager, path: str) -> bool:
     return not is_decided(manager, path[: -len(".outcome")] + ".inflight")
 
 
-def write_batch_file(
-    manager: filemanager.FileManager, path: str, index: int, content: bytes
-) -> None:
-    """Rewrite ``MARKERS<index>`` with ``content`` atomically."""
-    manager.write_bytes(paths.join(path, f"{markers.BATCH_PREFIX}{index}"), content, overwrite=True)
+def write_batch_file(  # noqa: PLR0917 - positional, as _run(func, *args) passes them
+    manager: filemanager.FileManager,
+    path: str,
+    index: int,
+    content: bytes,
+    versioned: bool = False,
+    expected: str | None = None,
+) -> str | None:
+    """Rewrite ``MARKERS<index>`` with ``content`` atomically; returns its new version.
 
-
-def write_batch_version(
-    manager: filemanager.FileManager, path: str, index: int, content: bytes, expected: str | None
-) -> str:
-    """Rewrite ``MARKERS<index>`` with ``content`` only if it is still version ``expected``
-    (``None``: create it only if absent); returns the new version."""
+    With ``versioned``, only if it is still version ``expected`` (``None``: create it only if
+    absent), see :meth:`~sparkguard.spark_lib.filemanager.FileManager.write_versioned`;
+    without, unconditionally (and the version is ``None``).
+    """
     target = paths.join(path, f"{markers.BATCH_PREFIX}{index}")
-    return manager.write_versioned(target, content, expected)
+    if versioned:
+        return manager.write_versioned(target, content, expected)
+    manager.write_bytes(target, content, overwrite=True)
+    return None
 
 
 class _DirState:
@@ -631,12 +636,9 @@ class MarkerBatcher:
             if not state.type_written:
                 await self._run(write_type_file, state.manager, state.path)
                 state.type_written = True
-        if versioned:
-            return await self._run(
-                write_batch_version, state.manager, state.path, index, content, expected
-            )
-        await self._run(write_batch_file, state.manager, state.path, index, content)
-        return None
+        return await self._run(
+            write_batch_file, state.manager, state.path, index, content, versioned, expected
+        )
 
     async def _reread(self, state: _DirState, index: int) -> None:
         """After a lost conditional write: read the file, *then* the outcome (a version read
