@@ -35,6 +35,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import re
 import time
@@ -178,6 +179,19 @@ def is_decided(manager: filemanager.FileManager, path: str) -> bool:
     return True
 
 
+def read_outcome(manager: filemanager.FileManager, path: str) -> str | None:
+    """The ``outcome`` field of the outcome file at ``path`` (``None`` when it is missing;
+    ``"unreadable"`` when it cannot be parsed, which callers treat as not committed)."""
+    try:
+        raw = manager.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    try:
+        return str(json.loads(raw)["outcome"])
+    except (ValueError, KeyError, TypeError):
+        return "unreadable"
+
+
 def is_gone(manager: filemanager.FileManager, path: str) -> bool:
     """Whether the instant of the outcome file at ``path`` was decided and then removed: its
     ``.inflight`` does not exist. A writer puts ``.inflight`` before any marker (W2), and only a
@@ -227,6 +241,9 @@ class _DirState:
         #: index -> the version of ``MARKERS<index>`` this sidecar last wrote or read (absent:
         #: no such file known, the next flush to it creates it)
         self.versions: dict[int, str | None] = {}
+        #: indices rewritten without a check since the last check that found the instant
+        #: undecided (their newest markers may postdate a claim; see delete_dir)
+        self.unchecked: set[int] = set()
         #: name -> future resolved when acknowledged (result: whether this sidecar wrote it);
         #: names queued or being written
         self.waiting: dict[str, asyncio.Future[bool]] = {}
@@ -400,10 +417,12 @@ class MarkerBatcher:
         try:
             await state.idle.wait()
             async with state.load_lock:
-                count = await self._run(markers.delete_marker_dir, state.manager, state.path)
+                keep = await self._unread_files(state)
+                count = await self._run(markers.delete_marker_dir, state.manager, state.path, keep)
                 state.known.clear()
                 state.files.clear()
                 state.versions.clear()
+                state.unchecked.clear()
                 state.type_written = False
                 state.loaded = True
         except OSError as exc:
@@ -415,6 +434,34 @@ class MarkerBatcher:
             state.users -= 1
         self._schedule(state)
         return count
+
+    async def _unread_files(self, state: _DirState) -> frozenset[str]:
+        """Batch files a delete must leave: rewritten without a check since the last check that
+        found the instant undecided, when the instant is now rolled back.
+
+        A JVM abort claims the instant, reads the markers, deletes their files, then has the
+        sidecar delete the directory: a marker acknowledged by a conditional rewrite after
+        that read is in no record, so the file holding it stays for the next rollback pass
+        (R9 reads a marker directory that outlived its instant's rollback). A committed
+        instant's directory goes whole (W10), as before."""
+        if not state.unchecked:
+            return frozenset()
+        outcome = await self._run(read_outcome, state.manager, state.outcome_path)
+        if outcome is None or outcome == "committed":
+            return frozenset()
+        state.decided = True
+        kept = frozenset(
+            paths.join(state.path, f"{markers.BATCH_PREFIX}{index}")
+            for index in sorted(state.unchecked)
+        )
+        logger.warning(
+            "instant %s is %s: leaving %s (markers acknowledged since the last check) for the "
+            "next rollback pass",
+            state.dir.instant,
+            outcome,
+            ", ".join(sorted(kept)),
+        )
+        return kept
 
     # -- internals ------------------------------------------------------------------------------
     async def _run(self, func: Callable[..., _T], *args: object) -> _T:
@@ -619,6 +666,8 @@ class MarkerBatcher:
                 state.versions[index] = version
             state.known.update(new)
             self._metrics.batch_size.observe(len(new))
+            if not fresh and state.manager.versioned_writes:
+                state.unchecked.add(index)
             if fresh or not state.manager.versioned_writes:
                 # After: a rollback that claimed the instant during the write may have listed
                 # the directory before this version existed; its task must not go on.
@@ -679,13 +728,19 @@ class MarkerBatcher:
 
     async def _check_decided(self, state: _DirState) -> bool:
         """Ask storage whether the instant is decided (once decided, never again)."""
-        if not state.decided and await self._run(is_decided, state.manager, state.outcome_path):
+        if state.decided:
+            return True
+        before = set(state.unchecked)
+        if await self._run(is_decided, state.manager, state.outcome_path):
             state.decided = True
             logger.warning(
                 "instant %s is decided (%s exists): refusing its markers from now on",
                 state.dir.instant,
                 state.outcome_path,
             )
+        else:
+            # Versions published before this check are ones a later claim's rollback reads.
+            state.unchecked -= before
         return state.decided
 
     def _refuse_if_decided(self, state: _DirState) -> None:

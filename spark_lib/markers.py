@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Final, Protocol
 
 from sparkguard.spark_lib import errors, filemanager, paths, timeline
@@ -279,9 +279,12 @@ def read_marked_files(manager: filemanager.FileManager, directory: str) -> set[s
     return snapshot_marker_dir(manager, directory).marked_files
 
 
-def delete_marker_dir(manager: filemanager.FileManager, directory: str) -> int:
-    """Delete every file of a marker directory; returns how many. Idempotent."""
-    files = [info.path for info in _walk(manager, directory)]
+def delete_marker_dir(
+    manager: filemanager.FileManager, directory: str, keep: Collection[str] = ()
+) -> int:
+    """Delete every file of a marker directory but ``keep`` (paths); returns how many.
+    Idempotent."""
+    files = [info.path for info in _walk(manager, directory) if info.path not in keep]
     return _delete_marker_files(manager, directory, files)
 
 

@@ -109,6 +109,9 @@ class Batcher:
         await self.batcher.drain(5)
         await self.batcher.close()
 
+    async def delete_dir(self) -> int:
+        return await asyncio.wait_for(self.batcher.delete_dir(self.dir), timeout=30)
+
     async def create(self, name: str) -> bool:
         return await asyncio.wait_for(
             self.batcher.create(self.dir, markers.marker_name(name)), timeout=30
@@ -221,6 +224,47 @@ async def test_a_rewrite_between_the_rollbacks_read_and_delete_is_read_before_th
     assert "part-1.parquet" in store.tl.status(store.instant).rolled_back_names
     assert not store.manager.exists(store.data("part-1.parquet"))
     assert not store.manager.list_files(store.marker_path)
+
+
+async def test_a_delete_after_a_claim_leaves_the_unchecked_file_for_the_next_pass(
+    store: Store,
+) -> None:
+    """The JVM's abort claims, reads the markers, deletes their files, then has the sidecar
+    delete the directory. A marker acknowledged by a conditional rewrite after that read is in
+    no record: its file stays, and the next rollback pass reads it and deletes its data file."""
+    async with Batcher(store) as sidecar:
+        assert await sidecar.create("part-0.parquet")
+        assert store.tl.claim_rollback(store.instant)
+        read = on_storage(store)  # the abort's read, after its claim
+        assert await sidecar.create("part-1.parquet")  # a rewrite: acknowledged, unchecked
+        store.manager.write_bytes(store.data("part-1.parquet"), b"zombie")
+        await sidecar.delete_dir()
+        assert read == {"part-0.parquet"}
+        assert on_storage(store) == {"part-0.parquet", "part-1.parquet"}  # MARKERS0 kept
+        with pytest.raises(errors.InstantDecidedError):
+            await sidecar.create("part-2.parquet")
+    store.roll_back()
+    assert not store.manager.exists(store.data("part-1.parquet"))
+    assert "part-1.parquet" in store.tl.status(store.instant).rolled_back_names
+    assert not store.manager.list_files(store.marker_path)
+
+
+async def test_a_committed_or_checked_directory_is_deleted_whole(store: Store) -> None:
+    async with Batcher(store) as sidecar:
+        assert await sidecar.create("part-0.parquet")
+        assert await sidecar.create("part-1.parquet")  # unchecked
+        store.tl.commit(store.instant, [])
+        await sidecar.delete_dir()  # W10: the commit read its markers before it decided
+        assert not store.manager.list_files(store.marker_path)
+    other = store.tl.start("job-2", attempt=1, marker_type=TIMELINE_TYPE)
+    store.instant = other
+    async with Batcher(store) as sidecar:
+        assert await sidecar.create("part-0.parquet")
+        assert await sidecar.create("part-1.parquet")  # unchecked ...
+        assert not await sidecar.create("part-1.parquet")  # ... until this check
+        assert store.tl.claim_rollback(other)
+        await sidecar.delete_dir()  # everything acknowledged predates the claim
+        assert not store.manager.list_files(store.marker_path)
 
 
 async def test_a_restarted_sidecar_resumes_a_directory_with_conditional_rewrites(
