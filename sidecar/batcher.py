@@ -417,8 +417,14 @@ class MarkerBatcher:
         try:
             await state.idle.wait()
             async with state.load_lock:
-                keep = await self._unread_files(state)
-                count = await self._run(markers.delete_marker_dir, state.manager, state.path, keep)
+                # The listing and the outcome read (if any) are independent: one round trip.
+                listed, keep = await asyncio.gather(
+                    self._run(markers.list_marker_files, state.manager, state.path),
+                    self._unread_files(state),
+                )
+                count = await self._run(
+                    markers.delete_marker_dir, state.manager, state.path, keep, listed
+                )
                 state.known.clear()
                 state.files.clear()
                 state.versions.clear()

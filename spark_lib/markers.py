@@ -279,12 +279,22 @@ def read_marked_files(manager: filemanager.FileManager, directory: str) -> set[s
     return snapshot_marker_dir(manager, directory).marked_files
 
 
+def list_marker_files(manager: filemanager.FileManager, directory: str) -> list[str]:
+    """Every file of a marker directory (one recursive listing)."""
+    return [info.path for info in _walk(manager, directory)]
+
+
 def delete_marker_dir(
-    manager: filemanager.FileManager, directory: str, keep: Collection[str] = ()
+    manager: filemanager.FileManager,
+    directory: str,
+    keep: Collection[str] = (),
+    listed: Iterable[str] | None = None,
 ) -> int:
-    """Delete every file of a marker directory but ``keep`` (paths); returns how many.
-    Idempotent."""
-    files = [info.path for info in _walk(manager, directory) if info.path not in keep]
+    """Delete every file of a marker directory (or of ``listed``, a listing already made) but
+    ``keep`` (paths); returns how many. Idempotent."""
+    if listed is None:
+        listed = list_marker_files(manager, directory)
+    files = [path for path in listed if path not in keep]
     return _delete_marker_files(manager, directory, files)
 
 
