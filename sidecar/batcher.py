@@ -11,12 +11,14 @@ to what its predecessor wrote and acknowledges a re-created marker without writi
 
 **Decided instants are fenced.** Markers of an instant whose ``<instant>.outcome`` exists
 (committed, or claimed by a rollback) are refused with :class:`~sparkguard.sidecar.errors.
-InstantDecidedError` (409): the sidecar checks the outcome when it loads a directory, before
-each flush writes (so nothing is appended to the files of a decided instant) and after it
-(so a rollback that claimed the instant while the batch was being written, and may have read the
-file before this write, never sees its markers acknowledged). A refused task never writes its
-data file. A re-created, already durable marker rides on the next flush too, so it is checked
-the same way before it is acknowledged.
+InstantDecidedError` (409). The sidecar reads the outcome when it loads a directory, before and
+after it creates a batch file, and after a conditional rewrite lost. Rewriting a batch file it
+created or read is conditional on that version (S3 ``If-Match``; local disk an atomic exchange,
+see :meth:`~sparkguard.spark_lib.filemanager.FileManager.write_versioned`) and needs no read: a
+rollback that claimed the instant since lists that file (R4) and deletes it only conditionally
+on a version it read (R7), so either it reads the new version or the rewrite fails and the
+outcome is read. On stores without versioned writes the outcome is read before and after every
+flush, as before. A re-sent, already durable marker is checked once before its 200.
 
 Two flush policies (:class:`~sparkguard.sidecar.config.FlushMode`): ``interval`` starts a flush
 of every directory with queued names each ``batch_interval_ms`` (up to ``batch_threads`` flushes
@@ -33,6 +35,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import re
 import time
@@ -50,6 +53,15 @@ _DIRECT_MARKER: Final = re.compile(r"\.marker\.(CREATE|MERGE|APPEND)$")
 _TYPE_CONTENT: Final = markers.MarkerType.TIMELINE_SERVER_BASED.value.encode()
 _LOCAL_PROTOCOLS: Final = frozenset({"file", "local", "memory"})
 _T = TypeVar("_T")
+#: conditional writes of one flush before it gives up (each loss re-reads the file)
+_WRITE_ATTEMPTS: Final = 3
+
+
+@dataclasses.dataclass
+class _Progress:
+    """What a flush got done before it ended (answered or failed)."""
+
+    wrote: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +71,8 @@ class LoadedDir:
     names: set[str]
     files: dict[int, bytes]
     type_written: bool
+    #: the version of each batch file as read (``None`` where the store has no versions)
+    versions: dict[int, str | None] = dataclasses.field(default_factory=dict)
 
 
 def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
@@ -69,6 +83,7 @@ def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
     """
     names: set[str] = set()
     files: dict[int, bytes] = {}
+    versions: dict[int, str | None] = {}
     type_written = False
     nested = False
     try:
@@ -81,17 +96,16 @@ def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
             elif base == markers.TYPE_FILE:
                 type_written = bool(manager.read_bytes(info.path).strip())
             elif match := _BATCH_FILE.match(base):
-                content = manager.read_bytes(info.path)
+                content, version = manager.read_versioned(info.path)
                 parsed = markers.parse_batch_content(content, source=info.path)
                 names.update(parsed.names)
                 if parsed.torn is not None:
                     # A crash mid-append left a partial last line: it was never acknowledged.
                     # Drop it, or the next append would bury it as a garbage middle line.
                     logger.warning("dropping the torn last line of %s", info.path)
-                    content = content[: content.rfind(b"\n") + 1]
-                elif content and not content.endswith(b"\n"):
-                    content += b"\n"
+                content = _whole_lines(content)
                 files[int(match.group(1))] = content
+                versions[int(match.group(1))] = version
             elif _DIRECT_MARKER.search(base):
                 names.add(base)
             else:
@@ -103,7 +117,41 @@ def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
             f"marker directory {path} cannot be read ({exc}); the sidecar will not append to "
             "it. Move the offending file away, or roll the instant back"
         ) from None
-    return LoadedDir(names=names, files=files, type_written=type_written)
+    return LoadedDir(names=names, files=files, type_written=type_written, versions=versions)
+
+
+def _whole_lines(content: bytes) -> bytes:
+    """``content`` without a torn last line (never acknowledged), and ending in a newline."""
+    lines = content.split(b"\n")
+    tail = lines.pop()
+    if tail and markers.parse_batch_content(tail, source="", lenient=True).names:
+        lines.append(tail)  # a whole name whose newline is missing
+    return b"".join(line + b"\n" for line in lines)
+
+
+def read_batch_file(
+    manager: filemanager.FileManager, path: str, index: int
+) -> tuple[bytes, str | None] | None:
+    """``MARKERS<index>``'s whole lines and version, or ``None`` when it does not exist."""
+    try:
+        content, version = manager.read_versioned(
+            paths.join(path, f"{markers.BATCH_PREFIX}{index}")
+        )
+    except FileNotFoundError:
+        return None
+    return _whole_lines(content), version
+
+
+def merge_batch(current: bytes, previous: bytes) -> bytes:
+    """``current`` followed by the lines of ``previous`` it lacks (names this sidecar
+    acknowledged in a version that someone removed without deciding the instant)."""
+    have = set(markers.parse_batch_content(current, source="", lenient=True).names)
+    lost = [
+        name
+        for name in markers.parse_batch_content(previous, source="", lenient=True).names
+        if name not in have
+    ]
+    return current + markers.render_batch_file(lost)
 
 
 def write_type_file(manager: filemanager.FileManager, path: str) -> None:
@@ -131,6 +179,19 @@ def is_decided(manager: filemanager.FileManager, path: str) -> bool:
     return True
 
 
+def read_outcome(manager: filemanager.FileManager, path: str) -> str | None:
+    """The ``outcome`` field of the outcome file at ``path`` (``None`` when it is missing;
+    ``"unreadable"`` when it cannot be parsed, which callers treat as not committed)."""
+    try:
+        raw = manager.read_bytes(path)
+    except FileNotFoundError:
+        return None
+    try:
+        return str(json.loads(raw)["outcome"])
+    except (ValueError, KeyError, TypeError):
+        return "unreadable"
+
+
 def is_gone(manager: filemanager.FileManager, path: str) -> bool:
     """Whether the instant of the outcome file at ``path`` was decided and then removed: its
     ``.inflight`` does not exist. A writer puts ``.inflight`` before any marker (W2), and only a
@@ -140,11 +201,25 @@ def is_gone(manager: filemanager.FileManager, path: str) -> bool:
     return not is_decided(manager, path[: -len(".outcome")] + ".inflight")
 
 
-def write_batch_file(
-    manager: filemanager.FileManager, path: str, index: int, content: bytes
-) -> None:
-    """Rewrite ``MARKERS<index>`` with ``content`` atomically."""
-    manager.write_bytes(paths.join(path, f"{markers.BATCH_PREFIX}{index}"), content, overwrite=True)
+def write_batch_file(  # noqa: PLR0917 - positional, as _run(func, *args) passes them
+    manager: filemanager.FileManager,
+    path: str,
+    index: int,
+    content: bytes,
+    versioned: bool = False,
+    expected: str | None = None,
+) -> str | None:
+    """Rewrite ``MARKERS<index>`` with ``content`` atomically; returns its new version.
+
+    With ``versioned``, only if it is still version ``expected`` (``None``: create it only if
+    absent), see :meth:`~sparkguard.spark_lib.filemanager.FileManager.write_versioned`;
+    without, unconditionally (and the version is ``None``).
+    """
+    target = paths.join(path, f"{markers.BATCH_PREFIX}{index}")
+    if versioned:
+        return manager.write_versioned(target, content, expected)
+    manager.write_bytes(target, content, overwrite=True)
+    return None
 
 
 class _DirState:
@@ -163,6 +238,12 @@ class _DirState:
         self.type_written = False
         self.known: set[str] = set()
         self.files: dict[int, bytes] = {}
+        #: index -> the version of ``MARKERS<index>`` this sidecar last wrote or read (absent:
+        #: no such file known, the next flush to it creates it)
+        self.versions: dict[int, str | None] = {}
+        #: indices rewritten without a check since the last check that found the instant
+        #: undecided (their newest markers may postdate a claim; see delete_dir)
+        self.unchecked: set[int] = set()
         #: name -> future resolved when acknowledged (result: whether this sidecar wrote it);
         #: names queued or being written
         self.waiting: dict[str, asyncio.Future[bool]] = {}
@@ -336,9 +417,18 @@ class MarkerBatcher:
         try:
             await state.idle.wait()
             async with state.load_lock:
-                count = await self._run(markers.delete_marker_dir, state.manager, state.path)
+                # The listing and the outcome read (if any) are independent: one round trip.
+                listed, keep = await asyncio.gather(
+                    self._run(markers.list_marker_files, state.manager, state.path),
+                    self._unread_files(state),
+                )
+                count = await self._run(
+                    markers.delete_marker_dir, state.manager, state.path, keep, listed
+                )
                 state.known.clear()
                 state.files.clear()
+                state.versions.clear()
+                state.unchecked.clear()
                 state.type_written = False
                 state.loaded = True
         except OSError as exc:
@@ -350,6 +440,34 @@ class MarkerBatcher:
             state.users -= 1
         self._schedule(state)
         return count
+
+    async def _unread_files(self, state: _DirState) -> frozenset[str]:
+        """Batch files a delete must leave: rewritten without a check since the last check that
+        found the instant undecided, when the instant is now rolled back.
+
+        A JVM abort claims the instant, reads the markers, deletes their files, then has the
+        sidecar delete the directory: a marker acknowledged by a conditional rewrite after
+        that read is in no record, so the file holding it stays for the next rollback pass
+        (R9 reads a marker directory that outlived its instant's rollback). A committed
+        instant's directory goes whole (W10), as before."""
+        if not state.unchecked:
+            return frozenset()
+        outcome = await self._run(read_outcome, state.manager, state.outcome_path)
+        if outcome is None or outcome == "committed":
+            return frozenset()
+        state.decided = True
+        kept = frozenset(
+            paths.join(state.path, f"{markers.BATCH_PREFIX}{index}")
+            for index in sorted(state.unchecked)
+        )
+        logger.warning(
+            "instant %s is %s: leaving %s (markers acknowledged since the last check) for the "
+            "next rollback pass",
+            state.dir.instant,
+            outcome,
+            ", ".join(sorted(kept)),
+        )
+        return kept
 
     # -- internals ------------------------------------------------------------------------------
     async def _run(self, func: Callable[..., _T], *args: object) -> _T:
@@ -390,6 +508,7 @@ class MarkerBatcher:
                         loaded = await self._load(state)
                         state.known |= loaded.names
                         state.files = loaded.files
+                        state.versions = loaded.versions
                         state.type_written = loaded.type_written
                         state.loaded = True
             finally:
@@ -496,45 +615,105 @@ class MarkerBatcher:
     async def _write(
         self, state: _DirState, index: int, batch: list[tuple[str, asyncio.Future[bool]]]
     ) -> bool:
-        """Check the instant, write the batch's new names, check again, answer the batch.
+        """Write the batch's new names to ``MARKERS<index>`` behind the fence, answer the batch.
+
+        Where the store has versioned writes, a rewrite of a file this sidecar already wrote
+        (or read) is conditional on that version and needs no outcome read: a rollback that
+        claimed the instant since either reads this version before deleting the file (R7), or
+        has deleted it, and then the write fails, the outcome is read and the batch refused.
+        The outcome is read before and after creating a new file, after a failed conditional
+        write, and around every write on stores without versioned writes.
 
         Returns whether a batch file was written.
         """
+        new = [name for name, _ in batch if name not in state.known]
+        progress = _Progress()
         try:
-            refused = await self._check_decided(state)  # before: never append to a decided one
+            if new:
+                await self._publish(state, index, new, progress)
+            else:
+                # Re-sent names only, already durable: nothing to write, one check before 200.
+                await self._fence(state)
+        except errors.InstantDecidedError as refusal:
+            self._settle(state, batch, refusal)
         except Exception as exc:  # noqa: BLE001 - any storage failure fails the batch, not the app
             self._fail_flush(state, index, batch, exc)
-            return False
-        if refused:
-            self._settle(state, batch, self._decided_error(state))
-            return False
-        new = [name for name, _ in batch if name not in state.known]
-        if new:
+        else:
+            self._settle(state, batch, None, written=set(new))
+        return progress.wrote
+
+    async def _publish(
+        self, state: _DirState, index: int, new: list[str], progress: _Progress
+    ) -> None:
+        """Append ``new`` to ``MARKERS<index>``; raises the refusal when the instant is decided."""
+        for _ in range(_WRITE_ATTEMPTS):
+            versioned = state.manager.versioned_writes
+            expected = state.versions.get(index)
+            fresh = not versioned or expected is None  # a new file, or no versions: checked
+            if fresh:
+                await self._fence(state)  # before: never create a decided one's files
             content = state.files.get(index, b"") + markers.render_batch_file(new)
             try:
-                async with state.type_lock:
-                    if not state.type_written:
-                        await self._run(write_type_file, state.manager, state.path)
-                        state.type_written = True
-                await self._run(write_batch_file, state.manager, state.path, index, content)
-            except Exception as exc:  # noqa: BLE001 - as above
-                self._fail_flush(state, index, batch, exc)
-                return False
+                version = await self._put(state, index, content, versioned, expected)
+            except (lib_errors.VersionConflictError, lib_errors.AlreadyExistsError) as exc:
+                logger.info("conditional write to %s/MARKERS%s lost: %s", state.dir.key, index, exc)
+                await self._reread(state, index)
+                continue
+            except lib_errors.UnsupportedStoreError as exc:
+                # The store showed it has no conditional rewrite (versioned_writes is off now):
+                # the next attempt takes the checked path.
+                logger.warning("%s: reading the outcome around every flush instead", exc)
+                continue
+            progress.wrote = True
             state.files[index] = content
+            if version is None:
+                state.versions.pop(index, None)
+            else:
+                state.versions[index] = version
             state.known.update(new)
             self._metrics.batch_size.observe(len(new))
-            try:
-                # After: a rollback that claimed the instant during the write may have read
-                # MARKERS<index> before it; its task must not go on to write the data file.
-                refused = await self._check_decided(state)
-            except Exception as exc:  # noqa: BLE001 - as above
-                self._fail_flush(state, index, batch, exc)
-                return True
-            if refused:
-                self._settle(state, batch, self._decided_error(state))
-                return True
-        self._settle(state, batch, None, written=set(new))
-        return bool(new)
+            if not fresh and state.manager.versioned_writes:
+                state.unchecked.add(index)
+            if fresh or not state.manager.versioned_writes:
+                # After: a rollback that claimed the instant during the write may have listed
+                # the directory before this version existed; its task must not go on.
+                await self._fence(state)
+            return
+        raise lib_errors.VersionConflictError(
+            f"{_WRITE_ATTEMPTS} conditional writes in a row lost to another writer"
+        )
+
+    async def _put(
+        self, state: _DirState, index: int, content: bytes, versioned: bool, expected: str | None
+    ) -> str | None:
+        """Write ``MARKERS.type`` once, then the batch file; its new version (or ``None``)."""
+        async with state.type_lock:
+            if not state.type_written:
+                await self._run(write_type_file, state.manager, state.path)
+                state.type_written = True
+        return await self._run(
+            write_batch_file, state.manager, state.path, index, content, versioned, expected
+        )
+
+    async def _reread(self, state: _DirState, index: int) -> None:
+        """After a lost conditional write: read the file, *then* the outcome (a version read
+        before a check that found the instant undecided is one that a later claim's R4 lists,
+        so rewriting it unchecked stays safe), and start again from what is there, keeping
+        every name this sidecar had acknowledged in it."""
+        current = await self._run(read_batch_file, state.manager, state.path, index)
+        await self._fence(state)
+        previous = state.files.get(index, b"")
+        if current is None:
+            state.versions.pop(index, None)
+            state.files[index] = merge_batch(b"", previous)
+        else:
+            state.files[index] = merge_batch(current[0], previous)
+            state.versions[index] = current[1]
+
+    async def _fence(self, state: _DirState) -> None:
+        """Raise the refusal if the instant is decided (asks storage unless known)."""
+        if await self._check_decided(state):
+            raise self._decided_error(state)
 
     def _fail_flush(
         self,
@@ -555,13 +734,19 @@ class MarkerBatcher:
 
     async def _check_decided(self, state: _DirState) -> bool:
         """Ask storage whether the instant is decided (once decided, never again)."""
-        if not state.decided and await self._run(is_decided, state.manager, state.outcome_path):
+        if state.decided:
+            return True
+        before = set(state.unchecked)
+        if await self._run(is_decided, state.manager, state.outcome_path):
             state.decided = True
             logger.warning(
                 "instant %s is decided (%s exists): refusing its markers from now on",
                 state.dir.instant,
                 state.outcome_path,
             )
+        else:
+            # Versions published before this check are ones a later claim's rollback reads.
+            state.unchecked -= before
         return state.decided
 
     def _refuse_if_decided(self, state: _DirState) -> None:

@@ -28,6 +28,11 @@ class AlreadyExistsError(SparkguardError, FileExistsError):
     """A put-if-absent lost: the target already exists. Nothing was written."""
 
 
+class VersionConflictError(SparkguardError):
+    """A conditional rewrite lost: the file is gone, or is not the version the writer last saw
+    (another writer replaced or deleted it). Nothing was written."""
+
+
 class CorruptFileError(SparkguardError):
     """A sparkguard file on storage cannot be parsed. It is never silently skipped."""
 

@@ -41,7 +41,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any, Final, Self
 
@@ -329,6 +329,33 @@ class FileManager(abc.ABC):
         data = self.fs.cat_file(path)
         return bytes(data)
 
+    @property
+    def versioned_writes(self) -> bool:
+        """Whether :meth:`write_versioned` is exact here: a rewrite conditional on the version
+        the writer last saw (S3: ``If-Match: <ETag>``; local disk: an atomic exchange whose
+        taken-out file must be that version). ``False`` elsewhere, and for good once a store
+        showed it ignores or lacks the condition."""
+        return False
+
+    def read_versioned(self, path: str) -> tuple[bytes, str | None]:
+        """The content of ``path`` and its version (``None`` where :attr:`versioned_writes` is
+        off); :class:`FileNotFoundError` when it is missing."""
+        return self.read_bytes(path), None
+
+    def write_versioned(self, path: str, data: bytes, expected: str | None) -> str:
+        """Publish ``data`` at ``path`` only if ``path`` still is version ``expected`` (with
+        ``None``: only if it does not exist); return the new version.
+
+        Raises :class:`~sparkguard.spark_lib.errors.VersionConflictError` when ``path`` is gone
+        or is another version, :class:`~sparkguard.spark_lib.errors.AlreadyExistsError` when a
+        create finds it, and :class:`~sparkguard.spark_lib.errors.UnsupportedStoreError` where
+        the store has no such write (then :attr:`versioned_writes` is ``False``); in each case
+        nothing was published.
+        """
+        raise errors.UnsupportedStoreError(
+            f"{self.protocol!r} storage has no conditional rewrite; write {path} unconditionally"
+        )
+
     def open(self, path: str, mode: str = "rb") -> IO[bytes]:
         """Open ``path`` for reading. Writing goes through :meth:`create_atomic` only."""
         if "r" not in mode or "+" in mode:
@@ -501,14 +528,33 @@ class FileManager(abc.ABC):
         removed = self.delete_existing(leftover.path for leftover in leftovers)
         return sum(1 for left in leftovers if left.path in removed and not left.checksum)
 
-    def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
+    def delete_if_unchanged(
+        self,
+        path: str,
+        expected: bytes,
+        *,
+        on_changed: Callable[[bytes], None] | None = None,
+    ) -> bytes | None:
         """Delete ``path`` only if it still holds ``expected``.
 
         Returns ``None`` when it was deleted (or is gone), else its current content (left in
         place): a writer rewrote it since ``expected`` was read, so the caller must look at
-        the new content before deleting it. Backends make the compare-and-delete exact where
-        the store allows (rename away, or a delete conditional on the ETag).
+        the new content before deleting it. With ``on_changed``, that content is handed to it
+        instead (the caller deals with what is new) and the delete is tried again on it, until
+        it succeeds (``None``; after 100 rewrites the file is left in place). Backends make the
+        compare-and-delete exact where the store allows (rename away, or a delete conditional
+        on the ETag).
         """
+        current = self._delete_if_same(path, expected)
+        for _ in range(100):
+            if current is None or on_changed is None:
+                return current
+            on_changed(current)
+            current = self._delete_if_same(path, current)
+        return current  # a writer keeps rewriting it: left in place for the next pass
+
+    def _delete_if_same(self, path: str, expected: bytes) -> bytes | None:
+        """One compare-and-delete: ``None`` once deleted or gone, else the current content."""
         try:
             current = self.read_bytes(path)
         except FileNotFoundError:
@@ -561,6 +607,38 @@ def rename_noreplace(src: str, dst: str) -> None:
             raise OSError(err, os.strerror(err), dst)
     os.link(src, dst)
     os.unlink(src)
+
+
+_RENAME_EXCHANGE: Final = 2
+_UNSUPPORTED_ERRNOS: Final = frozenset(
+    {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP}
+)
+
+
+def rename_exchange(src: str, dst: str) -> None:
+    """Swap ``src`` and ``dst`` atomically (``renameat2(RENAME_EXCHANGE)``): both must exist.
+
+    :class:`FileNotFoundError` when either is missing; :class:`~sparkguard.spark_lib.errors.
+    UnsupportedStoreError` where the kernel or the filesystem has no exchange.
+    """
+    if _renameat2 is not None:
+        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_EXCHANGE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.ENOENT:
+            raise FileNotFoundError(err, os.strerror(err), dst)
+        if err not in _UNSUPPORTED_ERRNOS:
+            raise OSError(err, os.strerror(err), dst)
+    raise errors.UnsupportedStoreError(
+        f"renameat2(RENAME_EXCHANGE) is not available for {dst} (kernel or filesystem)"
+    )
+
+
+def _local_version(st: os.stat_result) -> str:
+    """A local file's version: its inode, size and mtime. A rewrite is a new inode (written
+    beside the old one, which still exists at that moment), renames keep it."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def fsync_directory(path: str) -> None:
@@ -643,10 +721,97 @@ class RenameFileManager(FileManager):
 
     kind = Kind.RENAME
 
+    def __init__(self, fs: AbstractFileSystem, *, protocol: str) -> None:
+        super().__init__(fs, protocol=protocol)
+        #: the filesystem refused RENAME_EXCHANGE once (then never asked again)
+        self._no_exchange = False
+
     def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
         if self.protocol in ("file", "local"):
             return _LocalAtomicStream(path, overwrite=overwrite)
         return _FsspecRenameStream(self.fs, path, overwrite=overwrite)
+
+    @property
+    def versioned_writes(self) -> bool:
+        return (
+            self.protocol in ("file", "local")
+            and _renameat2 is not None
+            and not (self._no_exchange)
+        )
+
+    def read_versioned(self, path: str) -> tuple[bytes, str | None]:
+        if not self.versioned_writes:
+            return super().read_versioned(path)
+        with open(path, "rb") as handle:
+            version = _local_version(os.fstat(handle.fileno()))
+            return handle.read(), version
+
+    def write_versioned(self, path: str, data: bytes, expected: str | None) -> str:
+        """Local disk: the new version is written to a temp file beside ``path`` and fsynced;
+        a create renames it into place unless ``path`` exists; a rewrite *exchanges* it with
+        ``path`` (atomic: ``path`` is never missing), then checks that the file it took out is
+        ``expected``. A rollback's R7 renames ``path`` aside before it compares and deletes, so
+        a rewrite that comes after finds no ``path`` and fails: nothing is published."""
+        if not self.versioned_writes:
+            return super().write_versioned(path, data, expected)
+        path = paths.validate_base(path)
+        directory = os.path.dirname(path) or "."
+        os.makedirs(directory, exist_ok=True)
+        temp = os.path.join(directory, make_temp_name(os.path.basename(path)))
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+                version = _local_version(os.fstat(handle.fileno()))
+            if expected is None:
+                try:
+                    rename_noreplace(temp, path)
+                except FileExistsError:
+                    raise errors.AlreadyExistsError(
+                        f"{path} already exists; nothing was written (create-if-absent lost)"
+                    ) from None
+                fsync_directory(directory)
+                return version
+            try:
+                rename_exchange(temp, path)
+            except FileNotFoundError:
+                raise errors.VersionConflictError(
+                    f"{path} is gone (deleted or taken aside by a rollback); nothing was written"
+                ) from None
+            except errors.UnsupportedStoreError:
+                self._no_exchange = True
+                raise
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        # ``temp`` now holds the file that was at ``path``.
+        try:
+            taken = _local_version(os.lstat(temp))
+        except FileNotFoundError:  # a rollback deleted the temp name it listed meanwhile
+            raise errors.VersionConflictError(
+                f"could not confirm which version of {path} was replaced (a rollback removed "
+                "it); the new version is published but must not be trusted"
+            ) from None
+        if taken != expected:
+            # Another writer's version was there: put it back, ours was never acknowledged.
+            try:
+                rename_exchange(temp, path)
+            except (OSError, errors.UnsupportedStoreError):
+                pass  # leave it under the temp name: readers read temp copies too
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+            raise errors.VersionConflictError(
+                f"{path} was rewritten by another writer (expected version {expected}, found "
+                f"{taken}); nothing was written"
+            )
+        fsync_directory(directory)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)  # the previous version: every line of it is in the new one
+        return version
 
     def mkdirs(self, path: str) -> None:
         if self.protocol in ("file", "local"):
@@ -665,12 +830,21 @@ class RenameFileManager(FileManager):
             return False
         return True
 
-    def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
+    def delete_if_unchanged(
+        self,
+        path: str,
+        expected: bytes,
+        *,
+        on_changed: Callable[[bytes], None] | None = None,
+    ) -> bytes | None:
         """Exact on local disk: the file is renamed away first (atomic), so a rewrite that
-        lands meanwhile publishes a new file instead of being deleted unread. The renamed
-        copy has a temp name holding the old content, which the marker reader still reads."""
+        lands meanwhile publishes a new file instead of being deleted unread, and a versioned
+        rewrite (:meth:`write_versioned`) finds no file and fails. The renamed copy has a temp
+        name holding the old content, which the marker reader still reads. With
+        ``on_changed``, a changed copy stays taken aside while ``on_changed`` reads it (no
+        writer can change it there), then it is deleted."""
         if self.protocol not in ("file", "local"):
-            return super().delete_if_unchanged(path, expected)
+            return super().delete_if_unchanged(path, expected, on_changed=on_changed)
         directory = os.path.dirname(path) or "."
         aside = os.path.join(directory, make_temp_name(os.path.basename(path)))
         try:
@@ -680,6 +854,10 @@ class RenameFileManager(FileManager):
         with open(aside, "rb") as handle:
             taken = handle.read()
         if taken == expected:
+            os.unlink(aside)
+            return None
+        if on_changed is not None:
+            on_changed(taken)  # raises: the copy stays under its temp name for the next pass
             os.unlink(aside)
             return None
         try:  # put the newer content back, unless a yet newer rewrite is already there
@@ -838,6 +1016,94 @@ class DirectPutFileManager(FileManager):
         super().__init__(fs, protocol=protocol)
         self.create_mode = create_mode
         self.block_size = block_size
+        #: whether the store honours ``If-Match`` on PUT: unknown (None) until the first
+        #: versioned write probes it
+        self._if_match: bool | None = None
+
+    @property
+    def versioned_writes(self) -> bool:
+        return (
+            self.protocol in CONDITIONAL_PUT_PROTOCOLS
+            and self.create_mode is CreateMode.CONDITIONAL
+            and self._if_match is not False
+        )
+
+    def read_versioned(self, path: str) -> tuple[bytes, str | None]:
+        if not self.versioned_writes:
+            return super().read_versioned(path)
+        bucket, key, _ = self.fs.split_path(path)
+        response = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
+        return _read_body(self.fs, response["Body"]), str(response["ETag"])
+
+    def write_versioned(self, path: str, data: bytes, expected: str | None) -> str:
+        """S3: one PUT with ``If-Match: <expected ETag>`` (a rewrite; answered 404 when the key
+        is gone, 412 when it is another version) or ``If-None-Match: *`` (a create). The first
+        call of a manager first proves that the store honours ``If-Match`` (a PUT whose ETag
+        no object has must be refused); a store that ignores it gets no versioned writes."""
+        if not self.versioned_writes:
+            return super().write_versioned(path, data, expected)
+        bucket, key, _ = self.fs.split_path(path)
+        if self._if_match is None:
+            written = self._probe_if_match(bucket, key, data)
+            if written is not None:
+                return written
+        conditions = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected}
+        try:
+            response = self.fs.call_s3(
+                "put_object", Bucket=bucket, Key=key, Body=data, **conditions
+            )
+        except FileNotFoundError:
+            raise errors.VersionConflictError(
+                f"{path} is gone (deleted by a rollback or a cleanup); nothing was written"
+            ) from None
+        except OSError as exc:
+            if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+                if expected is None:
+                    raise errors.AlreadyExistsError(
+                        f"{path} already exists; nothing was written (conditional put got 412)"
+                    ) from None
+                raise errors.VersionConflictError(
+                    f"{path} is not version {expected} any more (rewritten by another writer); "
+                    "nothing was written"
+                ) from None
+            if _is_not_implemented(exc):
+                self._if_match = False
+                raise errors.UnsupportedStoreError(
+                    f"the store rejected a conditional put for {path}: {exc}"
+                ) from exc
+            raise
+        return str(response["ETag"])
+
+    def _probe_if_match(self, bucket: str, key: str, data: bytes) -> str | None:
+        """PUT ``data`` with an ``If-Match`` no object satisfies. A store that honours it
+        refuses (404 or 412): returns ``None``. One that ignores it stores ``data``: versioned
+        writes are off from now on, and the new ETag is returned (the write happened,
+        unconditionally, as the caller's fallback would have done it)."""
+        try:
+            response = self.fs.call_s3(
+                "put_object", Bucket=bucket, Key=key, Body=data, IfMatch='"sparkguard-probe"'
+            )
+        except FileNotFoundError:
+            self._if_match = True
+            return None
+        except OSError as exc:
+            if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+                self._if_match = True
+                return None
+            if _is_not_implemented(exc):
+                self._if_match = False
+                raise errors.UnsupportedStoreError(
+                    f"the store rejected a conditional put (If-Match) for {bucket}/{key}: {exc}"
+                ) from exc
+            raise
+        self._if_match = False
+        logger.warning(
+            "the store ignored If-Match on PUT %s/%s: conditional rewrites are off, the marker "
+            "sidecar reads the instant's outcome around every flush instead",
+            bucket,
+            key,
+        )
+        return str(response["ETag"])
 
     def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
         if overwrite:
@@ -1080,7 +1346,7 @@ class DirectPutFileManager(FileManager):
 
         return sum(1 for done in self._gather(abort(left) for left in leftovers) if done)
 
-    def delete_if_unchanged(self, path: str, expected: bytes) -> bytes | None:
+    def _delete_if_same(self, path: str, expected: bytes) -> bytes | None:
         """Exact on S3: the delete carries ``If-Match`` with the ETag of the content compared
         (a store that refuses conditional deletes gets a plain delete after the compare)."""
         bucket, key, _ = self.fs.split_path(path)

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Final, Protocol
 
 from sparkguard.spark_lib import errors, filemanager, paths, timeline
@@ -279,9 +279,22 @@ def read_marked_files(manager: filemanager.FileManager, directory: str) -> set[s
     return snapshot_marker_dir(manager, directory).marked_files
 
 
-def delete_marker_dir(manager: filemanager.FileManager, directory: str) -> int:
-    """Delete every file of a marker directory; returns how many. Idempotent."""
-    files = [info.path for info in _walk(manager, directory)]
+def list_marker_files(manager: filemanager.FileManager, directory: str) -> list[str]:
+    """Every file of a marker directory (one recursive listing)."""
+    return [info.path for info in _walk(manager, directory)]
+
+
+def delete_marker_dir(
+    manager: filemanager.FileManager,
+    directory: str,
+    keep: Collection[str] = (),
+    listed: Iterable[str] | None = None,
+) -> int:
+    """Delete every file of a marker directory (or of ``listed``, a listing already made) but
+    ``keep`` (paths); returns how many. Idempotent."""
+    if listed is None:
+        listed = list_marker_files(manager, directory)
+    files = [path for path in listed if path not in keep]
     return _delete_marker_files(manager, directory, files)
 
 
@@ -301,21 +314,26 @@ def delete_snapshot(
     files = [p for p in snapshot.files if p not in snapshot.contents]
     seen = set(snapshot.names)
     removed = 0
-    for path, content in snapshot.contents.items():
-        expected = content
-        for _ in range(100):
-            current = manager.delete_if_unchanged(path, expected)
-            if current is None:
-                removed += 1
-                break
-            parsed = parse_batch_content(current, source=path)
-            fresh = set(parsed.names) - seen
-            if on_new_names is None:
-                break  # left in place: the next pass reads it
+
+    def changed(path: str) -> Callable[[bytes], None]:
+        def handle(current: bytes) -> None:
+            assert on_new_names is not None
+            fresh = set(parse_batch_content(current, source=path).names) - seen
             if fresh:
                 on_new_names({parse_marker_name(name)[0] for name in fresh})
-                seen |= fresh
-            expected = current
+                seen.update(fresh)
+
+        return handle
+
+    for path, content in snapshot.contents.items():
+        if on_new_names is None:
+            if manager.delete_if_unchanged(path, content) is None:
+                removed += 1
+            continue  # else left in place: the next pass reads it
+        # The new version's names are handed over before that version is deleted (on local
+        # disk while it is held aside, where no writer can change it).
+        if manager.delete_if_unchanged(path, content, on_changed=changed(path)) is None:
+            removed += 1
     return removed + _delete_marker_files(manager, snapshot.directory, files)
 
 
