@@ -1,7 +1,7 @@
 """Operator at scale: N opted-in apps, a tenth failing at once, two replicas, the leader killed.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/operator.py [--quick] [--apps N]
-        [--failing-fraction F] [--rollback-seconds S]
+        [--failing-fraction F] [--rollback-seconds S] [--no-kill] [--profile DIR]
 
 On the real kube-apiserver bench (tests/kubebench). Two operator replicas run as processes
 (``tests/operator/replica.py``: the product's kopf handlers, leader election, claims, patches
@@ -21,6 +21,11 @@ per recovery (audit log; watches, lists and Lease traffic counted apart). Last l
     operator: apps=<n> resubmitted-once=<a> twice=<b> never=<c> p99=<s>s rss=<m>MiB
 
 (``rss`` = the peak of the replica that finished the recovery).
+
+``--profile DIR`` attaches ``py-spy record`` (a dev dependency) to each replica for the whole
+run and leaves its collapsed stacks in ``DIR/replica-<a|b>.txt`` (``py-spy``'s ``raw`` format:
+one line per distinct stack, its sample count last), plus a summary of where the survivor's
+CPU went by layer (kopf, the Kubernetes client, sparkguard, logging, asyncio) in the log.
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ class Replicas:
         }
         self.rollback_seconds = args.rollback_seconds
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.profile: Path | None = args.profile
+        self.profilers: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str) -> subprocess.Popen[bytes]:
         log_file = (self.workdir / f"replica-{name}.log").open("wb")
@@ -95,6 +102,13 @@ class Replicas:
             command, env={**self.env, "SPARKGUARD_POD_NAME": name}, stdout=log_file, stderr=log_file
         )
         self.processes[name] = process
+        if self.profile is not None:
+            self.profile.mkdir(parents=True, exist_ok=True)
+            spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking"]
+            spy += ["--format", "raw", "--pid", str(process.pid)]
+            spy += ["-o", str(self.profile / f"replica-{name}.txt")]
+            spy_log = (self.workdir / f"py-spy-{name}.log").open("wb")
+            self.profilers.append(subprocess.Popen(spy, stdout=spy_log, stderr=spy_log))
         return process
 
     def identity(self, name: str) -> str:
@@ -121,6 +135,45 @@ class Replicas:
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        for profiler in self.profilers:  # each writes its file once its replica is gone
+            try:
+                profiler.wait(60)
+            except subprocess.TimeoutExpired:
+                profiler.kill()
+
+
+#: where a profile's samples go, by the first of these found in a stack (innermost first)
+LAYERS = (
+    ("logging", ("logging/__init__.py", "logging/handlers.py")),
+    ("json", ("json/",)),
+    ("ssl", ("ssl.py",)),
+    ("kubernetes client (with urllib3)", ("kubernetes/", "urllib3/", "http/client.py")),
+    ("kopf", ("kopf/",)),
+    ("aiohttp", ("aiohttp/", "yarl/", "multidict/")),
+    ("sparkguard", ("sparkguard/", "operator/", "replica.py")),
+    ("asyncio", ("asyncio/",)),
+    ("threads", ("threading.py", "concurrent/")),
+)
+
+
+def profile_summary(path: Path) -> str:
+    """Samples of a ``py-spy --format raw`` file by layer (innermost matching frame wins)."""
+    totals: collections.Counter[str] = collections.Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        layer = "other"
+        for frame in reversed(frames):
+            found = next((n for n, marks in LAYERS if any(m in frame for m in marks)), None)
+            if found is not None:
+                layer = found
+                break
+        totals[layer] += int(count)
+    whole = sum(totals.values()) or 1
+    parts = ", ".join(f"{k} {100 * v / whole:.0f}%" for k, v in totals.most_common())
+    return f"{whole} samples: {parts}"
 
 
 def _wait(check: Any, *, what: str, timeout: float) -> None:
@@ -188,6 +241,8 @@ def run(args: argparse.Namespace) -> str:
         custom = client.CustomObjectsApi(api)
         bench.ensure_namespace(NAMESPACE)
         _grant_operator(bench)
+        if args.profile is not None:
+            args.profile = args.profile.resolve()
         log(f"creating {args.apps} opted-in apps")
         for i in range(args.apps):
             app = spark_app(f"app-{i:04d}", namespace=NAMESPACE)
@@ -327,6 +382,9 @@ def run(args: argparse.Namespace) -> str:
     log(f"apiserver requests per recovery (both replicas): {per}")
     other = {k: v for k, v in sorted(requests.items()) if k not in recovery}
     log(f"other requests in the whole run (watches, lists, Lease, discovery): {other}")
+    if args.profile is not None:
+        for path in sorted(args.profile.glob("replica-*.txt")):
+            log(f"profile {path.name}: {profile_summary(path)}")
     return (
         f"operator: apps={args.apps} resubmitted-once={once} twice={twice} never={never} "
         f"p99={p99:.2f}s rss={peak / 1024:.0f}MiB"
@@ -343,6 +401,9 @@ def main() -> int:
     parser.add_argument("--lease", default="5s", help="SPARKGUARD_LEASE_DURATION")
     parser.add_argument("--claim-ttl", default="6s", help="SPARKGUARD_CLAIM_TTL")
     parser.add_argument("--no-kill", action="store_true", help="leave the leader alive")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy each replica; collapsed stacks into this folder"
+    )
     args = parser.parse_args()
     if args.quick:
         args.apps = 100
