@@ -77,9 +77,12 @@ class Runtime:
     workers: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
     #: resourceVersion our last patch of an app produced (its watch echo is no news)
     written: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    #: the last transition Event this process posted (or found posted) per app: key id ->
-    #: Event name (bounded: the oldest entries go first)
-    posted: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the last transition Events this process posted (or found posted) per app: key id ->
+    #: Event names, newest last (bounded: the oldest apps go first)
+    posted: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: per app, the task posting its latest Event: Events go out in order, off the recovery's
+    #: critical path (the next patch does not wait for them); key id -> task
+    posting: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
     #: background tasks of this process (the campaign, workers), cancelled at shutdown
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     #: called with (key, decision) each time this process decided about an app (tests wait

@@ -9,7 +9,7 @@ from typing import Any
 import kmock
 import pytest
 
-from sparkguard.operator import appmeta, kube
+from sparkguard.operator import appmeta, finalizers, kube
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.operator import kmocking
@@ -48,6 +48,39 @@ async def test_failed_app_is_rolled_back_and_resubmitted(
     )
     reasons = kmocking.event_reasons(k8s, "nightly")
     assert reasons == ["RollbackStarted", "RolledBack", "Resubmitted"]
+    assert runtime.metrics.resubmissions._value.get() == 1
+
+
+async def test_a_recovery_without_backoff_is_two_patches_and_no_read(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    """The requests of one recovery (issue 20): the watch event's body is the first read, the
+    claim one patch, the conclusion and the resubmission (backoff 0) one more; the three
+    Events follow, in order, without holding up the patches."""
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=kmocking.FakeRollback())
+    app = spark_app("quick", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    app["metadata"]["finalizers"] = [finalizers.FINALIZER]  # as admission stores it
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "quick", {"status": failed_status()}, status=True)
+        await kmocking.eventually(lambda: len(kmocking.event_reasons(k8s, "quick")) == 3)
+    patches = kmocking.app_patches(k8s, "quick")
+    assert len(patches) == 2, patches
+    claim, conclusion = (p["metadata"]["annotations"] for p in patches)
+    assert claim[appmeta.PHASE] == "Recovering"
+    assert conclusion[appmeta.PHASE] == "Resubmitted"
+    assert appmeta.LAST_ROLLBACK in conclusion
+    assert kmocking.resubmissions(k8s, "quick") == ["1"]
+    reads = [
+        r
+        for r in list(k8s)
+        if str(r.method).upper().endswith("GET")
+        and r.resource is not None
+        and r.resource.plural == kmocking.PLURAL
+        and r.name == "quick"
+    ]
+    assert reads == []
+    assert kmocking.event_reasons(k8s, "quick") == ["RollbackStarted", "RolledBack", "Resubmitted"]
     assert runtime.metrics.resubmissions._value.get() == 1
 
 
@@ -292,12 +325,23 @@ async def test_unanswered_resubmission_is_patched_again_until_the_app_reruns(
 
 
 class _DiesBeforePosting(kube.KubeClient):
-    """An operator killed right after writing phase RolledBack: its Event never leaves."""
+    """An operator killed right after writing phase RolledBack: its Event never leaves, and
+    nothing else it would do next does."""
 
     def __init__(self, api: Any, *, posts_first: bool) -> None:
         super().__init__(api)
         self.posts_first = posts_first
         self.dead = asyncio.Event()
+
+    async def patch_app(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead.is_set():
+            await asyncio.Future()
+        return await super().patch_app(*args, **kwargs)
+
+    async def get_app(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead.is_set():
+            await asyncio.Future()
+        return await super().get_app(*args, **kwargs)
 
     async def post_event(self, app: Any, *, reason: str, **kwargs: Any) -> None:
         if reason != "RolledBack":
@@ -346,3 +390,36 @@ async def test_the_event_of_a_replica_killed_after_its_conclusion_is_posted_once
     assert reasons.count("RolledBack") == 1
     assert reasons.count("Resubmitted") == 1
     assert kmocking.resubmissions(k8s, "killed") == ["1"]
+
+
+@pytest.mark.parametrize("posts_first", [False, True], ids=["events-lost", "rolled-back-posted"])
+async def test_the_events_of_a_merged_conclusion_are_posted_once_after_a_kill(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig, posts_first: bool
+) -> None:
+    """backoff 0: the conclusion and the resubmission are one patch (phase RolledBack never
+    stored). The replica killed before its RolledBack Event (or just after it): the operator
+    that takes over posts RolledBack and Resubmitted if they were lost, never twice, and
+    does not resubmit again."""
+    dying = _DiesBeforePosting(kmocking.api_client(k8s), posts_first=posts_first)
+    first = runtime_.Runtime(
+        config=recovery_config,
+        kube=dying,
+        rollback=kmocking.FakeRollback(),
+        clock=kmocking.loop_clock(),
+    )
+    app = spark_app("merged", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    async with kmocking.operating(first):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "merged", {"status": failed_status()}, status=True)
+        await kmocking.eventually(dying.dead.is_set)
+    assert kmocking.notes(k8s, NS, "merged")[appmeta.PHASE] == "Resubmitted"
+    assert _stored_event_reasons(k8s, "merged").count("RolledBack") == int(posts_first)
+    assert "Resubmitted" not in _stored_event_reasons(k8s, "merged")
+
+    second = kmocking.make_runtime(k8s, config=recovery_config, rollback=kmocking.FakeRollback())
+    async with kmocking.operating(second):
+        await kmocking.eventually(lambda: "Resubmitted" in _stored_event_reasons(k8s, "merged"))
+    reasons = _stored_event_reasons(k8s, "merged")
+    assert reasons.count("RolledBack") == 1
+    assert reasons.count("Resubmitted") == 1
+    assert kmocking.resubmissions(k8s, "merged") == ["1"]
