@@ -171,8 +171,8 @@ def _register_recovery(
         if not runtime.leading():
             return  # the leader acts; we remember the app in case we become the leader
         version = (app.get("metadata") or {}).get("resourceVersion")
-        if version is not None and runtime.written.get(key.id) == version:
-            return  # the echo of our own patch: its worker holds that very version already
+        if version is not None and version in runtime.written.get(key.id, ()):
+            return  # the echo of one of our own patches: its worker knows it, or a newer one
         wake(runtime, key, logger=logger, body=app)
 
 
@@ -251,10 +251,23 @@ def start_leader_election(runtime: runtime_.Runtime) -> None:
     _spawn(runtime, runtime.elector.run())
 
 
+#: how long a stopping operator lets the Events it queued go out (a rollout loses none)
+EVENT_FLUSH_SECONDS: Final = 5.0
+#: the name of the tasks that post Events (:func:`_post_soon`)
+_EVENT_TASK: Final = "sparkguard-events"
+
+
 async def stop_background(runtime: runtime_.Runtime) -> None:
-    """Stop the campaign and resyncs; release the Lease so another replica takes over now."""
+    """Stop the campaign and resyncs; let queued Events out (within
+    :data:`EVENT_FLUSH_SECONDS`); release the Lease so another replica takes over now."""
     tasks = list(runtime.tasks)
+    events = [t for t in tasks if t.get_name() == _EVENT_TASK]
     for task in tasks:
+        if task.get_name() != _EVENT_TASK:
+            task.cancel()
+    if events:
+        await asyncio.wait(events, timeout=EVENT_FLUSH_SECONDS)
+    for task in events:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     if runtime.rollback_threads is not None:  # running rollbacks end (idempotent) at exit
@@ -400,7 +413,7 @@ def _post_soon(
         for event in wanted:
             await _post(runtime, app, event)
 
-    task = asyncio.get_running_loop().create_task(post())
+    task = asyncio.get_running_loop().create_task(post(), name=_EVENT_TASK)
     runtime.posting[key] = task
     runtime.tasks.add(task)
     task.add_done_callback(runtime.tasks.discard)
@@ -575,7 +588,10 @@ async def _patch(
     )
     if patched is not None:
         key = runtime_.AppKey.of(patched)
-        runtime.written[key.id] = (patched.get("metadata") or {}).get("resourceVersion")
+        version = (patched.get("metadata") or {}).get("resourceVersion")
+        if version is not None:
+            # the last few: the echo of the claim may come after the conclusion's response
+            runtime.written[key.id] = (*runtime.written.get(key.id, ()), version)[-4:]
     return patched
 
 

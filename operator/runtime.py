@@ -75,8 +75,9 @@ class Runtime:
     records: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     #: one reconciling task per app at most: its key id -> wake-up flag (set on news)
     workers: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
-    #: resourceVersion our last patch of an app produced (its watch echo is no news)
-    written: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    #: resourceVersions our last few patches of an app produced (their watch echoes are no
+    #: news), newest last
+    written: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     #: the last transition Events this process posted (or found posted) per app: key id ->
     #: Event names, newest last (bounded: the oldest apps go first)
     posted: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
