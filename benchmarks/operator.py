@@ -22,10 +22,12 @@ per recovery (audit log; watches, lists and Lease traffic counted apart). Last l
 
 (``rss`` = the peak of the replica that finished the recovery).
 
-``--profile DIR`` attaches ``py-spy record`` (a dev dependency) to each replica for the whole
-run and leaves its collapsed stacks in ``DIR/replica-<a|b>.txt`` (``py-spy``'s ``raw`` format:
-one line per distinct stack, its sample count last), plus a summary of where the survivor's
-CPU went by layer (kopf, the Kubernetes client, sparkguard, logging, asyncio) in the log.
+``--profile DIR`` attaches ``py-spy record --gil`` (a dev dependency) to each replica from the
+burst until the survivor settled: samples of the thread holding the GIL, i.e. where the
+replica's Python CPU went (not its waits). It leaves the collapsed stacks in
+``DIR/replica-<a|b>.txt`` (``py-spy``'s ``raw`` format: one line per distinct stack, its
+sample count last) and logs their sum by layer (kopf, the Kubernetes client, ssl, json,
+sparkguard, asyncio...).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside t
 from _common import REPO, log, percentile
 from kubernetes import client, watch
 
+from sparkguard.operator.finalizers import FINALIZER
 from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION, failed_status, spark_app
 
@@ -102,14 +105,32 @@ class Replicas:
             command, env={**self.env, "SPARKGUARD_POD_NAME": name}, stdout=log_file, stderr=log_file
         )
         self.processes[name] = process
-        if self.profile is not None:
-            self.profile.mkdir(parents=True, exist_ok=True)
+        return process
+
+    def profile_burst(self) -> None:
+        """Start ``py-spy`` on every replica (``--profile``): samples of the thread that holds
+        the GIL (Python's CPU), until :meth:`stop_profiling`."""
+        if self.profile is None:
+            return
+        self.profile.mkdir(parents=True, exist_ok=True)
+        for name, process in self.processes.items():
             spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking"]
-            spy += ["--format", "raw", "--pid", str(process.pid)]
+            spy += ["--gil", "--format", "raw", "--pid", str(process.pid)]
             spy += ["-o", str(self.profile / f"replica-{name}.txt")]
             spy_log = (self.workdir / f"py-spy-{name}.log").open("wb")
             self.profilers.append(subprocess.Popen(spy, stdout=spy_log, stderr=spy_log))
-        return process
+
+    def stop_profiling(self) -> None:
+        """Stop every ``py-spy``; each writes its file as it ends."""
+        for profiler in self.profilers:
+            if profiler.poll() is None:
+                profiler.send_signal(signal.SIGINT)
+        for profiler in self.profilers:
+            try:
+                profiler.wait(60)
+            except subprocess.TimeoutExpired:
+                profiler.kill()
+        self.profilers.clear()
 
     def identity(self, name: str) -> str:
         path = self.workdir / f"replica-{name}.log"
@@ -135,11 +156,7 @@ class Replicas:
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
-        for profiler in self.profilers:  # each writes its file once its replica is gone
-            try:
-                profiler.wait(60)
-            except subprocess.TimeoutExpired:
-                profiler.kill()
+        self.stop_profiling()
 
 
 #: where a profile's samples go, by the first of these found in a stack (innermost first)
@@ -247,6 +264,9 @@ def run(args: argparse.Namespace) -> str:
         for i in range(args.apps):
             app = spark_app(f"app-{i:04d}", namespace=NAMESPACE)
             app["metadata"]["annotations"]["sparkguard.io/backoff"] = "0"
+            # as admission stores an opted-in app (the webhook is off here): with the finalizer,
+            # else the leader spends its first minute adding it to every app, burst or not
+            app["metadata"]["finalizers"] = [FINALIZER]
             custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, app)
         replicas = Replicas(bench, workdir, args)
         failing = [f"app-{i:04d}" for i in range(0, args.apps, round(1 / args.failing_fraction))]
@@ -282,6 +302,7 @@ def run(args: argparse.Namespace) -> str:
                 for name in failing
             }
             watcher.thread.start()
+            replicas.profile_burst()
             log(f"{len(failing)} apps fail at once")
             failed_at: dict[str, float] = {}
 
@@ -323,6 +344,7 @@ def run(args: argparse.Namespace) -> str:
                 return set(failing) <= seen
 
             _wait(settled, what="the surviving replica to settle", timeout=120)
+            replicas.stop_profiling()
             peak = _status_kib(survivor.pid, "VmHWM")
             rss_now = _status_kib(survivor.pid, "VmRSS")
             calls = replicas.lines(replicas.calls)
