@@ -410,8 +410,11 @@ def _post_soon(
     async def post() -> None:
         if before is not None:
             await asyncio.wait([before])  # its outcome is its own (a failure is logged)
-        for event in wanted:
-            await _post(runtime, app, event)
+        # A few at a time across all apps: in a burst of failures the patches that make the
+        # recoveries go first at the API server, the Events follow
+        async with runtime.event_slots():
+            for event in wanted:
+                await _post(runtime, app, event)
 
     task = asyncio.get_running_loop().create_task(post(), name=_EVENT_TASK)
     runtime.posting[key] = task

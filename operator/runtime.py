@@ -9,10 +9,14 @@ import datetime
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from sparkguard.operator import config as config_
 from sparkguard.operator import kube, leadership, metrics, rollbacks
+
+#: apps whose Events are posted at once: Events are informational, and in a burst of
+#: failures the patches that make the recoveries should not queue behind them at the API server
+EVENT_POSTS: Final = 4
 
 
 def utcnow() -> datetime.datetime:
@@ -84,6 +88,8 @@ class Runtime:
     #: per app, the task posting its latest Event: Events go out in order, off the recovery's
     #: critical path (the next patch does not wait for them); key id -> task
     posting: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
+    #: bounds how many apps' Events are posted at once (made inside the event loop)
+    posting_slots: asyncio.Semaphore | None = None
     #: background tasks of this process (the campaign, workers), cancelled at shutdown
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     #: called with (key, decision) each time this process decided about an app (tests wait
@@ -114,6 +120,12 @@ class Runtime:
         if self.slots is None:
             self.slots = asyncio.Semaphore(self.config.max_concurrent_rollbacks)
         return self.slots
+
+    def event_slots(self) -> asyncio.Semaphore:
+        """The semaphore that bounds how many apps' Events are being posted at once."""
+        if self.posting_slots is None:
+            self.posting_slots = asyncio.Semaphore(EVENT_POSTS)
+        return self.posting_slots
 
     def rollback_executor(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads rollbacks run in, as many as there are slots (created on first use)."""
