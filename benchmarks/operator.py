@@ -1,7 +1,7 @@
 """Operator at scale: N opted-in apps, a tenth failing at once, two replicas, the leader killed.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/operator.py [--quick] [--apps N]
-        [--failing-fraction F] [--rollback-seconds S]
+        [--failing-fraction F] [--rollback-seconds S] [--no-kill] [--profile DIR]
 
 On the real kube-apiserver bench (tests/kubebench). Two operator replicas run as processes
 (``tests/operator/replica.py``: the product's kopf handlers, leader election, claims, patches
@@ -21,6 +21,13 @@ per recovery (audit log; watches, lists and Lease traffic counted apart). Last l
     operator: apps=<n> resubmitted-once=<a> twice=<b> never=<c> p99=<s>s rss=<m>MiB
 
 (``rss`` = the peak of the replica that finished the recovery).
+
+``--profile DIR`` attaches ``py-spy record --gil`` (a dev dependency) to each replica from the
+burst until the survivor settled: samples of the thread holding the GIL, i.e. where the
+replica's Python CPU went (not its waits). It leaves the collapsed stacks in
+``DIR/replica-<a|b>.txt`` (``py-spy``'s ``raw`` format: one line per distinct stack, its
+sample count last) and logs their sum by layer (kopf, the Kubernetes client, ssl, json,
+sparkguard, asyncio...).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import datetime
+import itertools
 import json
 import os
 import signal
@@ -44,6 +53,7 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside t
 from _common import REPO, log, percentile
 from kubernetes import client, watch
 
+from sparkguard.operator.finalizers import FINALIZER
 from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION, failed_status, spark_app
 
@@ -85,6 +95,8 @@ class Replicas:
         }
         self.rollback_seconds = args.rollback_seconds
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.profile: Path | None = args.profile
+        self.profilers: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str) -> subprocess.Popen[bytes]:
         log_file = (self.workdir / f"replica-{name}.log").open("wb")
@@ -96,6 +108,31 @@ class Replicas:
         )
         self.processes[name] = process
         return process
+
+    def profile_burst(self) -> None:
+        """Start ``py-spy`` on every replica (``--profile``): samples of the thread that holds
+        the GIL (Python's CPU), until :meth:`stop_profiling`."""
+        if self.profile is None:
+            return
+        self.profile.mkdir(parents=True, exist_ok=True)
+        for name, process in self.processes.items():
+            spy = [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking"]
+            spy += ["--gil", "--format", "raw", "--pid", str(process.pid)]
+            spy += ["-o", str(self.profile / f"replica-{name}.txt")]
+            spy_log = (self.workdir / f"py-spy-{name}.log").open("wb")
+            self.profilers.append(subprocess.Popen(spy, stdout=spy_log, stderr=spy_log))
+
+    def stop_profiling(self) -> None:
+        """Stop every ``py-spy``; each writes its file as it ends."""
+        for profiler in self.profilers:
+            if profiler.poll() is None:
+                profiler.send_signal(signal.SIGINT)
+        for profiler in self.profilers:
+            try:
+                profiler.wait(60)
+            except subprocess.TimeoutExpired:
+                profiler.kill()
+        self.profilers.clear()
 
     def identity(self, name: str) -> str:
         path = self.workdir / f"replica-{name}.log"
@@ -121,6 +158,41 @@ class Replicas:
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        self.stop_profiling()
+
+
+#: where a profile's samples go, by the first of these found in a stack (innermost first)
+LAYERS = (
+    ("logging", ("logging/__init__.py", "logging/handlers.py")),
+    ("json", ("json/",)),
+    ("ssl", ("ssl.py",)),
+    ("kubernetes client (with urllib3)", ("kubernetes/", "urllib3/", "http/client.py")),
+    ("kopf", ("kopf/",)),
+    ("aiohttp", ("aiohttp/", "yarl/", "multidict/")),
+    ("sparkguard", ("sparkguard/", "operator/", "replica.py")),
+    ("asyncio", ("asyncio/",)),
+    ("threads", ("threading.py", "concurrent/")),
+)
+
+
+def profile_summary(path: Path) -> str:
+    """Samples of a ``py-spy --format raw`` file by layer (innermost matching frame wins)."""
+    totals: collections.Counter[str] = collections.Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        layer = "other"
+        for frame in reversed(frames):
+            found = next((n for n, marks in LAYERS if any(m in frame for m in marks)), None)
+            if found is not None:
+                layer = found
+                break
+        totals[layer] += int(count)
+    whole = sum(totals.values()) or 1
+    parts = ", ".join(f"{k} {100 * v / whole:.0f}%" for k, v in totals.most_common())
+    return f"{whole} samples: {parts}"
 
 
 def _wait(check: Any, *, what: str, timeout: float) -> None:
@@ -149,11 +221,19 @@ def _grant_operator(bench: KubeBench) -> None:
 
 
 class Watcher:
-    """The benchmark's own watch: when each app's resubmission (attempt 1) first appears."""
+    """The benchmark's own watch: when each app's resubmission (attempt 1) first appears.
+
+    It lists the apps once (``seen`` fills up) and then continues from the last
+    resourceVersion it saw: a watch started anew without one would replay every app (1,000
+    objects through the API server and this process every few seconds, in the middle of the
+    burst it measures).
+    """
 
     def __init__(self, api: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.resubmitted: dict[str, float] = {}
+        self.seen: set[str] = set()
+        self.version: str | None = None
         self.recovering = threading.Event()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -161,24 +241,84 @@ class Watcher:
     def _run(self) -> None:
         while not self.stop.is_set():
             stream = watch.Watch()
-            for event in stream.stream(
-                self.custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                NAMESPACE,
-                PLURAL,
-                timeout_seconds=5,
-            ):
-                app = event["object"]
-                name = app["metadata"]["name"]
-                notes = app["metadata"].get("annotations") or {}
-                if notes.get("sparkguard.io/phase") == "Recovering":
-                    self.recovering.set()
-                conf = app["spec"].get("sparkConf") or {}
-                if conf.get("spark.sparkguard.attempt") == "1" and name not in self.resubmitted:
-                    self.resubmitted[name] = time.time()
-                if self.stop.is_set():
-                    stream.stop()
+            since = {"resource_version": self.version} if self.version else {}
+            try:
+                self._follow(stream, since)
+            except client.ApiException as exc:
+                if exc.status != 410:  # expired: list again
+                    raise
+                self.version = None
+
+    def _follow(self, stream: watch.Watch, since: dict[str, str]) -> None:
+        for event in stream.stream(
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            NAMESPACE,
+            PLURAL,
+            timeout_seconds=5,
+            **since,
+        ):
+            app = event["object"]
+            if event.get("type") == "ERROR":
+                raise client.ApiException(status=app.get("code") or 500, reason=str(app))
+            self.version = app["metadata"].get("resourceVersion") or self.version
+            name = app["metadata"]["name"]
+            self.seen.add(name)
+            notes = app["metadata"].get("annotations") or {}
+            if notes.get("sparkguard.io/phase") == "Recovering":
+                self.recovering.set()
+            conf = app["spec"].get("sparkConf") or {}
+            if conf.get("spark.sparkguard.attempt") == "1" and name not in self.resubmitted:
+                self.resubmitted[name] = time.time()
+            if self.stop.is_set():
+                stream.stop()
+
+
+def _at(stamp: str) -> float:
+    """An audit timestamp (RFC 3339, microseconds, UTC) as epoch seconds."""
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _breakdown(
+    audit: list[dict[str, Any]],
+    failing: list[str],
+    failed_at: dict[str, float],
+    seen_at: dict[str, float],
+) -> list[str]:
+    """Where each recovery's time went, from the API server's audit log (its clock is ours):
+    the FAILED write to the operator's first patch of the app arriving (watch delivery, kopf,
+    the handler, the slot), each patch's time inside the API server, the gap between the
+    operator's patches (the rollback's thread, the client), and the last patch to the
+    benchmark's watch seeing it. p50/p99 over the failing apps, in seconds."""
+    patches: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for event in audit:
+        ref = event.get("objectRef") or {}
+        if event.get("verb") != "patch" or ref.get("resource") != PLURAL:
+            continue
+        if ref.get("subresource") or ref.get("name") not in failed_at:
+            continue
+        received = _at(event["requestReceivedTimestamp"])
+        patches[ref["name"]].append((received, _at(event["stageTimestamp"])))
+    parts: dict[str, list[float]] = collections.defaultdict(list)
+    for name in failing:
+        mine = sorted(patches.get(name, []))
+        if not mine or name not in seen_at:
+            continue
+        parts["FAILED -> first patch arrives"].append(mine[0][0] - failed_at[name])
+        for received, done in mine:
+            parts["a patch inside the API server"].append(done - received)
+        for (_, done), (received, _) in itertools.pairwise(mine):
+            parts["between two patches"].append(received - done)
+        parts["last patch -> benchmark's watch"].append(seen_at[name] - mine[-1][1])
+        parts["FAILED -> last patch stored (rollback included)"].append(
+            mine[-1][1] - failed_at[name]
+        )
+        parts["patches per recovery"].append(len(mine))
+    return [
+        f"breakdown: {what}: p50 {percentile(v, 0.5):.3f} p99 {percentile(v, 0.99):.3f}"
+        for what, v in parts.items()
+    ]
 
 
 def run(args: argparse.Namespace) -> str:
@@ -188,10 +328,15 @@ def run(args: argparse.Namespace) -> str:
         custom = client.CustomObjectsApi(api)
         bench.ensure_namespace(NAMESPACE)
         _grant_operator(bench)
+        if args.profile is not None:
+            args.profile = args.profile.resolve()
         log(f"creating {args.apps} opted-in apps")
         for i in range(args.apps):
             app = spark_app(f"app-{i:04d}", namespace=NAMESPACE)
             app["metadata"]["annotations"]["sparkguard.io/backoff"] = "0"
+            # as admission stores an opted-in app (the webhook is off here): with the finalizer,
+            # else the leader spends its first minute adding it to every app, burst or not
+            app["metadata"]["finalizers"] = [FINALIZER]
             custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, app)
         replicas = Replicas(bench, workdir, args)
         failing = [f"app-{i:04d}" for i in range(0, args.apps, round(1 / args.failing_fraction))]
@@ -219,6 +364,8 @@ def run(args: argparse.Namespace) -> str:
             _wait(
                 lambda: listed(leader_id) and listed(follower_id), what="both to list", timeout=120
             )
+            watcher.thread.start()
+            _wait(lambda: len(watcher.seen) >= args.apps, what="our watch to list", timeout=120)
             rss_before = {n: _status_kib(p.pid, "VmRSS") for n, p in replicas.processes.items()}
             generations = {
                 name: custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)[
@@ -226,7 +373,7 @@ def run(args: argparse.Namespace) -> str:
                 ]["generation"]
                 for name in failing
             }
-            watcher.thread.start()
+            replicas.profile_burst()
             log(f"{len(failing)} apps fail at once")
             failed_at: dict[str, float] = {}
 
@@ -268,6 +415,7 @@ def run(args: argparse.Namespace) -> str:
                 return set(failing) <= seen
 
             _wait(settled, what="the surviving replica to settle", timeout=120)
+            replicas.stop_profiling()
             peak = _status_kib(survivor.pid, "VmHWM")
             rss_now = _status_kib(survivor.pid, "VmRSS")
             calls = replicas.lines(replicas.calls)
@@ -293,7 +441,9 @@ def run(args: argparse.Namespace) -> str:
                 reactions_after_kill.append(reaction)
         user = f"system:serviceaccount:{SYSTEM}:operator"
         requests: collections.Counter[str] = collections.Counter()
-        for event in bench.audit_events(user=user):
+        audit = bench.audit_events(user=user)
+        breakdown = _breakdown(audit, failing, failed_at, watcher.resubmitted)
+        for event in audit:
             ref = event.get("objectRef") or {}
             resource = ref.get("resource") or "discovery"
             resource += "/" + ref["subresource"] if ref.get("subresource") else ""
@@ -316,6 +466,8 @@ def run(args: argparse.Namespace) -> str:
         f"p99 {percentile(queue_waits, 0.99):.2f}s; without that wait (the operator's own "
         f"share): p50 {percentile(unqueued, 0.5):.2f}s p99 {percentile(unqueued, 0.99):.2f}s"
     )
+    for line in breakdown:
+        log(line)
     mib = {n: round(kib / 1024) for n, kib in rss_before.items()}
     log(
         f"RSS before the burst: {mib} MiB; survivor now {rss_now / 1024:.0f} MiB, "
@@ -327,6 +479,9 @@ def run(args: argparse.Namespace) -> str:
     log(f"apiserver requests per recovery (both replicas): {per}")
     other = {k: v for k, v in sorted(requests.items()) if k not in recovery}
     log(f"other requests in the whole run (watches, lists, Lease, discovery): {other}")
+    if args.profile is not None:
+        for path in sorted(args.profile.glob("replica-*.txt")):
+            log(f"profile {path.name}: {profile_summary(path)}")
     return (
         f"operator: apps={args.apps} resubmitted-once={once} twice={twice} never={never} "
         f"p99={p99:.2f}s rss={peak / 1024:.0f}MiB"
@@ -343,6 +498,9 @@ def main() -> int:
     parser.add_argument("--lease", default="5s", help="SPARKGUARD_LEASE_DURATION")
     parser.add_argument("--claim-ttl", default="6s", help="SPARKGUARD_CLAIM_TTL")
     parser.add_argument("--no-kill", action="store_true", help="leave the leader alive")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy each replica; collapsed stacks into this folder"
+    )
     args = parser.parse_args()
     if args.quick:
         args.apps = 100

@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import kopf
@@ -171,9 +171,9 @@ def _register_recovery(
         if not runtime.leading():
             return  # the leader acts; we remember the app in case we become the leader
         version = (app.get("metadata") or {}).get("resourceVersion")
-        if version is not None and runtime.written.get(key.id) == version:
-            return  # the echo of our own patch: its worker holds that very version already
-        wake(runtime, key, logger=logger)
+        if version is not None and version in runtime.written.get(key.id, ()):
+            return  # the echo of one of our own patches: its worker knows it, or a newer one
+        wake(runtime, key, logger=logger, body=app)
 
 
 #: the kopf handler id of each kind's mutating webhook: the path the chart's
@@ -251,10 +251,23 @@ def start_leader_election(runtime: runtime_.Runtime) -> None:
     _spawn(runtime, runtime.elector.run())
 
 
+#: how long a stopping operator lets the Events it queued go out (a rollout loses none)
+EVENT_FLUSH_SECONDS: Final = 5.0
+#: the name of the tasks that post Events (:func:`_post_soon`)
+_EVENT_TASK: Final = "sparkguard-events"
+
+
 async def stop_background(runtime: runtime_.Runtime) -> None:
-    """Stop the campaign and resyncs; release the Lease so another replica takes over now."""
+    """Stop the campaign and resyncs; let queued Events out (within
+    :data:`EVENT_FLUSH_SECONDS`); release the Lease so another replica takes over now."""
     tasks = list(runtime.tasks)
+    events = [t for t in tasks if t.get_name() == _EVENT_TASK]
     for task in tasks:
+        if task.get_name() != _EVENT_TASK:
+            task.cancel()
+    if events:
+        await asyncio.wait(events, timeout=EVENT_FLUSH_SECONDS)
+    for task in events:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     if runtime.rollback_threads is not None:  # running rollbacks end (idempotent) at exit
@@ -278,11 +291,19 @@ def resync(runtime: runtime_.Runtime) -> None:
         wake(runtime, key, logger=_AppLogger(_log, key))
 
 
-def wake(runtime: runtime_.Runtime, key: runtime_.AppKey, *, logger: Logger) -> None:
+def wake(
+    runtime: runtime_.Runtime,
+    key: runtime_.AppKey,
+    *,
+    logger: Logger,
+    body: dict[str, Any] | None = None,
+) -> None:
     """Make the app's worker look at it again (starting one if it has none).
 
     One worker per app and process: it waits (for a backoff, a claim, an unanswered
-    resubmission) without holding up kopf, and news of the app cut its wait short.
+    resubmission) without holding up kopf, and news of the app cut its wait short. A new
+    worker starts from ``body`` (the watch event's) if given, else it reads the app; a running
+    one reads the app again.
     """
     flag = runtime.workers.get(key.id)
     if flag is not None:
@@ -290,14 +311,19 @@ def wake(runtime: runtime_.Runtime, key: runtime_.AppKey, *, logger: Logger) -> 
         return
     flag = asyncio.Event()
     runtime.workers[key.id] = flag
-    _spawn(runtime, _work(runtime, key, flag, logger=logger))
+    _spawn(runtime, _work(runtime, key, flag, logger=logger, body=body))
 
 
 async def _work(
-    runtime: runtime_.Runtime, key: runtime_.AppKey, flag: asyncio.Event, *, logger: Logger
+    runtime: runtime_.Runtime,
+    key: runtime_.AppKey,
+    flag: asyncio.Event,
+    *,
+    logger: Logger,
+    body: dict[str, Any] | None = None,
 ) -> None:
     try:
-        await reconcile(runtime, key=key, logger=logger, wakeup=flag)
+        await reconcile(runtime, key=key, logger=logger, wakeup=flag, seen=body)
     finally:
         # No await between reconcile's last look at the flag and this: news that arrives
         # from now on starts a new worker.
@@ -330,6 +356,8 @@ def _track(runtime: runtime_.Runtime, namespace: str, name: str, app: Mapping[st
 
 #: how many apps' last transition Events :attr:`Runtime.posted` remembers
 _POSTED_REMEMBERED: Final = 10_000
+#: how many transition Events of one app it remembers (a recovery posts at most three)
+_POSTED_PER_APP: Final = 4
 
 
 def transition_event_name(app: Mapping[str, Any], transition: str) -> str:
@@ -351,16 +379,60 @@ async def _post(
         return
     key = runtime_.AppKey.of(app).id
     name = transition_event_name(app, event.transition) if event.transition else None
-    if name is not None and runtime.posted.get(key) == name:
+    if name is not None and name in runtime.posted.get(key, ()):
         return
     posted = await _event(
         runtime, app, type=event.type, reason=event.reason.value, message=event.message, name=name
     )
     if posted and name is not None:
-        runtime.posted.pop(key, None)
-        runtime.posted[key] = name
+        names = runtime.posted.pop(key, ())
+        runtime.posted[key] = (*names, name)[-_POSTED_PER_APP:]
         while len(runtime.posted) > _POSTED_REMEMBERED:
             runtime.posted.pop(next(iter(runtime.posted)))
+
+
+def _post_soon(
+    runtime: runtime_.Runtime, app: Mapping[str, Any], *events: recovery.EventSpec | None
+) -> None:
+    """Post ``events`` after the app's earlier Events, without waiting for them.
+
+    An Event is informational: the recovery's next patch does not wait for it (a request and
+    a round trip less on the way from FAILED to the resubmission). The app's Events still go
+    out one after the other, in order; :func:`_events_posted` waits for them (a reconcile
+    returns only once its Events are out).
+    """
+    wanted = [e for e in events if e is not None]
+    if not wanted:
+        return
+    key = runtime_.AppKey.of(app).id
+    before = runtime.posting.get(key)
+
+    async def post() -> None:
+        if before is not None:
+            await asyncio.wait([before])  # its outcome is its own (a failure is logged)
+        # A few at a time across all apps: in a burst of failures the patches that make the
+        # recoveries go first at the API server, the Events follow
+        async with runtime.event_slots():
+            for event in wanted:
+                await _post(runtime, app, event)
+
+    task = asyncio.get_running_loop().create_task(post(), name=_EVENT_TASK)
+    runtime.posting[key] = task
+    runtime.tasks.add(task)
+    task.add_done_callback(runtime.tasks.discard)
+
+    def forget(done: asyncio.Task[None]) -> None:
+        if runtime.posting.get(key) is done:
+            del runtime.posting[key]
+
+    task.add_done_callback(forget)
+
+
+async def _events_posted(runtime: runtime_.Runtime, key: runtime_.AppKey) -> None:
+    """Wait until the Events :func:`_post_soon` queued for the app are out."""
+    task = runtime.posting.get(key.id)
+    if task is not None:
+        await asyncio.wait([task])
 
 
 async def _event(
@@ -386,25 +458,44 @@ async def _event(
     return True
 
 
-async def reconcile(  # noqa: PLR0912, PLR0915 - one loop: read, decide, act or wait
+async def reconcile(
     runtime: runtime_.Runtime,
     *,
     key: runtime_.AppKey,
     logger: Logger,
     wakeup: asyncio.Event | None = None,
+    seen: dict[str, Any] | None = None,
 ) -> None:
     """Bring one app's recovery as far as it can go now; return when nothing is left to do.
 
     Never raises for a problem of the app or of storage: those become Events, metrics and a
     retry after ``error_backoff``; the loop ends when the app is gone (or replaced by another
-    object of the same name), needs nothing, or this replica stops leading.
+    object of the same name), needs nothing, or this replica stops leading. ``seen``: the app
+    as the watch event that woke us delivered it (no read needed for the first step: every
+    write carries its resourceVersion, so a stale body only costs a conflict and a read).
+    Returns once the Events it posted are out.
     """
+    try:
+        await _reconcile(runtime, key=key, logger=logger, wakeup=wakeup, seen=seen)
+    finally:
+        await _events_posted(runtime, key)
+
+
+async def _reconcile(  # noqa: PLR0912, PLR0915 - one loop: read, decide, act or wait
+    runtime: runtime_.Runtime,
+    *,
+    key: runtime_.AppKey,
+    logger: Logger,
+    wakeup: asyncio.Event | None,
+    seen: dict[str, Any] | None,
+) -> None:
     config = runtime.config
     namespace, name = key.namespace, key.name
     wakeup = wakeup if wakeup is not None else asyncio.Event()
     steps = 0
-    #: the app as our last patch returned it: as fresh as a read, one request fewer
-    written: dict[str, Any] | None = None
+    #: the app as our last patch returned it (or the watch delivered it): as fresh as a read,
+    #: one request fewer
+    written: dict[str, Any] | None = seen
     while steps < MAX_STEPS:
         if wakeup.is_set():
             written = None  # news since our last patch: read the app as it is now
@@ -435,9 +526,9 @@ async def reconcile(  # noqa: PLR0912, PLR0915 - one loop: read, decide, act or 
             )
             runtime.decided(key, decision)
             _track(runtime, namespace, name, app)
-            # The Event of the phase the app is in, if the replica that wrote the phase died
-            # before posting it (known posted: no request).
-            await _post(runtime, app, recovery.owed_event(app, now=runtime.clock(), config=config))
+            # The Events of the phase the app is in, if the replica that wrote the phase died
+            # before posting them (known posted: no request).
+            _post_soon(runtime, app, *recovery.owed_events(app, now=runtime.clock(), config=config))
             if decision.action is recovery.Action.NOTHING:
                 if wakeup.is_set():
                     continue  # news arrived while we read: look again
@@ -476,8 +567,12 @@ async def _step_failed(
         f"{type(exc).__name__}: {exc}; sparkguard retries in {config.error_backoff_seconds:.0f}s"
     )
     logger.warning("recovery step failed: %s", message)
-    if app is not None:
-        await _event(runtime, app, type="Warning", reason=reason, message=message)
+    if app is not None:  # after the app's Events queued before it, like every Event
+        warning = recovery.EventSpec(
+            type="Warning", reason=recovery.Reason.ROLLBACK_FAILED, message=message
+        )
+        _post_soon(runtime, app, warning)
+        await _events_posted(runtime, runtime_.AppKey.of(app))
     await runtime.sleep(config.error_backoff_seconds)
 
 
@@ -496,7 +591,10 @@ async def _patch(
     )
     if patched is not None:
         key = runtime_.AppKey.of(patched)
-        runtime.written[key.id] = (patched.get("metadata") or {}).get("resourceVersion")
+        version = (patched.get("metadata") or {}).get("resourceVersion")
+        if version is not None:
+            # the last few: the echo of the claim may come after the conclusion's response
+            runtime.written[key.id] = (*runtime.written.get(key.id, ()), version)[-4:]
     return patched
 
 
@@ -516,7 +614,7 @@ async def _act(
         if action is recovery.Action.MARK_INVALID:
             runtime.metrics.failures.labels(reason=recovery.Reason.INVALID_ANNOTATION.value).inc()
             logger.info("marked Invalid: %s", decision.reason)
-        await _post(runtime, app, decision.event)
+        _post_soon(runtime, app, decision.event)
         return marked
     if action in (recovery.Action.RESUBMIT, recovery.Action.NUDGE):
         patched = await _patch(runtime, app, decision.patch)
@@ -526,7 +624,7 @@ async def _act(
             else:
                 runtime.metrics.resubmit_retries.inc()
             logger.info("%s", decision.reason)
-            await _post(runtime, patched, decision.event)
+            _post_soon(runtime, patched, decision.event)
         return patched
     if action in (recovery.Action.ROLLBACK, recovery.Action.GIVE_UP):
         return await _rollback(runtime, app=app, decision=decision, logger=logger)
@@ -561,11 +659,18 @@ class _Claim:
             and claim.holder == self.runtime.identity
         )
 
-    async def write(self, patch: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Patch the app while the claim is ours (re-reading on conflicts); ``None`` if lost."""
+    async def write(
+        self, patch: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Patch the app while the claim is ours (re-reading on conflicts); ``None`` if lost.
+
+        ``patch`` may be a function of the app as last seen: computed again after a re-read.
+        """
         for _ in range(10):
             try:
-                patched = await _patch(self.runtime, self.app, patch)
+                patched = await _patch(
+                    self.runtime, self.app, patch(self.app) if callable(patch) else patch
+                )
             except errors.KubeConflictError:
                 self.runtime.metrics.conflicts.labels(step="claimed").inc()
                 current = await self.runtime.kube.get_app(
@@ -670,22 +775,13 @@ async def _claim_and_roll_back(
         state = recovery.observe(app).state or "FAILED"
         runtime.metrics.failures.labels(reason=state).inc()
     runtime.metrics.track_recovery((namespace, meta["name"]), recovering=True)
-    # RollbackStarted goes out while the rollback runs (off the critical path), and is done
-    # before the conclusion: its Events stay in order.
-    started_event = asyncio.get_running_loop().create_task(_post(runtime, marked, decision.event))
+    # RollbackStarted goes out while the rollback runs (off the critical path); the app's
+    # later Events follow it, in order.
+    _post_soon(runtime, marked, decision.event)
     logger.info("rolling back job %s: %s", options.job_id, decision.reason)
-
-    try:
-        return await _roll_back_claimed(
-            runtime,
-            marked=marked,
-            decision=decision,
-            logger=logger,
-            started_event=started_event,
-            slot=slot,
-        )
-    finally:
-        await started_event  # also when the rollback failed
+    return await _roll_back_claimed(
+        runtime, marked=marked, decision=decision, logger=logger, slot=slot
+    )
 
 
 async def _roll_back_claimed(
@@ -694,7 +790,6 @@ async def _roll_back_claimed(
     marked: dict[str, Any],
     decision: recovery.Decision,
     logger: Logger,
-    started_event: asyncio.Task[None],
     slot: _Slot,
 ) -> dict[str, Any] | None:
     options = decision.options
@@ -734,8 +829,9 @@ async def _roll_back_claimed(
         "files_deleted": summary.files_deleted,
         "files_kept": summary.files_kept,
     }
+    now = runtime.clock()
     conclusion = recovery.conclude_rollback(
-        decision, summary=result, now=runtime.clock(), seconds=seconds, queued_seconds=slot.waited
+        decision, summary=result, now=now, seconds=seconds, queued_seconds=slot.waited
     )
     outcome = (
         "committed"
@@ -745,22 +841,43 @@ async def _roll_back_claimed(
         else "nothing_to_do"
     )
     runtime.metrics.rollbacks.labels(outcome=outcome).inc()
+    # With the backoff over already (backoff 0), the resubmission goes in the conclusion's
+    # patch: one write instead of two, the same decision (taken on the app as the conclusion
+    # leaves it, again on every re-read), and it too only while the claim is ours.
+    resubmission: list[recovery.Decision | None] = [None]
+
+    def concluding(app: Mapping[str, Any]) -> Mapping[str, Any]:
+        resubmission[0] = recovery.resubmission_after(
+            app, conclusion, now=now, config=runtime.config, holder=runtime.identity
+        )
+        follow = resubmission[0]
+        return (
+            conclusion.patch
+            if follow is None
+            else recovery.merge_patches(conclusion.patch, follow.patch)
+        )
+
     # Recorded only while the claim is ours and the app is the one we rolled back: a deleted
     # app gets no RolledBack Event, and an operator that took over (our claim expired) is not
     # overwritten; it ran (or runs) the same idempotent rollback and concludes itself.
-    await started_event  # RollbackStarted before RolledBack
-    concluded = None if claim.lost else await claim.write(conclusion.patch)
+    concluded = None if claim.lost else await claim.write(concluding)
     if concluded is None:
         runtime.metrics.conflicts.labels(step="conclude").inc()
         logger.info("rollback done, but the app is gone or another operator took it over")
         return None
     if conclusion.phase is not recovery.Phase.ROLLED_BACK:
         runtime.metrics.failures.labels(reason=conclusion.event.reason.value).inc()
+    follow = resubmission[0]
     runtime.metrics.track_recovery(
-        (namespace, meta["name"]), recovering=conclusion.phase is recovery.Phase.ROLLED_BACK
+        (namespace, meta["name"]),
+        recovering=conclusion.phase is recovery.Phase.ROLLED_BACK and follow is None,
     )
     logger.info("%s", conclusion.event.message)
-    await _post(runtime, concluded, conclusion.event)
+    if follow is not None:
+        runtime.decided(claim.key, follow)
+        runtime.metrics.resubmissions.inc()
+        logger.info("%s", follow.reason)
+    _post_soon(runtime, concluded, conclusion.event, follow.event if follow else None)
     return concluded
 
 

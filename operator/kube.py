@@ -24,6 +24,9 @@ T = TypeVar("T")
 #: threads (and pooled connections) for the operator's own API calls: a burst of recoveries
 #: must not queue behind asyncio's small default executor (cpu count + 4 threads)
 API_THREADS: Final = 32
+#: a thread (and connection) of its own for the Lease: its renewal never waits behind a burst
+#: of recoveries' requests (a leader that cannot renew in time steps down)
+LEASE_THREADS: Final = 1
 
 
 class KubeClient:
@@ -42,11 +45,21 @@ class KubeClient:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=API_THREADS, thread_name_prefix="sparkguard-kube"
         )
+        self._lease_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=LEASE_THREADS, thread_name_prefix="sparkguard-lease"
+        )
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking client call in the client's own threads."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    async def _lease_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking Lease call in the Lease's own thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._lease_executor, functools.partial(fn, *args, **kwargs)
+        )
 
     def _count(self, request: str) -> None:
         if self.on_request is not None:
@@ -247,8 +260,20 @@ class KubeClient:
         }
         self._count("event")
         event = cast(client.CoreV1Event, body)  # the client serialises a plain dict as it is
+
+        def create() -> None:
+            # The created Event is of no use: skip decoding and validating it (in a burst of
+            # recoveries that was a good part of the client's CPU). Errors still raise.
+            raw: Any = self._core.create_namespaced_event(
+                meta["namespace"], event, _preload_content=False
+            )  # the raw urllib3 response, typed as the Event
+            try:
+                raw.drain_conn()
+            finally:
+                raw.release_conn()
+
         try:
-            await self._call(self._core.create_namespaced_event, meta["namespace"], event)
+            await self._call(create)
         except ApiException as exc:
             if name is None or exc.status != 409:
                 raise
@@ -257,7 +282,9 @@ class KubeClient:
         """The Lease, or ``None`` when it does not exist."""
         self._count("lease-get")
         try:
-            lease = await self._call(self._coordination.read_namespaced_lease, name, namespace)
+            lease = await self._lease_call(
+                self._coordination.read_namespaced_lease, name, namespace
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -268,7 +295,9 @@ class KubeClient:
         """Create the Lease; ``None`` when another process created it first."""
         self._count("lease-create")
         try:
-            created = await self._call(self._coordination.create_namespaced_lease, namespace, lease)
+            created = await self._lease_call(
+                self._coordination.create_namespaced_lease, namespace, lease
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return None
@@ -281,7 +310,7 @@ class KubeClient:
         assert lease.metadata.name
         self._count("lease-update")
         try:
-            replaced = await self._call(
+            replaced = await self._lease_call(
                 self._coordination.replace_namespaced_lease,
                 lease.metadata.name,
                 namespace,
@@ -323,7 +352,7 @@ def load_api_client(*, kubeconfig: str | None = None) -> client.ApiClient:
     import kubernetes.config as kube_config
 
     configuration = client.Configuration()
-    configuration.connection_pool_maxsize = API_THREADS
+    configuration.connection_pool_maxsize = API_THREADS + LEASE_THREADS
     if kubeconfig is None:
         try:
             kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

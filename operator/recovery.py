@@ -492,6 +492,51 @@ def owed_event(
     return event
 
 
+def owed_events(
+    app: Mapping[str, Any], *, now: datetime.datetime, config: config_.OperatorConfig
+) -> tuple[EventSpec, ...]:
+    """The Events of the recent transitions ``app`` went through, oldest first.
+
+    A purely computational function with no side-effects. :func:`owed_event`, and before it,
+    for a Kubeflow app Resubmitted (not nudged yet) right after its rollback, the RolledBack
+    Event: when the backoff is over at the conclusion, the conclusion and the resubmission are
+    one patch (:func:`resubmission_after`), so phase RolledBack is never stored, and a replica
+    killed after that patch owes both Events.
+    """
+    last = owed_event(app, now=now, config=config)
+    if last is None or last.reason is not Reason.RESUBMITTED:
+        return () if last is None else (last,)
+    values = appmeta.of(app)
+    record = _json_object(values.get(appmeta.LAST_ROLLBACK))
+    options = appmeta.parse(app, config=config).options
+    at = _last_rollback_at(app)
+    if (
+        record is None
+        or options is None
+        or at is None
+        or mutation.kind_of(app) is mutation.APACHE
+        or record.get("onDelete")
+        or record.get("attempt") != current_attempt(app) - 1
+    ):
+        return (last,)
+    delay = backoff_delay(int(record["attempt"]), base=options.backoff, cap=options.backoff_max)
+    message = _rolled_back_message(record, at + datetime.timedelta(seconds=delay))
+    failure = values.get(appmeta.HANDLED_FAILURE)
+    return (_transition_event(failure, Reason.ROLLED_BACK, message=message), last)
+
+
+def _rolled_back_message(compact: Mapping[str, Any], retry_at: datetime.datetime) -> str:
+    return f"{_rollback_done(compact)}; resubmitting at {format_time(retry_at)}"
+
+
+def _rollback_done(compact: Mapping[str, Any]) -> str:
+    return (
+        f"rolled back {compact.get('rolledBack', 0)} instant(s), deleted "
+        f"{compact.get('filesDeleted', 0)} file(s), kept {compact.get('committed', 0)} "
+        "committed instant(s)"
+    )
+
+
 def _last_rollback_at(app: Mapping[str, Any]) -> datetime.datetime | None:
     value = _json_object(appmeta.of(app).get(appmeta.LAST_ROLLBACK))
     return parse_time(str(value.get("at") or "")) if value is not None else None
@@ -841,10 +886,7 @@ def conclude_rollback(
         appmeta.HANDLED_FAILURE: decision.failure_id,
         CLAIM: None,
     }
-    done = (
-        f"rolled back {compact['rolledBack']} instant(s), deleted {compact['filesDeleted']} "
-        f"file(s), kept {compact['committed']} committed instant(s)"
-    )
+    done = _rollback_done(compact)
     if compact["committed"] and not compact["rolledBack"]:
         message = (
             f"job {options.job_id} failed after committing all its output ({done}); "
@@ -872,7 +914,7 @@ def conclude_rollback(
         )
     delay = backoff_delay(decision.attempt, base=options.backoff, cap=options.backoff_max)
     retry_at = now + datetime.timedelta(seconds=delay)
-    message = f"{done}; resubmitting at {format_time(retry_at)}"
+    message = _rolled_back_message(compact, retry_at)
     return Conclusion(
         phase=Phase.ROLLED_BACK,
         patch=_annotations_patch(
@@ -885,3 +927,42 @@ def conclude_rollback(
         ),
         event=_transition_event(decision.failure_id, Reason.ROLLED_BACK, message=message),
     )
+
+
+def merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """One JSON merge patch (RFC 7386) that does what ``first`` then ``second`` do.
+
+    A purely computational function with no side-effects.
+    """
+    merged = dict(first)
+    for key, value in second.items():
+        before = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            merged[key] = merge_patches(before, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resubmission_after(
+    app: Mapping[str, Any],
+    conclusion: Conclusion,
+    *,
+    now: datetime.datetime,
+    config: config_.OperatorConfig,
+    holder: str = "",
+) -> Decision | None:
+    """The resubmission due as soon as ``conclusion`` is written on ``app``, if any.
+
+    A purely computational function with no side-effects. When the backoff is already over
+    (``backoff: 0``), :func:`decide` on the concluded app would resubmit at once; the operator
+    then writes the conclusion and the resubmission in one patch
+    (``merge_patches(conclusion.patch, decision.patch)``), under its claim, instead of two.
+    Only Kubeflow's in-place resubmission is merged (an Apache app is recreated, in steps).
+    """
+    if conclusion.phase is not Phase.ROLLED_BACK:
+        return None
+    decision = decide(
+        mutation.apply_merge_patch(app, conclusion.patch), now=now, config=config, holder=holder
+    )
+    return decision if decision.action is Action.RESUBMIT else None

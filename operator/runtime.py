@@ -9,10 +9,14 @@ import datetime
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from sparkguard.operator import config as config_
 from sparkguard.operator import kube, leadership, metrics, rollbacks
+
+#: apps whose Events are posted at once: Events are informational, and in a burst of
+#: failures the patches that make the recoveries should not queue behind them at the API server
+EVENT_POSTS: Final = 4
 
 
 def utcnow() -> datetime.datetime:
@@ -75,11 +79,17 @@ class Runtime:
     records: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     #: one reconciling task per app at most: its key id -> wake-up flag (set on news)
     workers: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
-    #: resourceVersion our last patch of an app produced (its watch echo is no news)
-    written: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    #: the last transition Event this process posted (or found posted) per app: key id ->
-    #: Event name (bounded: the oldest entries go first)
-    posted: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: resourceVersions our last few patches of an app produced (their watch echoes are no
+    #: news), newest last
+    written: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: the last transition Events this process posted (or found posted) per app: key id ->
+    #: Event names, newest last (bounded: the oldest apps go first)
+    posted: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: per app, the task posting its latest Event: Events go out in order, off the recovery's
+    #: critical path (the next patch does not wait for them); key id -> task
+    posting: dict[str, asyncio.Task[None]] = dataclasses.field(default_factory=dict)
+    #: bounds how many apps' Events are posted at once (made inside the event loop)
+    posting_slots: asyncio.Semaphore | None = None
     #: background tasks of this process (the campaign, workers), cancelled at shutdown
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     #: called with (key, decision) each time this process decided about an app (tests wait
@@ -110,6 +120,12 @@ class Runtime:
         if self.slots is None:
             self.slots = asyncio.Semaphore(self.config.max_concurrent_rollbacks)
         return self.slots
+
+    def event_slots(self) -> asyncio.Semaphore:
+        """The semaphore that bounds how many apps' Events are being posted at once."""
+        if self.posting_slots is None:
+            self.posting_slots = asyncio.Semaphore(EVENT_POSTS)
+        return self.posting_slots
 
     def rollback_executor(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads rollbacks run in, as many as there are slots (created on first use)."""

@@ -9,7 +9,7 @@ from typing import Any
 import kmock
 import pytest
 
-from sparkguard.operator import appmeta, kube
+from sparkguard.operator import appmeta, finalizers, kube
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.operator import kmocking
@@ -38,6 +38,8 @@ async def test_failed_app_is_rolled_back_and_resubmitted(
         await kmocking.eventually(
             lambda: kmocking.notes(k8s, NS, "nightly").get(appmeta.PHASE) == "Resubmitted"
         )
+        # Events go out after the patches (off the critical path), in order
+        await kmocking.eventually(lambda: len(kmocking.event_reasons(k8s, "nightly")) >= 3)
     assert rollback.calls == [("jobs.nightly", "s3://warehouse/_journal/jobs", None)]
     assert kmocking.resubmissions(k8s, "nightly") == ["1"]
     final = kmocking.notes(k8s, NS, "nightly")
@@ -48,6 +50,42 @@ async def test_failed_app_is_rolled_back_and_resubmitted(
     )
     reasons = kmocking.event_reasons(k8s, "nightly")
     assert reasons == ["RollbackStarted", "RolledBack", "Resubmitted"]
+    assert runtime.metrics.resubmissions._value.get() == 1
+
+
+async def test_a_recovery_without_backoff_is_two_patches_and_no_read(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    """The requests of one recovery (issue 20): the watch event's body is the first read, the
+    claim one patch, the conclusion and the resubmission (backoff 0) one more; the three
+    Events follow, in order, without holding up the patches."""
+    runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=kmocking.FakeRollback())
+    app = spark_app("quick", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    app["metadata"]["finalizers"] = [finalizers.FINALIZER]  # as admission stores it
+    async with kmocking.operating(runtime):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "quick", {"status": failed_status()}, status=True)
+        await kmocking.eventually(lambda: len(kmocking.event_reasons(k8s, "quick")) == 3)
+    patches = kmocking.app_patches(k8s, "quick")
+    assert len(patches) == 2, patches
+    claim, conclusion = (p["metadata"]["annotations"] for p in patches)
+    assert claim[appmeta.PHASE] == "Recovering"
+    assert conclusion[appmeta.PHASE] == "Resubmitted"
+    assert appmeta.LAST_ROLLBACK in conclusion
+    assert kmocking.resubmissions(k8s, "quick") == ["1"]
+    # The claim was decided on the watch event's body: no read of the app came before it.
+    # (kmock's objects carry no resourceVersion, so later echoes cannot be told from news
+    # here: the reads after the conclusion are the emulator's, the real API server has none.)
+    calls = [
+        str(r.method).upper().rpartition(".")[2]
+        for r in list(k8s)
+        if r.resource is not None
+        and r.resource.plural == kmocking.PLURAL
+        and r.name == "quick"
+        and not r.subresource
+    ]
+    assert calls[0] == "PATCH", calls
+    assert kmocking.event_reasons(k8s, "quick") == ["RollbackStarted", "RolledBack", "Resubmitted"]
     assert runtime.metrics.resubmissions._value.get() == 1
 
 
@@ -71,6 +109,9 @@ async def test_max_retries_is_honoured(
         await kmocking.patch_app(k8s, NS, "flaky", {"status": rerun}, status=True)
         await kmocking.eventually(
             lambda: kmocking.notes(k8s, NS, "flaky").get(appmeta.PHASE) == "Exhausted"
+        )
+        await kmocking.eventually(  # Events follow the patches
+            lambda: "RetriesExhausted" in kmocking.event_reasons(k8s, "flaky")
         )
     assert kmocking.resubmissions(k8s, "flaky") == ["1"]
     assert len(rollback.calls) == 2  # the last attempt's output is rolled back too
@@ -119,6 +160,9 @@ async def test_committed_output_is_not_resubmitted(
         await kmocking.patch_app(k8s, NS, "done", {"status": failed_status()}, status=True)
         await kmocking.eventually(
             lambda: kmocking.notes(k8s, NS, "done").get(appmeta.PHASE) == "CommittedNotResubmitted"
+        )
+        await kmocking.eventually(  # Events follow the patches
+            lambda: "CommittedNotResubmitted" in kmocking.event_reasons(k8s, "done")
         )
     assert kmocking.resubmissions(k8s, "done") == []
     events = [e for e in kmocking.posted_events(k8s) if e["reason"] == "CommittedNotResubmitted"]
@@ -292,12 +336,23 @@ async def test_unanswered_resubmission_is_patched_again_until_the_app_reruns(
 
 
 class _DiesBeforePosting(kube.KubeClient):
-    """An operator killed right after writing phase RolledBack: its Event never leaves."""
+    """An operator killed right after writing phase RolledBack: its Event never leaves, and
+    nothing else it would do next does."""
 
     def __init__(self, api: Any, *, posts_first: bool) -> None:
         super().__init__(api)
         self.posts_first = posts_first
         self.dead = asyncio.Event()
+
+    async def patch_app(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead.is_set():
+            await asyncio.Future()
+        return await super().patch_app(*args, **kwargs)
+
+    async def get_app(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead.is_set():
+            await asyncio.Future()
+        return await super().get_app(*args, **kwargs)
 
     async def post_event(self, app: Any, *, reason: str, **kwargs: Any) -> None:
         if reason != "RolledBack":
@@ -346,3 +401,36 @@ async def test_the_event_of_a_replica_killed_after_its_conclusion_is_posted_once
     assert reasons.count("RolledBack") == 1
     assert reasons.count("Resubmitted") == 1
     assert kmocking.resubmissions(k8s, "killed") == ["1"]
+
+
+@pytest.mark.parametrize("posts_first", [False, True], ids=["events-lost", "rolled-back-posted"])
+async def test_the_events_of_a_merged_conclusion_are_posted_once_after_a_kill(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig, posts_first: bool
+) -> None:
+    """backoff 0: the conclusion and the resubmission are one patch (phase RolledBack never
+    stored). The replica killed before its RolledBack Event (or just after it): the operator
+    that takes over posts RolledBack and Resubmitted if they were lost, never twice, and
+    does not resubmit again."""
+    dying = _DiesBeforePosting(kmocking.api_client(k8s), posts_first=posts_first)
+    first = runtime_.Runtime(
+        config=recovery_config,
+        kube=dying,
+        rollback=kmocking.FakeRollback(),
+        clock=kmocking.loop_clock(),
+    )
+    app = spark_app("merged", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+    async with kmocking.operating(first):
+        await kmocking.create_app(k8s, app)
+        await kmocking.patch_app(k8s, NS, "merged", {"status": failed_status()}, status=True)
+        await kmocking.eventually(dying.dead.is_set)
+    assert kmocking.notes(k8s, NS, "merged")[appmeta.PHASE] == "Resubmitted"
+    assert _stored_event_reasons(k8s, "merged").count("RolledBack") == int(posts_first)
+    assert "Resubmitted" not in _stored_event_reasons(k8s, "merged")
+
+    second = kmocking.make_runtime(k8s, config=recovery_config, rollback=kmocking.FakeRollback())
+    async with kmocking.operating(second):
+        await kmocking.eventually(lambda: "Resubmitted" in _stored_event_reasons(k8s, "merged"))
+    reasons = _stored_event_reasons(k8s, "merged")
+    assert reasons.count("RolledBack") == 1
+    assert reasons.count("Resubmitted") == 1
+    assert kmocking.resubmissions(k8s, "merged") == ["1"]

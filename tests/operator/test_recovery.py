@@ -10,7 +10,7 @@ import pytest
 
 from sparkguard.operator import appmeta, mutation, recovery
 from sparkguard.operator import config as config_
-from tests.operator.apps import failed_status, spark_app
+from tests.operator.apps import apache_app, failed_status, spark_app
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 Action, Phase = recovery.Action, recovery.Phase
@@ -405,3 +405,127 @@ def test_no_event_is_owed_outside_the_transitions_of_a_recovery(
     # Nor for a phase without the failure it handled (written by hand, or an old operator).
     app = _app(status=failed_status(), **{appmeta.PHASE: "RolledBack"})
     assert recovery.owed_event(app, now=NOW, config=config) is None
+
+
+def test_two_merge_patches_merge_into_one_that_does_both() -> None:
+    app = _app(status=failed_status(), **{appmeta.MESSAGE: "old", "keep": "k"})
+    notes = {appmeta.MESSAGE: "a", recovery.CLAIM: None, "x": "1"}
+    first = {"metadata": {"annotations": dict(notes)}}
+    second = {
+        "metadata": {"annotations": {appmeta.MESSAGE: "b"}},
+        "spec": {"sparkConf": {"y": "2"}},
+    }
+    merged = recovery.merge_patches(first, second)
+    assert _apply(app, merged) == _apply(_apply(app, first), second)
+    assert appmeta.of(_apply(app, merged))["keep"] == "k"
+    assert first == {"metadata": {"annotations": notes}}  # the inputs are left alone
+
+
+def test_a_conclusion_after_the_backoff_carries_the_resubmission(
+    config: config_.OperatorConfig,
+) -> None:
+    """backoff 0: the conclusion and the resubmission are one patch, and it leaves the app as
+    the two patches one after the other would (Resubmitted, attempt 1, last-rollback kept)."""
+    app = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
+    decision = _decide(app, config)
+    claimed = _apply(app, decision.patch)
+    summary = {"instants_rolled_back": ("i1",), "files_deleted": 3}
+    conclusion = recovery.conclude_rollback(decision, summary=summary, now=NOW)
+    follow = recovery.resubmission_after(claimed, conclusion, now=NOW, config=config)
+    assert follow is not None
+    assert follow.action is Action.RESUBMIT
+    two_steps = _apply(_apply(claimed, conclusion.patch), follow.patch)
+    one_step = _apply(claimed, recovery.merge_patches(conclusion.patch, follow.patch))
+    assert one_step == two_steps
+    notes = appmeta.of(one_step)
+    assert notes[appmeta.PHASE] == Phase.RESUBMITTED.value
+    assert notes[appmeta.ATTEMPT] == "1"
+    assert '"rolledBack": 1' in notes[appmeta.LAST_ROLLBACK]
+    assert recovery.CLAIM not in notes
+    assert one_step["spec"]["sparkConf"][mutation.CONF_ATTEMPT] == "1"
+
+
+@pytest.mark.parametrize(
+    ("notes", "summary"),
+    [
+        ({}, {}),  # the default backoff: the resubmission waits, a patch of its own
+        ({appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "0"}, {}),  # Exhausted
+        ({appmeta.BACKOFF: "0"}, {"instants_rolled_back": (), "instants_committed": ("c",)}),
+    ],
+    ids=["backoff", "exhausted", "committed"],
+)
+def test_no_resubmission_rides_on_a_conclusion_that_does_not_resubmit_now(
+    config: config_.OperatorConfig, notes: dict[str, str], summary: dict[str, Any]
+) -> None:
+    app = _app(status=failed_status(), **notes)
+    decision = _decide(app, config)
+    full = {"instants_rolled_back": ("i1",), "files_deleted": 3, **summary}
+    conclusion = recovery.conclude_rollback(decision, summary=full, now=NOW)
+    claimed = _apply(app, decision.patch)
+    assert recovery.resubmission_after(claimed, conclusion, now=NOW, config=config) is None
+
+
+def test_an_apache_conclusion_never_carries_its_recreation(config: config_.OperatorConfig) -> None:
+    """An Apache app is resubmitted by recreating it, in steps of their own: the conclusion
+    stays a patch of its own even with the backoff over."""
+    app = apache_app(annotations={appmeta.BACKOFF: "0"})
+    states = ("Submitted", "DriverRequested", "DriverStarted", "Failed", "ResourceReleased")
+    app["status"] = {
+        "currentState": {"currentStateSummary": states[-1]},
+        "stateTransitionHistory": {
+            str(i): {"currentStateSummary": s, "lastTransitionTime": "2026-11-22T11:00:00Z"}
+            for i, s in enumerate(states)
+        },
+        "currentAttemptSummary": {"attemptInfo": {"id": 0}},
+    }
+    decision = _decide(app, config)
+    assert decision.action is Action.ROLLBACK
+    conclusion = recovery.conclude_rollback(
+        decision, summary={"instants_rolled_back": ("i1",)}, now=NOW
+    )
+    claimed = _apply(app, decision.patch)
+    assert _decide(_apply(claimed, conclusion.patch), config).action is Action.RECREATE
+    assert recovery.resubmission_after(claimed, conclusion, now=NOW, config=config) is None
+
+
+def test_a_merged_resubmission_owes_the_rolled_back_event_too(
+    config: config_.OperatorConfig,
+) -> None:
+    """Conclusion and resubmission in one patch, the replica killed before their Events: phase
+    RolledBack was never stored, so the app in phase Resubmitted owes both, in order, under the
+    names the first replica gave them (the API server refuses a second copy)."""
+    app = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
+    decision = _decide(app, config)
+    claimed = _apply(app, decision.patch)
+    summary = {"instants_rolled_back": ("i1",), "files_deleted": 3}
+    conclusion = recovery.conclude_rollback(decision, summary=summary, now=NOW)
+    follow = recovery.resubmission_after(claimed, conclusion, now=NOW, config=config)
+    assert follow is not None
+    resubmitted = _apply(claimed, recovery.merge_patches(conclusion.patch, follow.patch))
+    owed = recovery.owed_events(resubmitted, now=NOW + datetime.timedelta(seconds=5), config=config)
+    assert owed == (conclusion.event, follow.event)
+    # An hour on, nothing is owed.
+    later = NOW + datetime.timedelta(seconds=recovery.EVENT_REPLAY_SECONDS + 1)
+    assert recovery.owed_events(resubmitted, now=later, config=config) == ()
+    # Outside a resubmission, owed_events is owed_event.
+    concluded = _apply(claimed, conclusion.patch)
+    assert recovery.owed_events(concluded, now=NOW, config=config) == (conclusion.event,)
+
+
+def test_a_resubmission_after_a_backoff_owes_the_rolled_back_event_as_well(
+    config: config_.OperatorConfig,
+) -> None:
+    """The same with two patches (a backoff between them): the RolledBack Event, named after
+    its transition, is owed as well; if it was posted, the API server refuses the copy."""
+    app = _app(status=failed_status(), **{appmeta.BACKOFF: "10s"})
+    decision = _decide(app, config)
+    claimed = _apply(app, decision.patch)
+    summary = {"instants_rolled_back": ("i1",), "files_deleted": 3}
+    conclusion = recovery.conclude_rollback(decision, summary=summary, now=NOW)
+    concluded = _apply(claimed, conclusion.patch)
+    later = NOW + datetime.timedelta(seconds=11)
+    resubmit = _decide(concluded, config, later)
+    assert resubmit.action is Action.RESUBMIT
+    resubmitted = _apply(concluded, resubmit.patch)
+    owed = recovery.owed_events(resubmitted, now=later, config=config)
+    assert owed == (conclusion.event, resubmit.event)
