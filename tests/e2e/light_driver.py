@@ -190,7 +190,7 @@ def _executor(argv: list[str]) -> int:
             spec, [_batch(partition, rows, partitions)], partition=partition, attempt=0,
             token=spec.settings.job_id,
         )  # fmt: skip
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit too: stopped by GC (SIGTERM) before it wrote
         trail.write_text(f"{time.time():.3f} failed: {exc!r}\n")
         raise
     trail.write_text(f"{time.time():.3f} wrote {[f.path for f in files]}\n")
