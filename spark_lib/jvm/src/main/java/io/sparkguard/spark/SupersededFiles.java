@@ -90,13 +90,34 @@ final class SupersededFiles {
         }
       }
     }
-    List<String> deleted = new ArrayList<>();
+    List<String> doomed = new ArrayList<>();
     for (String path : candidates) {
-      if (!keep.contains(path) && store.delete(new Path(table, path))) {
-        deleted.add(path);
+      if (!keep.contains(path)) {
+        doomed.add(path);
       }
     }
-    return deleted;
+    deleteByDirectory(store, table, doomed);
+    return doomed;
+  }
+
+  /**
+   * Delete {@code relative} paths of {@code table}, one {@link AtomicStore#deleteAll} per
+   * directory: on object stores one bulk request per page of keys instead of a probe and a
+   * delete per file. The paths were listed just before, so they are the files deleted (a file
+   * deleted meanwhile by someone else, e.g. a rollback finishing this step, counts here too).
+   */
+  static void deleteByDirectory(AtomicStore store, Path table, List<String> relative)
+      throws IOException {
+    java.util.Map<String, List<Path>> byDirectory = new java.util.TreeMap<>();
+    for (String path : relative) {
+      int slash = path.lastIndexOf('/');
+      String directory = slash < 0 ? "" : path.substring(0, slash);
+      byDirectory.computeIfAbsent(directory, d -> new ArrayList<>()).add(new Path(table, path));
+    }
+    for (java.util.Map.Entry<String, List<Path>> entry : byDirectory.entrySet()) {
+      Path directory = entry.getKey().isEmpty() ? table : new Path(table, entry.getKey());
+      store.deleteAll(directory, entry.getValue());
+    }
   }
 
   /** A path Spark's file listing reads: no segment starts with {@code _} or {@code .}. */

@@ -230,6 +230,57 @@ class ProtocolStepsTest {
   }
 
   @Test
+  void supersededFilesGoInOneBulkDeletePerDirectory() throws IOException {
+    String table = dir.resolve("s").toString();
+    List<String> relative = List.of("a.parquet", "k=0/b.parquet", "k=0/c.parquet", "k=1/d.parquet");
+    for (String name : relative) {
+      Files.createDirectories(dir.resolve("s").resolve(name).getParent());
+      Files.write(dir.resolve("s").resolve(name), new byte[] {1});
+    }
+    List<String> calls = new java.util.ArrayList<>();
+    AtomicStore store = new ForwardingStore(AtomicStore.forTable(new Path(table))) {
+      private static final long serialVersionUID = 1L;
+
+      @Override
+      void before(String op, Path path) {
+        calls.add(op);
+      }
+
+      @Override
+      public void deleteAll(Path directory, List<Path> paths) throws IOException {
+        calls.add("deleteAll " + directory.getName() + " " + paths.size());
+        inner.deleteAll(directory, paths);
+      }
+    };
+    SupersededFiles.deleteByDirectory(store, new Path(table), relative);
+    assertEquals(List.of("deleteAll s 1", "deleteAll k=0 2", "deleteAll k=1 1"), calls);
+    for (String name : relative) {
+      assertFalse(Files.exists(dir.resolve("s").resolve(name)), name);
+    }
+  }
+
+  @Test
+  void aClaimedAbortRemovesManyNamesConcurrentlyAndReportsEachInOrder() throws IOException {
+    String table = dir.resolve("m").toString();
+    AtomicStore store = AtomicStore.forTable(new Path(table));
+    List<String> names = new java.util.ArrayList<>();
+    for (int i = 0; i < 40; i++) {
+      String name = String.format("k=%d/part-%05d-j-c000.parquet", i % 3, i);
+      names.add(name);
+      if (i % 2 == 0) {
+        Files.createDirectories(dir.resolve("m").resolve(name).getParent());
+        Files.write(dir.resolve("m").resolve(name), new byte[] {1});
+      }
+    }
+    List<ProtocolSteps.Removed> removed = ProtocolSteps.removeConcurrently(store, table, names);
+    assertEquals(names, removed.stream().map(ProtocolSteps.Removed::relative).toList());
+    for (int i = 0; i < names.size(); i++) {
+      assertEquals(i % 2 == 0, removed.get(i).existed(), names.get(i));
+      assertFalse(Files.exists(dir.resolve("m").resolve(names.get(i))), names.get(i));
+    }
+  }
+
+  @Test
   void theLayoutComesFromTheFirstFile() {
     Map<String, Object> extra = new TreeMap<>();
     ProtocolSteps.putLayout(extra, List.of("d=1/k=0/part-0.snappy.parquet", "x.orc"));
