@@ -387,6 +387,7 @@ def capacity_phase(args: argparse.Namespace) -> dict[str, list[dict[str, float]]
                     "p50_ms": percentile(lat, 0.5) * 1000,
                     "p99_ms": percentile(lat, 0.99) * 1000,
                     "sidecar_cpu": sidecar_cpu,
+                    "cpu_us": sidecar_cpu / (len(lat) / elapsed) * 1e6,
                     "load": os.getloadavg()[0],
                 }
                 results[mode].append(result)
@@ -394,8 +395,8 @@ def capacity_phase(args: argparse.Namespace) -> dict[str, list[dict[str, float]]
                     f"round {n}: capacity on local fs, {mode}, {args.capacity_connections} "
                     f"connections x {args.capacity_per_connection}: {result['rate']:.0f} "
                     f"acknowledged markers/s, p50 {result['p50_ms']:.1f} ms, p99 "
-                    f"{result['p99_ms']:.1f} ms, sidecar CPU {sidecar_cpu:.0%} of one core "
-                    f"(1-minute load {result['load']:.1f})"
+                    f"{result['p99_ms']:.1f} ms, sidecar CPU {sidecar_cpu:.0%} of one core, "
+                    f"{result['cpu_us']:.0f} us per marker (1-minute load {result['load']:.1f})"
                 )
     return results
 
@@ -411,7 +412,10 @@ def report_capacity(
     """One line per mode: its best round by markers/s, and every round's figures."""
     for mode, rounds in results.items():
         best = max(rounds, key=lambda r: r["rate"])
-        each = ", ".join(f"{r['rate']:.0f}/s p99 {r['p99_ms']:.0f} ms" for r in rounds)
+        each = ", ".join(
+            f"{r['rate']:.0f}/s p99 {r['p99_ms']:.0f} ms ({r['cpu_us']:.0f} us/marker)"
+            for r in rounds
+        )
         print(
             f"capacity {mode} ({connections} connections, local disk, flush interval "
             f"{interval_ms} ms): best {best['rate']:.0f} markers/s, p50 {best['p50_ms']:.1f} "
