@@ -12,12 +12,21 @@ the commit removes the markers. Storage requests are counted at the proxy. R >= 
 each mode is compared, and every round's job ratio is printed.
 
 Latency phase: marker ack latency p50/p99 of interval vs group-commit flushing, on the proxy.
-Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p99. Both
-alternate the order of the two modes by round too.
+Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p50/p99 of
+the acks. The load models a driver's sidecar serving every task of every executor: 400 task
+connections by default (50 executors x 8 task slots), each sending one marker (the bytes
+``HttpMarkerClient.create`` sends, on a kept-alive connection) and waiting for its ack before the
+next, as a task waits before it writes its data file. The load generator is one asyncio event
+loop in this process pinned to one CPU (``os.sched_setaffinity``), the sidecar pinned to the
+other; both lines say so. The machine's other processes are not pinned, so the 1-minute load is
+printed beside each round. The goal is >= 5,000 markers/s with p99 <= 2 x the flush interval
+for the shipped policy. Both phases alternate the order of the two modes by round too;
+``--capacity-only`` runs the capacity phase alone (no S3 server).
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --quick     # 1,000 files
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py             # 3,000 files
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --files 100000 --writers 64
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/markers.py --capacity-only --rounds 2
 
 ``--quick`` and the full run differ only in size (files, capacity markers per connection):
 same writers (16), same rounds, same warm-up. Each timed job is preceded by an untimed marker
@@ -40,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -83,6 +93,30 @@ def sidecar(port: int, roots: str, env: dict[str, str], mode: str) -> Iterator[s
     with process([sys.executable, "-m", "sparkguard.sidecar"], settings):
         wait_http(f"http://127.0.0.1:{port}/readyz")
         yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def pinned_sidecar(
+    port: int, root: str, mode: str, cpus: set[int] | None
+) -> Iterator[tuple[str, int]]:
+    """A sidecar process for ``root`` on local disk, pinned to ``cpus`` (every thread it
+    starts inherits the mask: it is set before the first one exists); yields (endpoint, pid)."""
+    settings = {
+        "SPARKGUARD_SIDECAR_ALLOWED_ROOTS": root,
+        "SPARKGUARD_SIDECAR_TOKEN": TOKEN,
+        "SPARKGUARD_SIDECAR_PORT": str(port),
+        "SPARKGUARD_SIDECAR_FLUSH_MODE": mode,
+        "SPARKGUARD_SIDECAR_LOG_LEVEL": "WARNING",
+    }
+    with process([sys.executable, "-m", "sparkguard.sidecar"], settings) as proc:
+        if cpus is not None:
+            os.sched_setaffinity(proc.pid, cpus)  # just exec'd: the interpreter is starting
+        wait_http(f"http://127.0.0.1:{port}/readyz")
+        if cpus is not None:
+            for task in os.listdir(f"/proc/{proc.pid}/task"):
+                allowed = os.sched_getaffinity(int(task))
+                assert allowed == cpus, f"sidecar thread {task} runs on CPUs {allowed}"
+        yield f"http://127.0.0.1:{port}", proc.pid
 
 
 def run_threads(count: int, target: Any) -> float:
@@ -224,30 +258,169 @@ def ack_latency(endpoint: str, directory: str, *, writers: int, per_writer: int)
     return latencies
 
 
+def _create_request(host: str, port: int, directory: str, name: str) -> bytes:
+    """The bytes ``HttpMarkerClient.create`` sends (http.client's header order, JSON body)."""
+    body = json.dumps({"markerdir": directory, "markername": name}).encode()
+    head = (
+        f"POST /v1/markers/create HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Accept-Encoding: identity\r\nContent-Length: {len(body)}\r\n"
+        f"Accept: application/json\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 async def _capacity_load(
     endpoint: str, directory: str, connections: int, per: int
 ) -> tuple[float, list[float]]:
-    import aiohttp
-
+    """``connections`` task connections, each sending ``per`` markers one at a time (the next
+    once the previous is acknowledged), as ``HttpMarkerClient`` does: the same request bytes on
+    a kept-alive connection. A lean client (asyncio streams, the requests prepared before the
+    clock starts) so that one core of load drives the sidecar's core to its limit; every answer
+    is read whole and must be a 200. Returns the wall time of the timed part and each
+    marker's ack latency."""
+    host, port_text = endpoint.removeprefix("http://").rsplit(":", 1)
+    port = int(port_text)
+    requests = [
+        [
+            _create_request(host, port, directory, f"c{c:04d}/part-{i:06d}-bench-c000.parquet")
+            for i in range(per)
+        ]
+        for c in range(connections)
+    ]
+    streams = [await asyncio.open_connection(host, port) for _ in range(connections)]
     latencies: list[float] = []
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections)) as session:
+    go = asyncio.Event()
 
-        async def one(c: int) -> None:
-            for i in range(per):
-                params = {"markerdir": directory, "markername": f"c{c:04d}/part-{i:06d}.parquet"}
-                started = time.perf_counter()
-                async with session.post(
-                    endpoint + "/v1/markers/create", params=params, headers=headers
-                ) as answer:
-                    await answer.read()
-                    if answer.status != 200:
-                        raise RuntimeError(f"HTTP {answer.status}")
-                latencies.append(time.perf_counter() - started)
+    async def one(c: int) -> None:
+        reader, writer = streams[c]
+        await go.wait()
+        for request in requests[c]:
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            body = await reader.readexactly(length)
+            if head[9:12] != b"200":
+                raise RuntimeError(f"HTTP {head[9:12].decode()}: {body[:300]!r}")
+            latencies.append(time.perf_counter() - started)
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one(c) for c in range(connections)))
-        return time.perf_counter() - started, latencies
+    tasks = [asyncio.create_task(one(c)) for c in range(connections)]
+    await asyncio.sleep(0.2)  # every task waits on the event: the connections are all open
+    started = time.perf_counter()
+    go.set()
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for _, writer in streams:
+            writer.close()
+    return time.perf_counter() - started, latencies
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pinning() -> tuple[set[int] | None, set[int] | None]:
+    """(load generator's CPUs, sidecar's CPUs): two distinct cores when this process may use
+    two, else ``(None, None)`` (both share whatever they get)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, {cpus[1]}
+
+
+def capacity_phase(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    """Acknowledged markers/s and ack latency of one sidecar on local disk, each mode in turn
+    (order rotated by round); returns each round's figures per mode."""
+    load_cpus, sidecar_cpus = _pinning()
+    own = os.sched_getaffinity(0)
+    if load_cpus is None:
+        log("capacity: fewer than 2 CPUs available: load and sidecar share them (not pinned)")
+    else:
+        log(
+            f"capacity: sidecar pinned to CPU {min(sidecar_cpus or ())}, load generator (this "
+            f"process's event loop) to CPU {min(load_cpus)}; the machine's other processes are "
+            f"not pinned (1-minute load {os.getloadavg()[0]:.1f})"
+        )
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in BATCHED_MODES}
+    with tempfile.TemporaryDirectory(prefix="sg-capacity-") as root:
+        for n in range(args.rounds):
+            for mode in rotated(BATCHED_MODES, n):
+                table = f"{root}/{mode}-{n}"
+                directory = f"{table}/_sparkguard/markers/{INSTANT}"
+                timeline_dir = f"{table}/_sparkguard/timeline"
+                os.makedirs(timeline_dir)  # the writer's W2: .inflight before any marker
+                with open(f"{timeline_dir}/{INSTANT}.inflight", "wb") as inflight:
+                    inflight.write(b"{}")
+                with pinned_sidecar(free_port(), root, mode, sidecar_cpus) as (endpoint, pid):
+                    # Untimed: the first marker loads the directory and writes MARKERS.type.
+                    warm = HttpMarkerClient(endpoint, token=TOKEN, deadline_s=60)
+                    warm.create(directory, "part-warm-up.parquet")
+                    warm.close()
+                    cpu_before = _cpu_seconds(pid)
+                    if load_cpus is not None:
+                        os.sched_setaffinity(0, load_cpus)
+                    try:
+                        elapsed, lat = asyncio.run(
+                            _capacity_load(
+                                endpoint,
+                                directory,
+                                args.capacity_connections,
+                                args.capacity_per_connection,
+                            )
+                        )
+                    finally:
+                        os.sched_setaffinity(0, own)
+                    sidecar_cpu = (_cpu_seconds(pid) - cpu_before) / elapsed
+                loaded = markers.read_marked_files(*filemanager.resolve(directory))
+                expected = args.capacity_connections * args.capacity_per_connection + 1
+                assert len(loaded) == expected, f"{len(loaded)} markers on disk, want {expected}"
+                result = {
+                    "rate": len(lat) / elapsed,
+                    "p50_ms": percentile(lat, 0.5) * 1000,
+                    "p99_ms": percentile(lat, 0.99) * 1000,
+                    "sidecar_cpu": sidecar_cpu,
+                    "cpu_us": sidecar_cpu / (len(lat) / elapsed) * 1e6,
+                    "load": os.getloadavg()[0],
+                }
+                results[mode].append(result)
+                log(
+                    f"round {n}: capacity on local fs, {mode}, {args.capacity_connections} "
+                    f"connections x {args.capacity_per_connection}: {result['rate']:.0f} "
+                    f"acknowledged markers/s, p50 {result['p50_ms']:.1f} ms, p99 "
+                    f"{result['p99_ms']:.1f} ms, sidecar CPU {sidecar_cpu:.0%} of one core, "
+                    f"{result['cpu_us']:.0f} us per marker (1-minute load {result['load']:.1f})"
+                )
+    return results
+
+
+def _interval_ms() -> int:
+    """The sidecars' flush interval: the environment's, else the shipped default."""
+    return int(os.environ.get("SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS", "50"))
+
+
+def report_capacity(
+    results: dict[str, list[dict[str, float]]], connections: int, interval_ms: int
+) -> None:
+    """One line per mode: its best round by markers/s, and every round's figures."""
+    for mode, rounds in results.items():
+        best = max(rounds, key=lambda r: r["rate"])
+        each = ", ".join(
+            f"{r['rate']:.0f}/s p99 {r['p99_ms']:.0f} ms ({r['cpu_us']:.0f} us/marker)"
+            for r in rounds
+        )
+        print(
+            f"capacity {mode} ({connections} connections, local disk, flush interval "
+            f"{interval_ms} ms): best {best['rate']:.0f} markers/s, p50 {best['p50_ms']:.1f} "
+            f"ms, p99 {best['p99_ms']:.1f} ms; rounds: {each}"
+        )
 
 
 BATCHED_MODES = ("interval", "group-commit")
@@ -298,7 +471,7 @@ def main() -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a short run (1,000 files, 100 capacity markers per connection), same writers "
+        help="a short run (1,000 files, 20 capacity markers per connection), same writers "
         "and rounds",
     )
     parser.add_argument("--files", type=int, default=3_000)
@@ -306,15 +479,27 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode (>= 2)")
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--write-rate", type=float, default=3500.0)
-    parser.add_argument("--capacity-connections", type=int, default=64)
-    parser.add_argument("--capacity-per-connection", type=int, default=200)
+    parser.add_argument(
+        "--capacity-connections",
+        type=int,
+        default=400,
+        help="task connections of the capacity phase (default 400: a driver's sidecar serving "
+        "50 executors x 8 task slots, each task waiting for its marker's ack)",
+    )
+    parser.add_argument("--capacity-per-connection", type=int, default=50)
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-capacity", action="store_true")
+    parser.add_argument(
+        "--capacity-only", action="store_true", help="only the capacity phase (no S3 server)"
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: use at least 2 (the order rotates by round)")
     if args.quick:
-        args.files, args.capacity_per_connection = 1_000, 100
+        args.files, args.capacity_per_connection = 1_000, 20
+    if args.capacity_only:
+        report_capacity(capacity_phase(args), args.capacity_connections, _interval_ms())
+        return 0
     modes = ("direct", *BATCHED_MODES)
     log(
         f"markers benchmark: {args.files} files, {args.writers} writers, {args.rounds} rounds "
@@ -360,30 +545,7 @@ def main() -> int:
                     )
 
     if not args.skip_capacity:
-        with tempfile.TemporaryDirectory(prefix="sg-capacity-") as root:
-            for n in range(args.rounds):
-                for mode in rotated(BATCHED_MODES, n):
-                    directory = f"{root}/{mode}-{n}/_sparkguard/markers/{INSTANT}"
-                    timeline_dir = f"{root}/{mode}-{n}/_sparkguard/timeline"
-                    os.makedirs(timeline_dir)  # the writer's W2: .inflight before any marker
-                    with open(f"{timeline_dir}/{INSTANT}.inflight", "wb") as inflight:
-                        inflight.write(b"{}")
-                    with sidecar(free_port(), root, {}, mode) as endpoint:
-                        elapsed, lat = asyncio.run(
-                            _capacity_load(
-                                endpoint,
-                                directory,
-                                args.capacity_connections,
-                                args.capacity_per_connection,
-                            )
-                        )
-                    log(
-                        f"round {n}: capacity on local fs, {mode} (interval 50 ms), "
-                        f"{args.capacity_connections} connections: {len(lat) / elapsed:.0f} "
-                        f"acknowledged markers/s, p50 {percentile(lat, 0.5) * 1000:.1f} ms, "
-                        f"p99 {percentile(lat, 0.99) * 1000:.1f} ms"
-                    )
-
+        report_capacity(capacity_phase(args), args.capacity_connections, _interval_ms())
     report(runs, latency)
     return 0
 

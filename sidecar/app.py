@@ -54,8 +54,10 @@ async def read_params(request: web.Request) -> dict[str, str]:
     """
     params: dict[str, str] = {}
     # The raw query, not request.query: that one decodes escapes of non-UTF-8 bytes to U+FFFD.
-    for key, value in _parse_urlencoded(request.rel_url.raw_query_string, where="query string"):
-        _put_param(params, key, value)
+    query = request.rel_url.raw_query_string
+    if query:  # a POST's parameters are usually all in its body
+        for key, value in _parse_urlencoded(query, where="query string"):
+            _put_param(params, key, value)
     if request.method == "POST" and request.can_read_body:
         for name, field in await _read_body(request):
             if not isinstance(field, str):
@@ -110,10 +112,15 @@ async def _read_body(request: web.Request) -> list[tuple[str, Any]]:
         )
     timeout_s = request.app[CONFIG_KEY].body_timeout_s
     try:
-        async with asyncio.timeout(timeout_s):
-            if content_type == "multipart/form-data":
-                return await _read_multipart(request)
+        if content_type != "multipart/form-data" and request.content.is_eof():
+            # The whole body arrived with the head (a marker's always does): nothing to wait
+            # for, so no timer to arm and cancel.
             raw = await request.read()
+        else:
+            async with asyncio.timeout(timeout_s):
+                if content_type == "multipart/form-data":
+                    return await _read_multipart(request)
+                raw = await request.read()
     except TimeoutError:
         raise errors.RequestTimeoutError(
             f"the request body did not arrive within {timeout_s:g} s "
@@ -134,7 +141,7 @@ async def _read_body(request: web.Request) -> list[tuple[str, Any]]:
     if content_type == "application/x-www-form-urlencoded":
         return list(_parse_urlencoded(text, where="form body"))
     try:
-        body = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
+        body = _JSON.decode(text)
     except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
         raise errors.BadRequestError(f"the JSON body cannot be parsed ({exc})"[:300]) from None
     except RecursionError:
@@ -156,6 +163,10 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         _refuse_conflict(found, key, value)
         found[key] = value
     return found
+
+
+#: one decoder for every body (``json.loads`` with a hook builds a new one per call)
+_JSON: Final = json.JSONDecoder(object_pairs_hook=_refuse_duplicate_keys)
 
 
 async def _read_multipart(request: web.Request) -> list[tuple[str, Any]]:

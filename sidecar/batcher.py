@@ -289,6 +289,8 @@ class MarkerBatcher:
         self._pending = 0
         self._draining = False
         self._group_commit = settings.flush_mode is config.FlushMode.GROUP_COMMIT
+        # Read at each scrape rather than set at each request.
+        instruments.pending.set_function(lambda: self._pending)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -338,7 +340,6 @@ class MarkerBatcher:
                 if not future.done():
                     future.set_exception(error)
                     failed += 1
-        self._metrics.pending.set(self._pending)
         if failed:
             logger.warning("shutdown: %s pending markers were refused with 503", failed)
         return failed
@@ -364,7 +365,11 @@ class MarkerBatcher:
         """
         if self._draining:
             raise errors.ShuttingDownError("the sidecar is stopping; retry in a moment")
-        state = await self._state(marker_dir)
+        state = self._dirs.get(marker_dir.key)
+        if state is not None and state.loaded:
+            self._dirs.move_to_end(marker_dir.key)  # what _state does for a loaded directory
+        else:
+            state = await self._state(marker_dir)
         state.users += 1
         try:
             self._refuse_if_decided(state)
@@ -379,12 +384,12 @@ class MarkerBatcher:
                         "after a short wait",
                         retry_after_s=max(self._settings.batch_interval_ms / 1000, 0.1),
                     )
+                # Awaited through shield() below at once, whose callback retrieves a failure
+                # even when the request is gone: never "exception was never retrieved".
                 future = asyncio.get_running_loop().create_future()
-                future.add_done_callback(_consume_exception)
                 state.waiting[name] = future
                 state.queue.append(name)
                 self._pending += 1
-                self._metrics.pending.set(self._pending)
                 if self._group_commit:
                     self._schedule(state)
             written = await asyncio.shield(future)
@@ -608,7 +613,6 @@ class MarkerBatcher:
                 state.idle.set()
             if wrote:
                 self._metrics.flush_duration.observe(time.monotonic() - started)
-            self._metrics.pending.set(self._pending)
             if self._group_commit or self._draining:
                 self._schedule(state)
 
@@ -782,9 +786,3 @@ class MarkerBatcher:
                 future.set_result(name in written)
             else:
                 future.set_exception(failure)
-
-
-def _consume_exception(future: asyncio.Future[bool]) -> None:
-    # A client that hung up no longer awaits its future; don't log "never retrieved".
-    if not future.cancelled():
-        future.exception()

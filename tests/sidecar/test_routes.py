@@ -491,6 +491,8 @@ async def test_queue_full_answers_503_with_retry_after(
         for i in range(5)
     ]
     await until_pending(client, 5)  # all five are queued in the batcher
+    # The gauge is read at the scrape (not set per request): it shows them.
+    assert "sparkguard_sidecar_pending_markers 5.0" in await (await client.get("/metrics")).text()
     response = await client.post(
         "/v1/markers/create",
         json={"markerdir": directory, "markername": "one-too-many"},
