@@ -107,7 +107,8 @@ class _Listing:
 
 def _read(table: str, entries: list[filemanager.FileInfo]) -> _Listing | None:
     """Classify one listing; ``None`` when ``_sparkguard/`` holds something this module does
-    not read (snapshots, streams, a temp file of an instant being published): keep the table."""
+    not read (snapshots, streams, a temp file of an instant being published): keep the table.
+    A temp file of an instant's ``.outcome`` or ``.rolledback`` counts as that instant's."""
     root = table.rstrip("/") + "/"
     files = frozenset(e.path[len(root) :] for e in entries if not e.is_dir)
     directories = tuple(e.path for e in entries if e.is_dir)
@@ -120,10 +121,40 @@ def _read(table: str, entries: list[filemanager.FileInfo]) -> _Listing | None:
             return None
         if parts[1] == timeline.TIMELINE_DIR and relative in files:
             found = _instant_file(relative)
-            if found is None:
+            if found is not None:
+                by_instant.setdefault(found[0], set()).add(found[1])
+                continue
+            instant = _decision_temp_instant(relative)
+            if instant is None:
                 return None
-            by_instant.setdefault(found[0], set()).add(found[1])
+            # Its instant is judged like the others (decided rolled back, or the table stays);
+            # the temp file goes first, with the other files that are no timeline file.
+            by_instant.setdefault(instant, set())
     return _Listing(root, files, directories, by_instant)
+
+
+#: the timeline files only decisions about an existing instant write (the claim or a commit's
+#: outcome, a rollback's record): a temp file of one never belongs to a writer starting now
+_DECISION_SUFFIXES: Final = (".outcome", ".rolledback")
+
+
+def _decision_temp_instant(relative: str) -> str | None:
+    """The instant whose ``.outcome`` or ``.rolledback`` the timeline temp file ``relative``
+    was going to publish (or Hadoop's checksum of such a temp file), else ``None``.
+
+    A rollback killed while it replaced ``.rolledback`` (R5a, R8), or a put of an outcome that
+    died before its publish, leaves such a temp file; it is the rolled-back instant's own
+    bookkeeping and goes with it. A temp file of an ``.inflight`` (a writer publishing a new
+    instant now) is not one: the table stays. A purely computational function."""
+    name = paths.basename(relative)
+    name = filemanager.checksum_owner(name) or name
+    target = filemanager.temp_target(name)
+    if target is None:
+        return None
+    for suffix in _DECISION_SUFFIXES:
+        if target.endswith(suffix) and len(target) > len(suffix):
+            return target[: -len(suffix)]
+    return None
 
 
 def _surely_kept(tl: timeline.Timeline, rolled_back: Collection[str]) -> bool:

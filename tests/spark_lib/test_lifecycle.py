@@ -270,6 +270,35 @@ def test_a_crash_at_every_step_of_the_removal_is_finished_by_the_next_rollback(
     assert step > 5, "the removal has more steps than that: the crash was not injected"
 
 
+@pytest.mark.parametrize(
+    ("temp_of", "removed"),
+    [(".rolledback", True), (".outcome", True), (".inflight", False)],
+)
+def test_a_temp_file_of_the_rolled_back_instants_bookkeeping_goes_with_the_location(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, temp_of: str, removed: bool
+) -> None:
+    """A rollback killed while it replaced ``.rolledback`` (the operator's leader SIGKILLed
+    mid-recovery) leaves a temp file of it in ``timeline/``: the next rollback removes the
+    location all the same. A temp file of an ``.inflight`` is a writer publishing a new
+    instant: the location stays."""
+    url, journal_url = str(tmp_path / "t"), str(tmp_path / "journal")
+    w = _crashed_first_write((url, journal_url, {}))
+    with monkeypatch.context() as patch:  # the pass that was killed before its removal
+        patch.setattr(lifecycle, "remove_created_location", lambda *a, **k: None)
+        rollback.rollback_job("orders-1", journal_url)
+    instant = w.instant if temp_of != ".inflight" else "20991231000000000-orders-2"
+    left = tmp_path / "t" / "_sparkguard" / "timeline" / f".{instant}{temp_of}.sg-tmp-0123456789ab"
+    left.write_text('{"kind": "sparkguard.instant.rolledback", "complete": fal')
+    summary = rollback.rollback_job("orders-1", journal_url)
+    if removed:
+        assert summary.tables_removed == summary.tables
+        assert _keys(url, {}) == [], "the temp file went with the location"
+        _rerun_commits_everything((url, journal_url, {}))
+    else:
+        assert summary.tables_removed == ()
+        assert left.exists()
+
+
 def test_a_writer_that_starts_after_the_listing_is_not_harmed(
     where: Where, monkeypatch: pytest.MonkeyPatch
 ) -> None:
