@@ -1,15 +1,19 @@
 """Throughput of the sparkguard writer against Spark's built-in parquet writer, same run.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py [--quick] [--rows N] [--rounds R]
-        [--arrow-batch ROWS] [--fsync-bare]
+        [--fsspec] [--arrow-batch ROWS] [--fsync-bare]
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py --row-groups [--quick]
 
 The same cached DataFrame (int, long, double and string columns) is written with
-``df.write.parquet``, with a bare PySpark Arrow data source (one parquet file per task, written
-straight to its final name: no markers, no atomic publication, no fsync, no timeline) and with
-``df.write.format("sparkguard")``. Every writer first writes once untimed (JVM, Python workers
-and page cache warm for all of them), then R >= 3 timed rounds run, the order rotated each
-round so that every writer goes first, second and last; the best round of each is compared.
+``df.write.parquet`` and with ``df.write.format("sparkguard")`` in a session that has
+sparkguard's jar on its classpath (``spark.jars``, nothing else): the path users get, the JVM
+front (Spark's parquet writer through sparkguard's commit protocol, chosen for that write only;
+docs/writer.md, "Which path writes"). ``--fsspec`` adds the Python writer
+(``format("sparkguard-fsspec")``) and a bare PySpark Arrow data source (one parquet file per
+task, written straight to its final name: no markers, no atomic publication, no fsync, no
+timeline), what any Python writer pays. Every writer first writes once untimed (JVM, Python
+workers and page cache warm for all of them), then R >= 3 timed rounds run, the order rotated
+each round so that every writer goes first, second and last; the best round of each is compared.
 
 Each round writes two sizes (``--rows`` N and N/2; ``--quick``: 1M and 300k rows, the same
 procedure on less data). A write costs a fixed part (job planning, commit) plus a part per row,
@@ -18,9 +22,11 @@ is therefore the *marginal* one: built-in seconds per extra row over sparkguard'
 sizes, which ``--quick`` and full runs both estimate; the ratio at each size is printed too.
 
 ``--arrow-batch`` sets ``spark.sql.execution.arrow.maxRecordsPerBatch`` (Spark's default is
-10,000); ``--fsync-bare`` adds the bare source with an fsync of each file it writes (what
-durable publication costs by itself). ``--row-groups`` is a pyarrow-only mode: the same rows
-written as parquet with 128k-row and with 1Mi-row groups (file size and time, best of 3).
+10,000; it matters to the Python writers only); ``--fsync-bare`` (with ``--fsspec``) adds the
+bare source with an fsync of each file it writes (what durable publication costs by itself).
+The jar must be built (``scripts/build-jvm.sh``). ``--row-groups`` is a pyarrow-only mode: the
+same rows written as parquet with 128k-row and with 1Mi-row groups (file size and time, best of
+3).
 
 Last line: ``writer: sparkguard/builtin throughput = <r> (marginal, per extra row)``.
 """
@@ -42,7 +48,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from _common import log, rotated
 
-KINDS = ("builtin", "python-source", "sparkguard")
+KINDS = ("builtin", "sparkguard")
+FSSPEC_KINDS = ("python-source", "sparkguard-fsspec")
 FSYNC_KIND = "python-source+fsync"
 
 
@@ -129,6 +136,24 @@ def row_groups(rows: int) -> int:
     return 0
 
 
+def require_jvm_front(spark: Any) -> None:
+    """Stop unless ``format("sparkguard")`` is the JVM front in ``spark``."""
+    from sparkguard.spark_lib import writer
+
+    if not writer.jvm_front_available(spark):
+        raise SystemExit(
+            "benchmarks/writer.py: sparkguard's jar is not on the classpath; run "
+            "scripts/build-jvm.sh"
+        )
+
+
+def writers_of(*, fsspec: bool, fsync_bare: bool) -> tuple[str, ...]:
+    """The writers a run compares (pure)."""
+    if not fsspec:
+        return KINDS
+    return (*KINDS, *FSSPEC_KINDS, *((FSYNC_KIND,) if fsync_bare else ()))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="300k and 1M rows (same procedure)")
@@ -137,6 +162,9 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
         "--arrow-batch", type=int, default=0, help="maxRecordsPerBatch (0: Spark's)"
+    )
+    parser.add_argument(
+        "--fsspec", action="store_true", help="add the Python writer and the bare source"
     )
     parser.add_argument("--fsync-bare", action="store_true", help="add the bare source + fsync")
     parser.add_argument("--row-groups", action="store_true", help="pyarrow row-group mode only")
@@ -147,11 +175,13 @@ def main() -> int:
     small = 300_000 if args.quick else large // 2
     if args.row_groups:
         return row_groups(large)
-    kinds = (*KINDS, FSYNC_KIND) if args.fsync_bare else KINDS
+    if args.fsync_bare and not args.fsspec:
+        parser.error("--fsync-bare needs --fsspec (it is the bare Python source plus fsync)")
+    kinds = writers_of(fsspec=args.fsspec, fsync_bare=args.fsync_bare)
 
     from pyspark.sql import SparkSession
 
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib import sparkconf, writer
 
     builder = (
         SparkSession.builder.master("local[2]")
@@ -159,12 +189,14 @@ def main() -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "2g")
+        .config(sparkconf.JARS_KEY, str(sparkconf.jar_path()))  # format("sparkguard"): the JVM
     )
     if args.arrow_batch:
         builder = builder.config("spark.sql.execution.arrow.maxRecordsPerBatch", args.arrow_batch)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     base = tempfile.mkdtemp(prefix="sg-bench-writer-")
+    require_jvm_front(spark)
     writer.register(spark, conf={"spark.sparkguard.journal": f"{base}/journal"})
     spark.dataSource.register(bare_source(fsync=False))
     spark.dataSource.register(bare_source(fsync=True))
@@ -192,8 +224,12 @@ def main() -> int:
             df.write.format("bench_bare").mode("append").save(target)
         elif kind == FSYNC_KIND:
             df.write.format("bench_bare_fsync").mode("append").save(target)
+        elif kind == "sparkguard-fsspec":
+            df.write.format(writer.FSSPEC_NAME).mode("append").option("jobId", job).save(target)
         else:
-            df.write.format("sparkguard").mode("append").option("jobId", job).save(target)
+            df.write.format("sparkguard").mode("append").option("jobId", job).option(
+                "journal", f"{base}/journal"
+            ).save(target)
         elapsed = time.perf_counter() - started
         shutil.rmtree(target, ignore_errors=True)
         return elapsed
@@ -233,11 +269,13 @@ def main() -> int:
     if FSYNC_KIND in kinds:
         extra = best[FSYNC_KIND, large] - best["python-source", large]
         print(f"fsync of each file: +{extra:.2f}s on the bare source at {large} rows")
-    print(
-        "marginal (per extra row) throughput: "
-        f"python-source/builtin = {marginal('builtin') / marginal('python-source'):.2f}, "
-        f"sparkguard/python-source = {marginal('python-source') / marginal('sparkguard'):.2f}"
-    )
+    if args.fsspec:
+        print(
+            "marginal (per extra row) throughput: "
+            f"python-source/builtin = {marginal('builtin') / marginal('python-source'):.2f}, "
+            f"sparkguard-fsspec/builtin = "
+            f"{marginal('builtin') / marginal('sparkguard-fsspec'):.2f}"
+        )
     ratio = marginal("builtin") / marginal("sparkguard")
     print(f"writer: sparkguard/builtin throughput = {ratio:.2f} (marginal, per extra row)")
     return 0

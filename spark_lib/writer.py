@@ -1,4 +1,9 @@
-"""The guarded batch writer: ``df.write.format("sparkguard")``, a PySpark Python data source.
+"""The fsspec writer: a PySpark Python data source, ``format("sparkguard-fsspec")``.
+
+It is also ``format("sparkguard")`` when sparkguard's jar is not on the driver's classpath; with
+the jar, that name is the JVM front of the commit protocol, which hands this writer only the
+locations Hadoop has no FileSystem for, and streaming writes (docs/writer.md, "Which path
+writes").
 
 One write is one instant of the table's timeline (docs/storage-contract.md, "A write"):
 
@@ -60,6 +65,10 @@ from sparkguard.spark_lib import (
 logger = logging.getLogger(__name__)
 
 NAME: Final = "sparkguard"
+#: the name of this (fsspec) writer whatever ``NAME`` resolves to (see :func:`register`)
+FSSPEC_NAME: Final = "sparkguard-fsspec"
+#: the JVM front of ``NAME`` in sparkguard's jar
+JVM_SOURCE_CLASS: Final = "io.sparkguard.spark.SparkguardDataSource"
 HIVE_NULL: Final = "__HIVE_DEFAULT_PARTITION__"
 # Row groups as large as Spark's own writer makes them (parquet.block.size 128 MiB): Arrow
 # batches arrive 10k rows at a time, and a ParquetWriter call always closes a row group, so
@@ -525,10 +534,11 @@ def refuse_inside_micro_batch() -> None:
     raise errors.ConfigError(
         f"df.write.format('sparkguard') inside foreachBatch (query {query}, batch {batch}) is "
         "not supported: this writer counts writes per driver run, so a restarted query would "
-        "skip a batch. Inside foreachBatch write with Spark's own writers (e.g. "
-        "df.write.parquet(url)) and sparkguard's JVM layer (sparkguard spark-conf), which "
-        "identifies the write by (query, batch); or replace foreachBatch with "
-        "writeStream.format('sparkguard')"
+        "skip a batch. Inside foreachBatch write through sparkguard's JVM layer, which "
+        "identifies the write by (query, batch): put sparkguard's jar on the classpath "
+        "(sparkguard spark-conf prints it), then df.write.format('sparkguard') is the JVM "
+        "front (docs/writer.md, 'Which path writes'), as is df.write.parquet(url) under "
+        "sparkguard spark-conf; or replace foreachBatch with writeStream.format('sparkguard')"
     )
 
 
@@ -660,10 +670,12 @@ class SparkguardDataSource(DataSource):
 
     #: ``spark.sparkguard.*`` conf captured by :func:`register` on the driver.
     conf: Mapping[str, str] = {}
+    #: the format name Spark knows it by (:func:`register`)
+    source_name: str = NAME
 
     @classmethod
     def name(cls) -> str:
-        return NAME
+        return cls.source_name
 
     def _option(self, key: str, default: str | None = None) -> str | None:
         for k, v in self.options.items():
@@ -987,22 +999,50 @@ def maybe_compact(
     return result
 
 
-def source_class(conf: Mapping[str, str]) -> type[SparkguardDataSource]:
-    """A :class:`SparkguardDataSource` subclass carrying ``conf`` (pickled by value)."""
-    name = f"SparkguardDataSource_{uuid.uuid4().hex[:8]}"
-    cls = type(name, (SparkguardDataSource,), {"conf": dict(conf), "__module__": __name__})
-    cls.__qualname__ = name
+def source_class(conf: Mapping[str, str], *, name: str = NAME) -> type[SparkguardDataSource]:
+    """A :class:`SparkguardDataSource` subclass carrying ``conf`` (pickled by value), known to
+    Spark as ``name``."""
+    cls_name = f"SparkguardDataSource_{uuid.uuid4().hex[:8]}"
+    cls = type(
+        cls_name,
+        (SparkguardDataSource,),
+        {"conf": dict(conf), "source_name": name, "__module__": __name__},
+    )
+    cls.__qualname__ = cls_name
     return cls
 
 
+def jvm_front_available(spark: Any) -> bool:
+    """Whether ``format("sparkguard")`` is the JVM front in ``spark`` (sparkguard's jar on the
+    driver's classpath): then Spark resolves the name to :data:`JVM_SOURCE_CLASS` before any
+    Python data source, and refuses a Python source of the same name."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no driver JVM in this process; Spark answers for the name
+        return False
+    try:
+        return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(JVM_SOURCE_CLASS))
+    except Exception:  # noqa: BLE001 - py4j errors mean "not loadable" here
+        return False
+
+
 def register(spark: Any, *, conf: Mapping[str, str] | None = None) -> type[SparkguardDataSource]:
-    """Register the ``sparkguard`` data source on ``spark`` (call on the driver).
+    """Register the fsspec writer on ``spark`` (call on the driver); returns its class.
+
+    It is always ``format("sparkguard-fsspec")``. ``format("sparkguard")`` is the JVM front
+    (sparkguard's commit protocol, no Python in the data path) when sparkguard's jar is on the
+    driver's classpath, and this writer otherwise (docs/writer.md, "Which path writes"); the
+    JVM front hands this writer the locations Hadoop has no FileSystem for, and
+    ``writeStream.format("sparkguard")`` (the streaming sink).
 
     Captures the session's ``spark.sparkguard.*`` conf (and ``spark.driver.host``) now; later
     changes need another call. ``conf`` entries are added on top (tests, notebooks).
     """
     captured = config.conf_from_spark(spark)
     captured.update(conf or {})
+    fsspec = source_class(captured, name=FSSPEC_NAME)
+    spark.dataSource.register(fsspec)
+    if jvm_front_available(spark):
+        return fsspec
     cls = source_class(captured)
     spark.dataSource.register(cls)
     return cls

@@ -1,7 +1,8 @@
 """An unchanged PySpark job writing through the JVM commit protocol is SIGKILLed (the whole
 driver: its Python process and its Spark JVM) at each stage of a write, rolled back with
 ``sparkguard rollback`` as a user would, and rerun: every row exactly once, no uncommitted or
-temp file left; on local disk and on the S3 server through ``s3a://``.
+temp file left; on local disk and on the S3 server through ``s3a://``; and with the write made
+by ``df.write.format("sparkguard")`` (the Python API's name, the JVM front) on local disk.
 
 The stages are chosen explicitly (coverage is never left to chance): the inflight written, the
 first marker, the first published file, half the files published, and the committed outcome
@@ -49,12 +50,22 @@ class Where:
         return [p.rsplit("/", 1)[-1] for p in fs.glob(f"{self.table}/{pattern}")]
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "front"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     journal = str(tmp_path / "journal")
     conf = sparkconf.build_spark_conf(JOB, journal=journal)
     if request.param == "local":
         return Where(str(tmp_path / "table"), journal, conf, {}, 0.002)
+    if request.param == "front":
+        # df.write.format("sparkguard"): the jar and the job's settings, no protocol conf; the
+        # JVM front chooses the protocol for the write (docs/writer.md, "Which path writes").
+        front = {
+            sparkconf.JARS_KEY: conf[sparkconf.JARS_KEY],
+            "spark.sparkguard.jobId": JOB,
+            "spark.sparkguard.journal": journal,
+            "sparkguard.test.writeFormat": "sparkguard",
+        }
+        return Where(str(tmp_path / "table"), journal, front, {}, 0.002)
     server = request.getfixturevalue("s3_server")
     storage = s3a.spark_conf(server, request.getfixturevalue("s3a_jars"))
     both = {**conf, **storage, "spark.jars": f"{conf['spark.jars']},{storage['spark.jars']}"}
@@ -74,6 +85,8 @@ STAGES: dict[str, Callable[[Where], bool]] = {
 #: What the S3 tier runs (each case costs two S3A Spark starts).
 S3_STAGES = ("half-files",)
 S3_SEEDS = (11,)
+#: What the format("sparkguard") tier runs: the same protocol, reached through the format name.
+FRONT_STAGES = ("half-files", "outcome")
 
 
 def _kill_when(where: Where, ready: Callable[[Where], bool], delay: float) -> None:
@@ -117,7 +130,7 @@ def _cases(kind: str, names: tuple[Any, ...] | list[Any]) -> list[Any]:
 
 @pytest.mark.parametrize(
     ("where", "stage"),
-    _cases("local", list(STAGES)) + _cases("s3", S3_STAGES),
+    _cases("local", list(STAGES)) + _cases("s3", S3_STAGES) + _cases("front", FRONT_STAGES),
     indirect=["where"],
 )
 def test_killed_at_each_stage_then_rolled_back_and_rerun_is_exactly_once(

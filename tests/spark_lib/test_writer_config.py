@@ -70,3 +70,42 @@ def test_names_and_partition_values() -> None:
     )
     assert writer.partition_dir(["a", "b"], ["x/y", None]) == "a=x%2Fy/b=__HIVE_DEFAULT_PARTITION__"
     assert writer.escape_partition_value(True) == "true"
+
+
+def test_the_writer_is_known_by_the_name_it_is_registered_under() -> None:
+    conf = {"spark.sparkguard.jobId": "j"}
+    assert writer.source_class(conf).name() == writer.NAME == "sparkguard"
+    fsspec = writer.source_class(conf, name=writer.FSSPEC_NAME)
+    assert fsspec.name() == "sparkguard-fsspec"
+    assert fsspec.conf == conf
+
+
+class _NoJvmSession:
+    """A session whose driver has no JVM in this process (Spark Connect), recording
+    registrations."""
+
+    def __init__(self) -> None:
+        self.registered: list[str] = []
+        self.dataSource = self
+        self.sparkContext = self
+        self.conf = self
+
+    def register(self, cls: type[writer.SparkguardDataSource]) -> None:
+        self.registered.append(cls.name())
+
+    def getConf(self) -> _NoJvmSession:
+        return self
+
+    def getAll(self) -> list[tuple[str, str]]:
+        return []
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return default
+
+
+def test_without_the_jvm_front_both_names_are_the_fsspec_writer() -> None:
+    session = _NoJvmSession()
+    assert not writer.jvm_front_available(session)
+    cls = writer.register(session, conf={"spark.sparkguard.jobId": "j"})
+    assert cls.name() == writer.NAME
+    assert session.registered == [writer.FSSPEC_NAME, writer.NAME]

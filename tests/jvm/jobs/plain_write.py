@@ -12,6 +12,11 @@ the write aborts after the other tasks published their files; the job then exits
 printing ``{"failed": true}``. With PARTITION_EXPR (a SQL expression of ``n``), the write adds
 the column ``k`` = that expression and is ``partitionBy("k")`` (a dynamic partition overwrite
 when CONF_JSON sets ``spark.sql.sources.partitionOverwriteMode=dynamic``).
+
+With ``"sparkguard.test.writeFormat": "sparkguard"`` in CONF_JSON (removed before Spark sees
+it), the write is ``df.write.format("sparkguard").save(url)`` instead of ``.parquet(url)``: the
+Python API's format name, with sparkguard's jar on the classpath the JVM front of the commit
+protocol (still no sparkguard import).
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ import time
 
 from pyspark.sql import SparkSession
 
+#: a key of CONF_JSON that only this job reads: the format name of the write
+WRITE_FORMAT_KEY = "sparkguard.test.writeFormat"
+
 
 def main() -> None:
     conf = json.loads(sys.argv[1])
+    write_format = conf.pop(WRITE_FORMAT_KEY, "parquet")
     url, rows, partitions = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     mode = sys.argv[5] if len(sys.argv) > 5 else "append"
     fail_at = int(sys.argv[6]) if len(sys.argv) > 6 and sys.argv[6] != "-" else None
@@ -46,12 +55,12 @@ def main() -> None:
             writer = df.selectExpr("n", f"{partition_expr} AS k").write.mode(mode).partitionBy("k")
         if fail_at is not None:
             try:
-                writer.parquet(url)
+                writer.format(write_format).save(url)
             except Exception:
                 print(json.dumps({"failed": True}))
                 sys.exit(3)
             raise SystemExit("the injected failure did not fail the write")
-        writer.parquet(url)
+        writer.format(write_format).save(url)
         written = time.monotonic()
         back = spark.read.parquet(url)
         result = {"rows": back.count(), "ids": back.select("n").distinct().count()}
