@@ -162,9 +162,11 @@ class HdfsOverWebHdfs(WebHDFS):  # type: ignore[misc]
     """``hdfs://host:rpc-port/path`` URLs served over WebHDFS (the NameNode's REST API on its
     HTTP port, given by the storage options ``host`` and ``port``): the tests' Python client of
     the minicluster. The RPC address in a URL is ignored (the storage options name the
-    NameNode's HTTP address instead), and a rename onto an existing file raises
-    :class:`FileExistsError` (WebHDFS answers ``{"boolean": false}``; fsspec's WebHDFS ignores
-    it, so a refused publication would look like a success)."""
+    NameNode's HTTP address instead). WebHDFS answers a refused RENAME or DELETE with
+    ``{"boolean": false}``, which fsspec's WebHDFS ignores: here a rename onto an existing file
+    raises :class:`FileExistsError` (a refused publication would look like a success) and a
+    delete of a missing file :class:`FileNotFoundError` (as every fsspec filesystem does; the
+    rollback counts what it deleted by it)."""
 
     protocol = ("hdfs",)
 
@@ -183,6 +185,12 @@ class HdfsOverWebHdfs(WebHDFS):  # type: ignore[misc]
             if not self.exists(path1):
                 raise FileNotFoundError(path1)
             raise FileExistsError(f"rename {path1} -> {path2} refused: {path2} exists")
+
+    def rm(self, path: str, recursive: bool = False, **kwargs: Any) -> None:
+        flag = "true" if recursive else "false"
+        answer = self._call("DELETE", method="delete", path=path, recursive=flag)
+        if not answer.json().get("boolean", False):
+            raise FileNotFoundError(path)
 
 
 @contextlib.contextmanager
