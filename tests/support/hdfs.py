@@ -5,11 +5,13 @@ own, for the ``hdfs`` test tier and benchmarks/commit_protocol.py.
   helper the S3A jars use too): the shaded ``hadoop-client-minicluster`` of the Hadoop version
   PySpark bundles, fetched with Maven into ``~/.cache/sparkguard/hdfs-minicluster/`` the first
   time, nothing afterwards.
-* The JVM: ``java -cp <those jars> tests/support/minicluster/MiniHdfs.java`` (Java's single-
-  file source launcher: no build step, no JShell), which writes a ready file once the NameNode
-  is out of safe mode and every DataNode registered, and shuts the cluster down when its
-  standard input closes: the pipe is held by the process that started it, so a test process
-  that dies, however it dies, takes its cluster with it.
+* The JVM: ``java -cp <those jars>:<its class> MiniHdfs`` (``tests/support/minicluster/
+  MiniHdfs.java``, compiled with ``javac`` once into the cache beside the jars, keyed by its
+  source: Java's single-file source launcher would compile it at every start, 20 s on a loaded
+  machine), which writes a ready file once the NameNode is out of safe mode and every DataNode
+  registered, and shuts the cluster down when its standard input closes: the pipe is held by
+  the process that started it, so a test process that dies, however it dies, takes its cluster
+  with it.
 * Spark reaches it as ``hdfs://127.0.0.1:<port>`` (HDFS's RPC, Spark's own client); the tests'
   Python side (``sparkguard rollback``, the reader, listings) over WebHDFS on the NameNode's HTTP
   port, through :class:`HdfsOverWebHdfs`, which :func:`python_access` registers for ``hdfs://``
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import getpass
+import hashlib
 import importlib
 import json
 import os
@@ -87,12 +90,39 @@ def fetch_jars() -> Path:
     return cached_jars.fetch("hdfs-minicluster")
 
 
+def compile_launcher(jars: Path) -> Path:
+    """The directory of ``MiniHdfs.class``, compiled against ``jars`` once (a directory beside
+    them named by a hash of the source; filled under a temporary name and renamed, so it is
+    complete or absent, and a concurrent compile's copy is as good)."""
+    source = LAUNCHER.read_bytes()
+    stamp = hashlib.sha256(source + str(jars).encode()).hexdigest()[:16]
+    classes = jars.parent / f"{jars.name}-launcher-{stamp}"
+    if (classes / "MiniHdfs.class").is_file():
+        return classes
+    partial = Path(tempfile.mkdtemp(prefix=".launcher-", dir=jars.parent))
+    try:
+        result = subprocess.run(
+            ["javac", "-nowarn", "-cp", str(jars / "*"), "-d", str(partial), str(LAUNCHER)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise MiniHdfsError(f"javac {LAUNCHER.name} failed:\n{result.stderr[-4000:]}")
+        with contextlib.suppress(OSError):  # a concurrent compile published it first
+            partial.rename(classes)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return classes
+
+
 @contextlib.contextmanager
 def run_mini_hdfs(*, datanodes: int = 1, timeout: float = START_TIMEOUT_S) -> Iterator[MiniHdfs]:
     """Start a minicluster with ``datanodes`` DataNodes on 127.0.0.1, wait until it is up,
     yield it, and stop it (its data directory is removed). Raises :class:`MiniHdfsError` with
     the cluster's log when it exits or is not up within ``timeout`` seconds."""
     jars = fetch_jars()
+    launcher = compile_launcher(jars)
     base = Path(tempfile.mkdtemp(prefix="sg-minihdfs-"))
     ready = base / "ready.json"
     log = base / "minihdfs.log"
@@ -100,8 +130,8 @@ def run_mini_hdfs(*, datanodes: int = 1, timeout: float = START_TIMEOUT_S) -> It
         "java",
         *JAVA_OPTIONS,
         "-cp",
-        str(jars / "*"),
-        str(LAUNCHER),
+        f"{jars / '*'}{os.pathsep}{launcher}",
+        "MiniHdfs",
         str(base / "dfs"),
         str(ready),
         str(datanodes),

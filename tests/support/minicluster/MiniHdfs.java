@@ -14,9 +14,10 @@ import org.apache.hadoop.hdfs.MiniDFSCluster;
  * A real HDFS for the tests: Hadoop's MiniDFSCluster (one NameNode, DATANODES DataNodes, every
  * server on 127.0.0.1, ephemeral ports) until its standard input closes.
  *
- * <pre>java -cp &lt;the hdfs-minicluster jars&gt; MiniHdfs.java BASE_DIR READY_FILE [DATANODES]</pre>
+ * <pre>java -cp &lt;the hdfs-minicluster jars&gt;:&lt;this class&gt; MiniHdfs BASE_DIR READY_FILE [DATANODES]</pre>
  *
- * <p>Started by tests/support/hdfs.py with Java's single-file source launcher (no build step).
+ * <p>Compiled once into the cache and started by tests/support/hdfs.py (no Maven build, no
+ * JShell).
  * Once the cluster is up (the NameNode out of safe mode, every DataNode registered) it writes
  * READY_FILE, atomically: {@code {"uri": "hdfs://127.0.0.1:<rpc port>", "http": <NameNode HTTP
  * port>, "datanodes": n}}. It shuts the cluster down when its standard input reaches EOF: the
