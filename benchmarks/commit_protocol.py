@@ -1,5 +1,4 @@
-"""``df.write.parquet`` through three commit protocols, on local disk, on S3 and on HDFS, in one
-run.
+"""``df.write.parquet`` through three commit protocols, on local disk, S3 and HDFS, in one run.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/commit_protocol.py [--quick] [--rows N]
         [--partitions P] [--rounds R] [--latency-ms MS] [--storage local|s3|hdfs|both|all]
