@@ -1,7 +1,7 @@
-"""``df.write.parquet`` through three commit protocols, on local disk and on S3, in one run.
+"""``df.write.parquet`` through three commit protocols, on local disk, S3 and HDFS, in one run.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/commit_protocol.py [--quick] [--rows N]
-        [--partitions P] [--rounds R] [--latency-ms MS] [--storage local|s3|both]
+        [--partitions P] [--rounds R] [--latency-ms MS] [--storage local|s3|hdfs|both|all]
         [--phases] [--local-dir DIR]
 
 The same cached DataFrame (long, int, double and string columns) is written, unchanged, by:
@@ -22,17 +22,22 @@ and the protocol is switched per write with ``spark.conf.set`` (Spark reads
 ``spark.sql.sources.commitProtocolClass`` from the session conf at every write), so every mode
 shares the same JVM, the same cached DataFrame and the same warm S3A connections. The S3 store is
 moto's server behind ``benchmarks/_s3proxy.py`` (``--latency-ms`` per request, default 20 ms),
-which counts the requests of each write by operation.
+which counts the requests of each write by operation. The HDFS store is a real one on
+127.0.0.1: Hadoop's MiniDFSCluster (one NameNode, one DataNode, replication 1;
+``tests/support/hdfs.py``, its jars from ``scripts/fetch-jars.sh hdfs-minicluster``), where
+``builtin``'s renames are NameNode metadata operations and sparkguard publishes each file by
+temp file + hsync + ``FileContext.rename`` (``HadoopRenameAtomicStore``).
 
 Procedure: each mode writes once untimed (JIT, class loading, S3A clients warm for all), then R
->= 3 timed rounds with the order of the modes rotated each round (and the two stores' order
-swapped every other round); each write goes to a fresh table and is checked afterwards, untimed
+>= 3 timed rounds with the order of the modes rotated each round (and the stores' order rotated
+too); each write goes to a fresh table and is checked afterwards, untimed
 (``_SUCCESS`` of the FileOutputCommitter, the magic committer's JSON ``_SUCCESS``, sparkguard's
 committed outcome), then deleted. The best round of each mode is compared. ``--quick`` is the
 same procedure on less data (1M rows, 8 partitions instead of 3M rows, 16 partitions).
 
 Printed per mode: best time, data files, files/s, and (S3) storage requests per file with the
-operations they were. Last line (one line; wrapped here):
+operations they were. Before the last line: ``hdfs sparkguard/builtin = <h>`` (builtin time /
+sparkguard time on HDFS, as r below). Last line (one line; wrapped here):
 ``commit protocol: local sparkguard/builtin = <r>, s3 builtin/sparkguard = <x>x,
 s3 magic/sparkguard = <y>x``
 (r: throughput ratio on local disk, i.e. builtin time / sparkguard time; x, y: time ratios on S3).
@@ -49,11 +54,11 @@ likewise), Spark's default protocol fsyncs nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,7 +72,9 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never probe the instance-metadata address
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from _common import REPO, ProxiedS3, log, proxied_s3, rotated
+from _common import ProxiedS3, log, proxied_s3, rotated
+
+from tests.support import cached_jars, hdfs
 
 LOCAL_KINDS = ("builtin", "sparkguard")
 S3_KINDS = ("builtin", "magic", "sparkguard")
@@ -100,13 +107,10 @@ class Result:
 
 def fetch_jars() -> Path:
     """The S3A jars + spark-hadoop-cloud (cached under ~/.cache/sparkguard by the script)."""
-    script = REPO / "scripts" / "fetch-s3a.sh"
-    result = subprocess.run(
-        [str(script), "--magic-committer"], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"scripts/fetch-s3a.sh --magic-committer failed:\n{result.stderr}")
-    return Path(result.stdout.strip())
+    try:
+        return cached_jars.fetch("s3a", "--magic-committer")
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def mode_conf(kind: str, job_id: str, *, jar: str) -> dict[str, str | None]:
@@ -183,6 +187,32 @@ class LocalStorage(Storage):
 
     def delete(self, table: str) -> None:
         shutil.rmtree(Path(self.base, table), ignore_errors=True)
+
+
+class HdfsStorage(Storage):
+    """Tables in one directory of the minicluster; checks and cleanup over WebHDFS."""
+
+    name = "hdfs"
+
+    def __init__(self, cluster: hdfs.MiniHdfs) -> None:
+        self.cluster = cluster
+        self.base = "/bench"
+        self.fs = hdfs.HdfsOverWebHdfs(skip_instance_cache=True, **cluster.storage_options)
+
+    def url(self, table: str) -> str:
+        return self.cluster.url(self.base, table)
+
+    def keys(self, table: str) -> dict[str, int]:
+        root = f"{self.base}/{table}"
+        found = self.fs.find(root, detail=True)
+        return {name[len(root) + 1 :]: int(info["size"]) for name, info in found.items()}
+
+    def read(self, table: str, name: str) -> bytes:
+        data: bytes = self.fs.cat_file(f"{self.base}/{table}/{name}")
+        return data
+
+    def delete(self, table: str) -> None:
+        self.fs.rm(f"{self.base}/{table}", recursive=True)
 
 
 class S3Storage(Storage):
@@ -268,7 +298,12 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=16, help="= data files per write")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, at least 3")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="per S3 request")
-    parser.add_argument("--storage", choices=("local", "s3", "both"), default="both")
+    parser.add_argument(
+        "--storage",
+        choices=("local", "s3", "hdfs", "both", "all"),
+        default="all",
+        help="both: local and s3; all (default): local, s3 and hdfs",
+    )
     parser.add_argument(
         "--phases",
         action="store_true",
@@ -284,7 +319,9 @@ def main() -> int:
     if args.rounds < 3:
         parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
     rows, partitions = (1_000_000, 8) if args.quick else (args.rows, args.partitions)
-    storages = ("local", "s3") if args.storage == "both" else (args.storage,)
+    storages = {"both": ("local", "s3"), "all": ("local", "s3", "hdfs")}.get(
+        args.storage, (args.storage,)
+    )
 
     from sparkguard.spark_lib import sparkconf
 
@@ -292,15 +329,19 @@ def main() -> int:
     if "s3" in storages:
         jar_dir = fetch_jars()
         jars += [str(p) for p in sorted(jar_dir.glob("*.jar"))]
-    with tempfile.TemporaryDirectory(prefix="sg-bench-commit-", dir=args.local_dir) as base:
+    with (
+        tempfile.TemporaryDirectory(prefix="sg-bench-commit-", dir=args.local_dir) as base,
+        contextlib.ExitStack() as servers,
+    ):
         stores: dict[str, Storage] = {}
         if "local" in storages:
             stores["local"] = LocalStorage(base)
-        if "s3" not in storages:
-            return run(args, rows, partitions, jars, stores)
-        with proxied_s3(latency_ms=args.latency_ms, write_rate=3500) as proxied:
+        if "s3" in storages:
+            proxied = servers.enter_context(proxied_s3(latency_ms=args.latency_ms, write_rate=3500))
             stores["s3"] = S3Storage(proxied, proxied.s3.create_bucket())
-            return run(args, rows, partitions, jars, stores)
+        if "hdfs" in storages:
+            stores["hdfs"] = HdfsStorage(servers.enter_context(hdfs.run_mini_hdfs()))
+        return run(args, rows, partitions, jars, stores)
 
 
 def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | None) -> Any:
@@ -324,6 +365,10 @@ def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | 
             .config("spark.eventLog.dir", f"file://{event_dir}")
             .config("spark.eventLog.compress", "false")  # plain JSON lines, read below
         )
+    on_hdfs = stores.get("hdfs")
+    if isinstance(on_hdfs, HdfsStorage):
+        for key, value in on_hdfs.cluster.spark_conf().items():
+            builder = builder.config(key, value)
     s3 = stores.get("s3")
     if isinstance(s3, S3Storage):
         prefix = "spark.hadoop.fs.s3a."
@@ -361,7 +406,7 @@ def run(
         "concat('name-', cast(id % 50000 as string)) as s",
     )
     df.cache().count()
-    kinds = {"local": LOCAL_KINDS, "s3": S3_KINDS}
+    kinds = {"local": LOCAL_KINDS, "s3": S3_KINDS, "hdfs": LOCAL_KINDS}
     results = {(s, k): Result() for s in stores for k in kinds[s]}
     print(
         f"rows={rows} partitions={partitions} rounds={args.rounds} (+1 untimed warm-up) "
@@ -408,10 +453,8 @@ def run(
                 continue
             log(f"warm-up {store.name:5s} {kind:10s} {describe(store, elapsed, files, counts)}")
     for n in range(args.rounds):
-        order = list(stores.values())
-        if n % 2:
-            order.reverse()
-        for store in order:
+        for name in rotated(tuple(stores), n):
+            store = stores[name]
             for kind in rotated(kinds[store.name], n):
                 result = results[store.name, kind]
                 if result.unavailable:
@@ -511,6 +554,7 @@ def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> 
 
     for num, den in (
         (("local", "builtin"), ("local", "sparkguard")),
+        (("hdfs", "builtin"), ("hdfs", "sparkguard")),
         (("s3", "builtin"), ("s3", "sparkguard")),
         (("s3", "magic"), ("s3", "sparkguard")),
         (("s3", "builtin"), ("s3", "magic")),
@@ -526,6 +570,8 @@ def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> 
     s3_magic = ratio(("s3", "magic"), ("s3", "sparkguard"), "x")
     if ("s3", "magic") in best and ("s3", "builtin") in best:
         print(f"s3 builtin/magic = {best['s3', 'builtin'] / best['s3', 'magic']:.2f}x (time)")
+    on_hdfs = ratio(("hdfs", "builtin"), ("hdfs", "sparkguard"), "")
+    print(f"hdfs sparkguard/builtin = {on_hdfs} (throughput: builtin time / sparkguard time)")
     print(
         f"commit protocol: local sparkguard/builtin = {local}, s3 builtin/sparkguard = "
         f"{s3_builtin}, s3 magic/sparkguard = {s3_magic}"

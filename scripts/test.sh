@@ -64,13 +64,14 @@ workers=${SPARKGUARD_TEST_WORKERS:-2}
 xdist=()
 if [[ "$workers" != "0" ]]; then
   # loadgroup: the real kube-apiserver tier is one group (one bench, one worker: see
-  # tests/kubebench/fixtures.py); each module sharing a SparkSession is one group; every other
-  # test goes wherever a worker is free.
+  # tests/kubebench/fixtures.py); so is the HDFS minicluster's (one cluster, one worker:
+  # tests/conftest.py); each module sharing a SparkSession is one group; every other test goes
+  # wherever a worker is free.
   xdist=(-n "$workers" --dist loadgroup)
 fi
 selection=()
 if [[ $fast -eq 1 ]]; then
-  selection=(-m "not spark and not kube and not slow")
+  selection=(-m "not spark and not kube and not hdfs and not slow")
 fi
 echo "== pytest${selection:+ ${selection[*]}}"
 # pytest exits 5 when it collected no tests: that fails this script like any other failure.

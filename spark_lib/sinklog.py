@@ -48,14 +48,22 @@ def latest_batch(manager: filemanager.FileManager, table: str) -> int | None:
 
 
 def _relative(uri: str, table: str) -> str | None:
-    """``uri`` (as Spark records it: ``file:/abs/path``, ``s3a://bucket/key``, URL-escaped)
-    relative to ``table``, or None when it lies elsewhere (pure)."""
+    """``uri`` (as Spark records it: ``file:/abs/path``, ``s3a://bucket/key``,
+    ``hdfs://namenode:8020/abs/path``, URL-escaped) relative to ``table`` (the filesystem's
+    path of the sink), or None when it lies elsewhere (pure).
+
+    An object store's paths start with the bucket (the URI's authority); a rooted filesystem's
+    (``/...``: local disk, HDFS) never hold the authority, so there a URI's authority (the
+    NameNode) is not part of its path."""
     parts = urllib.parse.urlsplit(uri)
     location = urllib.parse.unquote(parts.netloc + parts.path if parts.netloc else parts.path)
     base = table.split("://", 1)[1] if "://" in table else table
     base = base.rstrip("/")
-    for candidate in (location, location.lstrip("/")):
-        if candidate.startswith(base.rstrip("/") + "/"):
+    candidates = [location, location.lstrip("/")]
+    if parts.netloc and base.startswith("/"):
+        candidates.append(urllib.parse.unquote(parts.path))
+    for candidate in candidates:
+        if candidate.startswith(base + "/"):
             return candidate[len(base) + 1 :]
     return None
 

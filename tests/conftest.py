@@ -25,6 +25,9 @@ if jvm_options.COMPILER_AND_GC not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
 
 pytest_plugins = ["tests.kubebench.fixtures"]
 
+#: the xdist group of the tests on the HDFS minicluster (one cluster per run)
+HDFS_GROUP = "hdfs-cluster"
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When the run starts Spark: the test JVMs' class-data-sharing archive (dumped once per
@@ -67,10 +70,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Group tests for pytest-xdist's loadgroup (``scripts/test.sh`` runs two workers).
 
     The real kube-apiserver tests are one group (``tests/kubebench/fixtures.py``: one bench per
-    run); the tests of a module that share its SparkSession (the module-scoped ``spark``
-    fixture) are one group each (one JVM start per module, not one per worker).
+    run); so are the tests on the HDFS minicluster (marker ``hdfs``, or the ``hdfs_cluster``
+    fixture: one cluster per run, started by the worker that runs them); the tests of a module
+    that share its SparkSession (the module-scoped ``spark`` fixture) are one group each (one
+    JVM start per module, not one per worker).
     """
     for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("hdfs") is not None or "hdfs_cluster" in fixtures:
+            item.add_marker(pytest.mark.xdist_group(HDFS_GROUP))
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(f"spark-session:{item.nodeid.split('::')[0]}"))
     xdist_groups.suffix_node_ids(config, items)

@@ -39,6 +39,7 @@ def test_help_runs_without_spark() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "--quick" in result.stdout
+    assert "local,s3,hdfs,both,all" in result.stdout.replace(" ", "").replace("\n", "")
 
 
 def test_each_mode_sets_its_protocol_and_unsets_the_others_keys() -> None:

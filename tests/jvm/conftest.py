@@ -1,4 +1,5 @@
-"""Fixtures of the JVM layer's tests: the S3A jars, and plain PySpark jobs run as processes."""
+"""Fixtures of the JVM layer's tests: the S3A jars, the HDFS minicluster, the stores a test runs
+on, and plain PySpark jobs run as processes."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.jvm import s3a
+from tests.jvm import s3a, stores
 from tests.sidecar import conftest as sidecar_support
-from tests.support import s3server, shared_driver
+from tests.support import hdfs, s3server, shared_driver
 from tests.support.process import kill_session
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -28,6 +29,34 @@ JOBS = Path(__file__).resolve().parent / "jobs"
 def s3a_jars() -> Path:
     """The S3A jars, fetched once into ~/.cache/sparkguard/s3a (Maven Central the first time)."""
     return s3a.fetch_jars()
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster() -> Iterator[hdfs.MiniHdfs]:
+    """A real HDFS (MiniDFSCluster: a NameNode and a DataNode on 127.0.0.1), one per run: every
+    test that uses it is in the xdist group ``hdfs-cluster`` (tests/conftest.py), so one worker
+    starts it, once, and stops it at the end of its session. Its jars come from the shared
+    cache (Maven Central the first time). ``hdfs://`` is served to this process's Python side
+    over WebHDFS meanwhile (:func:`tests.support.hdfs.python_access`)."""
+    with hdfs.run_mini_hdfs() as cluster, hdfs.python_access():
+        yield cluster
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> stores.Store:
+    """A fresh directory of the store the test's parameter names (``stores.params``)."""
+    return open_store(request, request.param)
+
+
+def open_store(request: pytest.FixtureRequest, name: str) -> stores.Store:
+    """A fresh directory of the store ``name`` (``s3`` or ``hdfs``), its server or cluster
+    from the session's fixtures."""
+    if name == "s3":
+        server = request.getfixturevalue("s3_server")
+        return stores.on_s3(server, request.getfixturevalue("s3a_jars"))
+    if name == "hdfs":
+        return stores.on_hdfs(request.getfixturevalue("hdfs_cluster"))
+    raise ValueError(f"no store {name!r}: use one of {sorted(stores.MARKS)}")
 
 
 def job_env() -> dict[str, str]:

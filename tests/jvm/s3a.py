@@ -1,24 +1,17 @@
-"""The S3A filesystem for PySpark against the test S3 server: jars (scripts/fetch-s3a.sh) + conf."""
+"""The S3A filesystem for PySpark against the test S3 server: jars (scripts/fetch-jars.sh s3a,
+what scripts/fetch-s3a.sh runs) + conf."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from tests.support import s3server
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import cached_jars, s3server
 
 
 def fetch_jars() -> Path:
     """The directory of S3A jars (fetched into the cache on first use); fails the test run with
     the script's message when they cannot be had."""
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "fetch-s3a.sh")], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"scripts/fetch-s3a.sh failed:\n{result.stderr}")
-    return Path(result.stdout.strip())
+    return cached_jars.fetch("s3a")
 
 
 def spark_conf(server: s3server.S3Server, jars: Path) -> dict[str, str]:

@@ -2,7 +2,9 @@
 counting proxy, no latency): the shared vectors of the atomic file manager, a streaming query's
 checkpoint written with one conditional PUT per file, and a second query on the same checkpoint
 refused with Spark's concurrent-update error (by whichever of Spark's checks fires first; the
-race only the conditional PUT decides is in test_checkpoint_race.py).
+race only the conditional PUT decides is in test_checkpoint_race.py). On a real HDFS (the
+minicluster: temp file + hsync + ``FileContext.rename`` on a NameNode): the same shared vectors.
+On both: a query SIGKILLed at random moments restarts from its checkpoint exactly once.
 
 Requests are counted, never timed."""
 
@@ -22,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import sparkconf
-from tests.jvm import s3a
+from sparkguard.spark_lib import filemanager, sparkconf
+from tests.jvm import s3a, stores
 from tests.jvm.conftest import JOBS, job_env, run_job
-from tests.support import s3server
+from tests.support import hdfs, s3server
 from tests.support.process import kill_session
 
-pytestmark = [pytest.mark.spark, pytest.mark.s3]
+pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Spark's errors for a second query on a checkpoint in use: the losing conditional PUT
@@ -79,10 +81,19 @@ def manager_conf(server: s3server.S3Server, jars: Path, *, endpoint: str) -> dic
     """S3A on ``endpoint`` (the proxy) plus the checkpoint manager from build_spark_conf."""
     conf = s3a.spark_conf(server, jars)
     conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+    return with_manager(conf)
+
+
+def with_manager(conf: dict[str, str]) -> dict[str, str]:
+    """A store's Spark ``conf`` plus the checkpoint manager from build_spark_conf."""
     ours = sparkconf.build_spark_conf("checkpoint-test")
-    conf["spark.jars"] += "," + ours["spark.jars"]
-    conf[sparkconf.CHECKPOINT_MANAGER_KEY] = ours[sparkconf.CHECKPOINT_MANAGER_KEY]
-    return conf
+    return stores.with_jars(
+        conf,
+        {
+            "spark.jars": ours["spark.jars"],
+            sparkconf.CHECKPOINT_MANAGER_KEY: ours[sparkconf.CHECKPOINT_MANAGER_KEY],
+        },
+    )
 
 
 def checkpoint_files(server: s3server.S3Server, bucket: str, prefix: str) -> dict[str, bytes]:
@@ -101,6 +112,8 @@ def assert_every_file_parses(files: dict[str, bytes], prefix: str) -> Counter[st
         rel = key[len(prefix) :].lstrip("/")
         if rel.endswith("/") or not body:
             continue  # S3A's directory markers
+        if filemanager.is_temp_name(rel):
+            continue  # a killed write's temp file on a rename store: hidden, Spark skips it
         text = body.decode()
         if rel == "metadata":
             json.loads(text)
@@ -153,16 +166,8 @@ def test_shared_vector_exists_in_python_junit_and_the_s3a_probe(
     assert f'result["{probe}"]' in (JOBS / "checkpoint_files.py").read_text()
 
 
-def test_shared_vectors_on_s3a_one_conditional_put_per_file(
-    s3_server: s3server.S3Server, s3a_jars: Path
-) -> None:
-    bucket = s3_server.create_bucket()
-    with counting_proxy(s3_server) as proxy:
-        conf = manager_conf(s3_server, s3a_jars, endpoint=proxy)
-        result = run_job("checkpoint_files.py", f"s3a://{bucket}/cp", conf=conf)
-        log = requests_of(proxy)
-    assert result["mechanism"].startswith("direct PUT, conditional")
-    # The same vectors as tests/spark_lib/test_filemanager.py and the JUnit test.
+def assert_shared_vectors(result: dict[str, Any]) -> None:
+    """The same vectors as tests/spark_lib/test_filemanager.py and the JUnit test."""
     assert result["publishes_only_on_close"] == {
         "visible_before_close": False,
         "content": "hello world",
@@ -180,6 +185,19 @@ def test_shared_vectors_on_s3a_one_conditional_put_per_file(
     assert race["names"] == ["0"]
     assert result["overwrite_replaces"] == {"content": "new"}
 
+
+@pytest.mark.s3
+def test_shared_vectors_on_s3a_one_conditional_put_per_file(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    bucket = s3_server.create_bucket()
+    with counting_proxy(s3_server) as proxy:
+        conf = manager_conf(s3_server, s3a_jars, endpoint=proxy)
+        result = run_job("checkpoint_files.py", f"s3a://{bucket}/cp", conf=conf)
+        log = requests_of(proxy)
+    assert result["mechanism"].startswith("direct PUT, conditional")
+    assert_shared_vectors(result)
+
     writes = [r for r in log if r["method"] in ("PUT", "POST", "DELETE")]
     by_key: dict[str, list[tuple[str, bool, int]]] = {}
     for r in writes:
@@ -196,6 +214,18 @@ def test_shared_vectors_on_s3a_one_conditional_put_per_file(
     assert not any(r["copy"] for r in log)
 
 
+@pytest.mark.hdfs
+def test_shared_vectors_on_hdfs_by_rename_on_the_namenode(hdfs_cluster: hdfs.MiniHdfs) -> None:
+    """The vectors on a real NameNode: the losers of the create race get HDFS's own
+    ``FileAlreadyExistsException`` from ``rename(NONE)``, and no temp file is left."""
+    store = stores.on_hdfs(hdfs_cluster)
+    result = run_job("checkpoint_files.py", store.url("cp"), conf=with_manager(store.conf))
+    assert result["mechanism"] == "temp file + hsync + FileContext.rename", result
+    assert_shared_vectors(result)
+    assert [k for k in store.listing() if ".sg-tmp-" in k] == []
+
+
+@pytest.mark.s3
 def test_streaming_checkpoint_on_s3a_one_put_per_file_and_every_file_parses(
     s3_server: s3server.S3Server, s3a_jars: Path
 ) -> None:
@@ -238,6 +268,7 @@ def test_streaming_checkpoint_on_s3a_one_put_per_file_and_every_file_parses(
     assert not any(".tmp" in r["path"] or ".sg-tmp-" in r["path"] for r in log)
 
 
+@pytest.mark.s3
 def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_error(
     s3_server: s3server.S3Server, s3a_jars: Path, tmp_path: Path
 ) -> None:
@@ -304,23 +335,21 @@ def test_second_query_on_the_same_checkpoint_fails_with_the_concurrent_update_er
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", stores.params("s3", "hdfs"), indirect=True)
 def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
-    s3_server: s3server.S3Server, s3a_jars: Path, tmp_path: Path
+    store: stores.Store, tmp_path: Path
 ) -> None:
-    """rate-micro-batch -> parquet on s3a://, SIGKILLed (the whole process group: driver and
+    """rate-micro-batch -> parquet on the store, SIGKILLed (the whole process group: driver and
     JVM) at random moments, restarted from the checkpoint each time: every checkpoint file
     parses and the sink, read through _spark_metadata, holds each input row exactly once."""
     rng = random.Random(13)  # a fixed schedule of kill points
-    bucket = s3_server.create_bucket()
-    checkpoint, output = f"s3a://{bucket}/cp", f"s3a://{bucket}/out"
-    conf = manager_conf(s3_server, s3a_jars, endpoint=s3_server.endpoint)
+    checkpoint, output = store.url("cp"), store.url("out")
+    conf = with_manager(store.conf)
     env = job_env()  # with the test JVM options
     args = [sys.executable, str(JOBS / "stream_checkpoint.py"), json.dumps(conf), checkpoint]
-    client = s3_server.client()
 
     def committed() -> int:
-        listing = client.list_objects_v2(Bucket=bucket, Prefix="cp/commits/")
-        names = [o["Key"].rsplit("/", 1)[-1] for o in listing.get("Contents", [])]
+        names = [k.rsplit("/", 1)[-1] for k in store.listing("cp/commits/")]
         return max((int(n) for n in names if n.isdigit()), default=-1)
 
     for kill in range(2):
@@ -345,7 +374,7 @@ def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
             query.wait()
     last = committed() + 2
     result = run_job("stream_checkpoint.py", checkpoint, output, str(last), conf=conf)
-    assert_every_file_parses(checkpoint_files(s3_server, bucket, "cp/"), "cp/")
-    assert_every_file_parses(checkpoint_files(s3_server, bucket, "out/_spark_metadata/"), "out/")
+    assert_every_file_parses(store.files("cp/"), "cp/")
+    assert_every_file_parses(store.files("out/_spark_metadata/"), "out/")
     rows = (result["lastBatch"] + 1) * 10  # rate-micro-batch: 10 rows per batch, 0, 1, 2, ...
     assert result["sink"] == {"rows": rows, "distinct": rows, "max": rows - 1}

@@ -30,8 +30,10 @@ driver's class path), and each test checks:
   checkpoint no COPY and no DELETE;
 - on local disk (``LocalAtomicFiles``: link) and on HDFS's mechanism (``RenameAtomicFiles``:
   ``FileContext.rename`` without overwrite, forced on ``file://`` by the tests-only
-  ``sparkguard.test.hadoopRenameStoreForLocal``, over Hadoop's local filesystem, not a real
-  NameNode): the same failure and file checks.
+  ``sparkguard.test.hadoopRenameStoreForLocal``, over Hadoop's local filesystem): the same
+  failure and file checks;
+- on a real HDFS (the minicluster, marker ``hdfs``): the same, the loser refused by the
+  NameNode's own ``rename(NONE)``.
 
 The JUnit ``RacingCheckpointFileManagerTest`` drives Spark's ``CommitLog`` with the same manager
 without a query. The test classes come from ``scripts/build-jvm.sh`` (``scripts/test.sh`` runs it
@@ -48,6 +50,7 @@ from typing import Any
 import pytest
 
 from sparkguard.spark_lib import sparkconf
+from tests.jvm import stores
 from tests.jvm.conftest import run_job
 from tests.jvm.test_checkpoint_manager import (
     assert_every_file_parses,
@@ -56,7 +59,7 @@ from tests.jvm.test_checkpoint_manager import (
     manager_conf,
     requests_of,
 )
-from tests.support import s3server
+from tests.support import hdfs, s3server
 
 pytestmark = [pytest.mark.spark]
 
@@ -184,5 +187,22 @@ def test_on_local_disk_and_hdfs_rename_the_racing_query_loses_to_put_if_absent(
         for n in names
         if not n.rsplit("/", 1)[-1].startswith(".")  # Hadoop's .<name>.crc beside each file
     }
+    assert_competitors_file(files[f"cp/{race_file}"], race_file)
+    assert_stopped_at(files, race_file)
+
+
+@pytest.mark.hdfs
+def test_on_a_real_namenode_the_racing_query_loses_to_put_if_absent(
+    hdfs_cluster: hdfs.MiniHdfs,
+) -> None:
+    store = stores.on_hdfs(hdfs_cluster)
+    race_file = "commits/1"
+    result = run_job(
+        "stream_race.py", store.url("cp"), "3", conf=racing_conf(store.conf, race_file)
+    )
+    assert result["mechanism"] == "temp file + hsync + FileContext.rename", result
+    assert_lost_to_put_if_absent(result, race_file)
+    files = store.files("cp/")
+    assert not any(".sg-tmp-" in k for k in files), sorted(files)
     assert_competitors_file(files[f"cp/{race_file}"], race_file)
     assert_stopped_at(files, race_file)

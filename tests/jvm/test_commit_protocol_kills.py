@@ -1,14 +1,17 @@
 """An unchanged PySpark job writing through the JVM commit protocol is SIGKILLed (the whole
 driver: its Python process and its Spark JVM) at each stage of a write, rolled back with
 ``sparkguard rollback`` as a user would, and rerun: every row exactly once, no uncommitted or
-temp file left; on local disk and on the S3 server through ``s3a://``; and with the write made
-by ``df.write.format("sparkguard")`` (the Python API's name, the JVM front) on local disk.
+temp file left; on local disk, on the S3 server through ``s3a://`` and on a real HDFS; and with
+the write made by ``df.write.format("sparkguard")`` (the Python API's name, the JVM front) on
+local disk.
 
 The stages are chosen explicitly (coverage is never left to chance): the inflight written, the
 first marker, the first published file, half the files published, and the committed outcome
 (killed after it: the rerun must skip the write, spark-operator#1854). A seeded draw adds kills
 at random delays inside the write; the seed chooses only the delay. On S3 (a slower tier: S3A's
-start costs) a subset runs: the middle of the write and one random moment.
+start costs) a subset runs: the middle of the write and one random moment. On a real HDFS (the
+minicluster: ``HadoopRenameAtomicStore``, temp file + hsync + ``FileContext.rename`` on a
+NameNode) the middle of the write.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import fsspec
 import pytest
 
 from sparkguard.spark_lib import reader, sparkconf
-from tests.jvm import s3a
+from tests.jvm import conftest, stores
 from tests.jvm.conftest import job_command, kill_when, rollback_as_init_container, run_job
 
 pytestmark = pytest.mark.spark
@@ -50,7 +53,7 @@ class Where:
         return [p.rsplit("/", 1)[-1] for p in fs.glob(f"{self.table}/{pattern}")]
 
 
-@pytest.fixture(params=["local", "s3", "front"])
+@pytest.fixture(params=["local", "s3", "hdfs", "front"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     journal = str(tmp_path / "journal")
     conf = sparkconf.build_spark_conf(JOB, journal=journal)
@@ -66,12 +69,10 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
             "sparkguard.test.writeFormat": "sparkguard",
         }
         return Where(str(tmp_path / "table"), journal, front, {}, 0.002)
-    server = request.getfixturevalue("s3_server")
-    storage = s3a.spark_conf(server, request.getfixturevalue("s3a_jars"))
-    both = {**conf, **storage, "spark.jars": f"{conf['spark.jars']},{storage['spark.jars']}"}
-    table = f"s3a://{server.create_bucket()}/table"
-    # Listing S3 every 2 ms would load the server more than the job: poll every 50 ms.
-    return Where(table, journal, both, dict(server.storage_options), 0.05)
+    store = conftest.open_store(request, request.param)
+    both = stores.with_jars(conf, store.conf)
+    # Listing a store every 2 ms would load its server more than the job: poll every 50 ms.
+    return Where(store.url("table"), journal, both, store.options, 0.05)
 
 
 #: Each stage: is the write (at least) there yet?
@@ -85,6 +86,8 @@ STAGES: dict[str, Callable[[Where], bool]] = {
 #: What the S3 tier runs (each case costs two S3A Spark starts).
 S3_STAGES = ("half-files",)
 S3_SEEDS = (11,)
+#: What the HDFS tier runs: the rollback deleting published files on a NameNode, then the rerun.
+HDFS_STAGES = ("half-files",)
 #: What the format("sparkguard") tier runs: the same protocol, reached through the format name.
 FRONT_STAGES = ("half-files", "outcome")
 
@@ -124,13 +127,16 @@ def _assert_exactly_once(where: Where) -> None:
 
 
 def _cases(kind: str, names: tuple[Any, ...] | list[Any]) -> list[Any]:
-    marks = [pytest.mark.s3] if kind == "s3" else []
+    marks = [stores.MARKS[kind]] if kind in stores.MARKS else []
     return [pytest.param(kind, n, marks=marks, id=f"{kind}-{n}") for n in names]
 
 
 @pytest.mark.parametrize(
     ("where", "stage"),
-    _cases("local", list(STAGES)) + _cases("s3", S3_STAGES) + _cases("front", FRONT_STAGES),
+    _cases("local", list(STAGES))
+    + _cases("s3", S3_STAGES)
+    + _cases("hdfs", HDFS_STAGES)
+    + _cases("front", FRONT_STAGES),
     indirect=["where"],
 )
 def test_killed_at_each_stage_then_rolled_back_and_rerun_is_exactly_once(

@@ -1,13 +1,14 @@
-"""Spark's streaming file sink through ``SparkguardStreamingCommitProtocol`` on an object store:
+"""Spark's streaming file sink through ``SparkguardStreamingCommitProtocol`` on a remote store:
 an unchanged streaming job (``tests/jvm/jobs/stream_write.py``, never imports sparkguard) with
-its checkpoint and its parquet sink on ``s3a://`` (the test S3 server), run with the conf
-``sparkguard spark-conf`` prints plus the S3A conf. It is SIGKILLed (the whole
+its checkpoint, its parquet sink and its journal on ``s3a://`` (the test S3 server, an object
+store) or on ``hdfs://`` (the HDFS minicluster, a rename store: a real NameNode and DataNode),
+run with the conf ``sparkguard spark-conf`` prints plus the store's conf. It is SIGKILLed (the whole
 driver: its Python process and its Spark JVM) several times, once with a batch's files written
 and its ``_spark_metadata/<batch>`` not, then at seeded random moments; before each restart
 ``sparkguard rollback`` runs as the operator's rollback initContainer runs it. After every
 rollback the sink holds exactly the files its manifest lists, with no incomplete upload or temp
-object; at the end every input row is there once, through ``_spark_metadata`` and by listing
-the directory, and every checkpoint and manifest file parses."""
+file of a data file; at the end every input row is there once, through ``_spark_metadata`` and
+by listing the directory, and every checkpoint and manifest file parses."""
 
 from __future__ import annotations
 
@@ -26,11 +27,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkguard.spark_lib import filemanager, reader, sinklog, sparkconf
-from tests.jvm import conftest, s3a
-from tests.jvm.test_checkpoint_manager import assert_every_file_parses, checkpoint_files
-from tests.support import s3server
+from tests.jvm import conftest, stores
+from tests.jvm.test_checkpoint_manager import assert_every_file_parses
 
-pytestmark = [pytest.mark.spark, pytest.mark.s3]
+pytestmark = pytest.mark.spark
 
 JOB = "stream-s3-job-1"
 ROWS_PER_FILE = 1000
@@ -38,28 +38,24 @@ ROWS_PER_FILE = 1000
 INPUTS = 10
 #: The first attempt of the task holding this row (batch 6) fails in every execution of that
 #: batch: on S3 Spark's close of the aborted writer completes its object under the final name,
-#: abortTask deletes it, and the retry writes the name again.
+#: abortTask deletes it, and the retry writes the name again (on HDFS the aborted writer's temp
+#: file is deleted and the retry publishes the name).
 FAIL_ROW = "6500"
 NAME = re.compile(rf"^k=[01]/part-(\d{{5}})-{JOB}-b(\d{{10}})-c\d{{3}}\.snappy\.parquet$")
 
 
 class Sink:
-    """The bucket's sink, checkpoint and journal, and what a test reads of them."""
+    """The store directory's sink, checkpoint and journal, and what a test reads of them."""
 
-    def __init__(self, server: s3server.S3Server, bucket: str) -> None:
-        self.server = server
-        self.bucket = bucket
-        self.client = server.client()
-        self.url = f"s3a://{bucket}/sink"
-        self.checkpoint = f"s3a://{bucket}/cp"
-        self.journal = f"s3a://{bucket}/journal"
-        self.options: dict[str, Any] = dict(server.storage_options)
+    def __init__(self, store: stores.Store) -> None:
+        self.store = store
+        self.url = store.url("sink")
+        self.checkpoint = store.url("cp")
+        self.journal = store.url("journal")
+        self.options: dict[str, Any] = store.options
 
     def keys(self, prefix: str = "") -> list[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=prefix
-        )
-        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+        return self.store.listing(prefix)
 
     def data_files(self) -> set[str]:
         """Data files found by listing the sink (what Hive/Trino/a plain reader see)."""
@@ -84,21 +80,27 @@ class Sink:
         return len([k for k in self.keys("sink/_sparkguard/timeline/") if k.endswith(".inflight")])
 
     def uploads(self) -> list[str]:
-        """Keys of incomplete multipart uploads anywhere in the bucket."""
-        answer = self.client.list_multipart_uploads(Bucket=self.bucket)
-        return [u["Key"] for u in answer.get("Uploads", [])]
+        """Keys of incomplete multipart uploads anywhere in the bucket (none on HDFS)."""
+        return self.store.uploads()
 
     def temp_objects(self) -> list[str]:
-        return [k for k in self.keys() if ".sg-tmp-" in k or "_temporary" in k]
+        """Temp files of data files, Spark's ``_temporary``. Not the temp file a kill may leave
+        of a checkpoint or manifest file on a rename store (``.<n>.sg-tmp-<hex>`` beside
+        ``offsets/<n>``): Spark's metadata logs skip hidden names and the rerun writes the file
+        again (Spark's own rename-based manager leaves ``.<n>.<uuid>.tmp`` the same way)."""
+        logs = ("cp/", "sink/_spark_metadata/")
+        return [
+            k
+            for k in self.keys()
+            if (".sg-tmp-" in k and not k.startswith(logs)) or "_temporary" in k
+        ]
 
     def rows_by_listing(self) -> list[int]:
         """Every ``n`` of every data file found by listing the sink (no manifest, no Spark)."""
-        import s3fs
-
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.options)
+        fs, root = self.store.filesystem()
         rows: list[int] = []
         for relative in sorted(self.data_files()):
-            with fs.open(f"{self.bucket}/sink/{relative}", "rb") as f:
+            with fs.open(f"{root}/sink/{relative}", "rb") as f:
                 rows.extend(pq.read_table(f, columns=["n"]).column("n").to_pylist())
         return rows
 
@@ -113,11 +115,9 @@ def _inputs(directory: Path, count: int) -> None:
         os.utime(path, (1_700_000_000 + 10 * i, 1_700_000_000 + 10 * i))
 
 
-def _conf(server: s3server.S3Server, jars: Path, journal: str) -> dict[str, str]:
-    """``sparkguard spark-conf`` + the S3A conf, both jar lists in spark.jars."""
-    guard = sparkconf.build_spark_conf(JOB, journal=journal)
-    storage = s3a.spark_conf(server, jars)
-    return {**guard, **storage, "spark.jars": f"{guard['spark.jars']},{storage['spark.jars']}"}
+def _conf(store: stores.Store, journal: str) -> dict[str, str]:
+    """``sparkguard spark-conf`` + the store's conf, both jar lists in spark.jars."""
+    return stores.with_jars(sparkconf.build_spark_conf(JOB, journal=journal), store.conf)
 
 
 def _kill_when(
@@ -145,15 +145,15 @@ def _assert_no_orphan(sink: Sink) -> None:
 
 
 @pytest.mark.slow
-def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
-    s3_server: s3server.S3Server,
-    s3a_jars: Path,
+@pytest.mark.parametrize("store", stores.params("s3", "hdfs"), indirect=True)
+def test_a_sink_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
+    store: stores.Store,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sink = Sink(s3_server, s3_server.create_bucket())
-    conf = _conf(s3_server, s3a_jars, sink.journal)
+    sink = Sink(store)
+    conf = _conf(store, sink.journal)
     source = str(tmp_path / "input")
     _inputs(Path(source), INPUTS)
     args = [source, sink.url, sink.checkpoint]
@@ -215,7 +215,9 @@ def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
     assert done.returncode == 0, last.read_text()[-3000:]
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
     logs = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("run*.err")))
-    assert "injected failure of the first attempt" in logs, "no task attempt failed on S3"
+    assert "injected failure of the first attempt" in logs, (
+        f"no task attempt failed on {store.name}"
+    )
     rows = INPUTS * ROWS_PER_FILE
     assert result == {"rows": rows, "ids": rows}  # through _spark_metadata
     listing = sink.rows_by_listing()  # ignoring _spark_metadata
@@ -235,8 +237,8 @@ def test_a_sink_on_s3_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
     assert committed == [f"{sink.url}/{n}" for n in sorted(final)]
     assert _rollback(sink, capsys, monkeypatch)["filesDeleted"] == 0
     # Every checkpoint file and every manifest file is whole.
-    logs = assert_every_file_parses(checkpoint_files(s3_server, sink.bucket, "cp/"), "cp/")
+    logs = assert_every_file_parses(store.files("cp/"), "cp/")
     assert logs["offsets"] >= INPUTS
     assert logs["commits"] >= INPUTS
-    manifest = checkpoint_files(s3_server, sink.bucket, "sink/_spark_metadata/")
+    manifest = store.files("sink/_spark_metadata/")
     assert assert_every_file_parses(manifest, "sink/")["_spark_metadata"] >= INPUTS

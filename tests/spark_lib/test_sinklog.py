@@ -47,6 +47,21 @@ def _name(batch: int, partition: int = 0) -> str:
     return f"k=1 x/part-{partition:05d}-{JOB}-b{batch:010d}-c000.snappy.parquet"
 
 
+def test_manifest_paths_are_read_relative_to_the_sink_on_every_store() -> None:
+    """As Spark records them: local disk (``file:/``), an object store (the bucket is the
+    path's first segment), HDFS (the NameNode is the URI's authority, never part of the
+    filesystem's path: a rooted ``/...`` table). Elsewhere: None."""
+    name = "k=1/part-00000-j-b0000000000-c000.snappy.parquet"
+    relative = sinklog._relative
+    assert relative(f"file:/data/sink/{name}", "/data/sink") == name
+    assert relative(f"s3a://bucket/sink/{name}", "bucket/sink") == name
+    assert relative(f"hdfs://127.0.0.1:8020/t/sink/{name}", "/t/sink") == name
+    assert relative("hdfs://nn/t/sink/k%3D1/a%20b.parquet", "/t/sink") == "k=1/a b.parquet"
+    assert relative(f"hdfs://127.0.0.1:8020/t/other/{name}", "/t/sink") is None
+    assert relative(f"s3a://other/bucket/sink/{name}", "bucket/sink") is None
+    assert relative(f"s3a://other/sink/{name}", "bucket/sink") is None
+
+
 def test_listed_files_follow_the_newest_compact_file_and_later_batches(tmp_path: Path) -> None:
     sink = tmp_path / "sink"
     _manifest(sink, "0", [(_name(0), "add")])

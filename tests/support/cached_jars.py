@@ -1,0 +1,21 @@
+"""Jar lists fetched with Maven into the shared cache (``scripts/fetch-jars.sh``): the S3A
+filesystem for PySpark (``s3a``) and Hadoop's minicluster (``hdfs-minicluster``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fetch(jar_list: str, *args: str) -> Path:
+    """The directory of ``jar_list``'s jars under ~/.cache/sparkguard (Maven Central the first
+    time, nothing afterwards); raises :class:`RuntimeError` with the script's message when they
+    cannot be had."""
+    command = [str(ROOT / "scripts" / "fetch-jars.sh"), jar_list, *args]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        shown = " ".join(["scripts/fetch-jars.sh", jar_list, *args])
+        raise RuntimeError(f"{shown} failed:\n{result.stderr}")
+    return Path(result.stdout.strip())
