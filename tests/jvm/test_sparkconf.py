@@ -28,6 +28,8 @@ def test_direct_markers_by_default() -> None:
         "spark.jars": JAR,
         "spark.sparkguard.jobId": "nightly-1",
         "spark.sparkguard.markers.type": "DIRECT",
+        "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
+        "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedFileSystem$Local",
     }
 
 
@@ -54,6 +56,8 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
         "spark.sparkguard.markers.endpoint": "http://{driverHost}:8765",
         "spark.sparkguard.markers.tokenFile": "/var/run/sparkguard/token",
         "spark.sparkguard.journal": "s3://b/journal",
+        "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
+        "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedFileSystem$Local",
     }
 
 
