@@ -41,7 +41,7 @@ JARS_KEY: Final = "spark.jars"
 #: per-file create without the existence probes; both: the written length and rows recorded).
 OWNED_FS: Final = {
     "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
-    "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedFileSystem$Local",
+    "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
 }
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"

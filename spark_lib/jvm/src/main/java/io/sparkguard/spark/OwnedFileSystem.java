@@ -59,7 +59,7 @@ public class OwnedFileSystem extends FileSystem {
   static final String PREFIX = "sg-";
   /** The scheme this class registers under by {@code META-INF/services}. */
   static final String S3A_SCHEME = PREFIX + "s3a";
-  /** The scheme {@link Local} registers under by {@code META-INF/services}. */
+  /** The scheme {@link OwnedLocalFileSystem} registers under by {@code META-INF/services}. */
   static final String LOCAL_SCHEME = PREFIX + "file";
   /** S3A's per-file option: create without the existence and parent probes. */
   static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
@@ -104,18 +104,6 @@ public class OwnedFileSystem extends FileSystem {
 
   public OwnedFileSystem() {
     // Hadoop instantiates filesystems reflectively; initialize() does the work.
-  }
-
-  /**
-   * {@code sg-file://}: the local filesystem's temp files of the rename store, with the same
-   * recording (no footer read at task commit). A class of its own because Hadoop's service
-   * loader registers one scheme per class.
-   */
-  public static final class Local extends OwnedFileSystem {
-    @Override
-    public String getScheme() {
-      return getUri() == null ? LOCAL_SCHEME : getUri().getScheme();
-    }
   }
 
   @Override
