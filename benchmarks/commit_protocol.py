@@ -37,7 +37,9 @@ same procedure on less data (1M rows, 8 partitions instead of 3M rows, 16 partit
 
 Printed per mode: best time, data files, files/s, and (S3) storage requests per file with the
 operations they were. Before the last line: ``hdfs sparkguard/builtin = <h>`` (builtin time /
-sparkguard time on HDFS, as r below). Last line (one line; wrapped here):
+sparkguard time on HDFS, as r below), then, with S3,
+``requests per file: default=<a> magic=<b> sparkguard=<c>`` (every storage request of the best
+round's write, divided by its data files). Last line (one line; wrapped here):
 ``commit protocol: local sparkguard/builtin = <r>, s3 builtin/sparkguard = <x>x,
 s3 magic/sparkguard = <y>x``
 (r: throughput ratio on local disk, i.e. builtin time / sparkguard time; x, y: time ratios on S3).
@@ -358,6 +360,13 @@ def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | 
         # Spark's default is v1 already; pinned so "builtin" means the same on any Spark.
         .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "1")
     )
+    # Hadoop settings of sparkguard's conf take effect at launch (a job started with the conf of
+    # `sparkguard spark-conf` has them from its start), not when a write sets them.
+    from sparkguard.spark_lib import sparkconf
+
+    for key, value in sparkconf.build_spark_conf("bench", jar=jars[0]).items():
+        if key.startswith("spark.hadoop."):
+            builder = builder.config(key, value)
     if event_dir:
         os.makedirs(event_dir, exist_ok=True)
         builder = (
@@ -512,6 +521,19 @@ def job_seconds(event_dir: str) -> dict[str, float]:
     return spent
 
 
+#: How the ``requests per file`` line names the S3 modes.
+S3_NAMES = (("default", "builtin"), ("magic", "magic"), ("sparkguard", "sparkguard"))
+
+
+def per_file(results: dict[tuple[str, str], Result], kind: str) -> str:
+    """Storage requests per data file of ``kind``'s best S3 round, or ``n/a``."""
+    result = results.get(("s3", kind))
+    if result is None or result.unavailable or not result.times:
+        return "n/a"
+    i = result.best()
+    return f"{result.requests[i].get('total', 0) / result.files[i]:.1f}"
+
+
 def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> int:
     best: dict[tuple[str, str], float] = {}
     print("best of each (storage, mode):")
@@ -572,6 +594,8 @@ def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> 
         print(f"s3 builtin/magic = {best['s3', 'builtin'] / best['s3', 'magic']:.2f}x (time)")
     on_hdfs = ratio(("hdfs", "builtin"), ("hdfs", "sparkguard"), "")
     print(f"hdfs sparkguard/builtin = {on_hdfs} (throughput: builtin time / sparkguard time)")
+    if any(s == "s3" for s, _ in best):
+        print("requests per file: " + " ".join(f"{n}={per_file(results, k)}" for n, k in S3_NAMES))
     print(
         f"commit protocol: local sparkguard/builtin = {local}, s3 builtin/sparkguard = "
         f"{s3_builtin}, s3 magic/sparkguard = {s3_magic}"

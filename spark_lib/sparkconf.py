@@ -37,6 +37,12 @@ STREAMING_COMMIT_PROTOCOL_KEY: Final = "spark.sql.streaming.commitProtocolClass"
 CHECKPOINT_MANAGER_CLASS: Final = "io.sparkguard.spark.SparkguardCheckpointFileManager"
 CHECKPOINT_MANAGER_KEY: Final = "spark.sql.streaming.checkpointFileManagerClass"
 JARS_KEY: Final = "spark.jars"
+#: The filesystems the protocol's tasks open their data files through (``sg-s3a://``: S3A's
+#: per-file create without the existence probes; both: the written length and rows recorded).
+OWNED_FS: Final = {
+    "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
+    "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
+}
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
 JARS_DIR: Final = Path(__file__).resolve().parent / "jars"
@@ -150,6 +156,7 @@ def build_spark_conf(
             _extra_jars(extra_jars, what=names["extra_jars"]), _jar_location(jar, what=names["jar"])
         ),
         config.KEYS["job_id"][0]: job_id,
+        **OWNED_FS,
     }
     if streaming_sink:
         conf[STREAMING_COMMIT_PROTOCOL_KEY] = STREAMING_PROTOCOL_CLASS

@@ -6,6 +6,7 @@ and repairs its output unchanged."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,43 @@ def test_speculation_is_refused_on_s3_before_anything_is_written(
     )  # fmt: skip
     assert failed == {"failed": True}
     assert _keys(s3_server, bucket, "") == []
+
+
+def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    # The tasks open their files as sg-s3a:// (OwnedFileSystem): S3A's per-file performance
+    # create, no HEAD/LIST probe of the name, and the length and rows come from the stream, so
+    # until the commit decides, each data key sees its upload and the commit's W7 check only.
+    from tests.jvm import test_checkpoint_manager as counting
+
+    bucket = s3_server.create_bucket()
+    with counting.counting_proxy(s3_server) as proxy:
+        conf = {
+            **_conf(s3_server, s3a_jars, f"s3a://{bucket}/journal"),
+            "spark.hadoop.fs.s3a.endpoint": proxy,
+        }
+        result = run_job("plain_write.py", f"s3a://{bucket}/q", "1000", "4", conf=conf)
+        log = counting.requests_of(proxy)
+    assert result == {"rows": 1000, "ids": 1000}
+    outcome = next(
+        i
+        for i, r in enumerate(log)
+        if r["method"] == "PUT" and r["path"].startswith(f"/{bucket}/q/_sparkguard/timeline/")
+        and r["path"].endswith(".outcome")
+    )  # fmt: skip
+    before = log[:outcome]
+    for name in NAMES:
+        on_key = [r["method"] for r in before if r["path"] == f"/{bucket}/q/{name}"]
+        assert on_key == ["PUT", "HEAD"], (name, on_key)  # the task's upload, then W7's HEAD
+        probes = [r for r in before if f"prefix=q/{name}" in urllib.parse.unquote(r["query"])]
+        assert probes == [], (name, probes)
+    # The sizes and rows the streams recorded are the objects' and the footers' (250 rows each).
+    client = s3_server.client()
+    key = next(k for k in _keys(s3_server, bucket, "q/_sparkguard/timeline/") if "outcome" in k)
+    outcome = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    sizes = {k[2:]: client.head_object(Bucket=bucket, Key=k)["ContentLength"] for k in (
+        f"q/{n}" for n in NAMES)}  # fmt: skip
+    assert {f["path"]: (f["size"], f["rows"]) for f in outcome["files"]} == {
+        n: (sizes[n], 250) for n in NAMES
+    }

@@ -54,11 +54,35 @@ public interface AtomicStore extends Serializable {
    */
   int deleteLeftovers(Path target) throws IOException;
 
+  /**
+   * {@link #deleteLeftovers(Path)} of every one of {@code targets}, all under {@code dir};
+   * returns how many leftovers were removed. Object stores may find them with one listing.
+   */
+  default int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+    int removed = 0;
+    for (Path target : targets) {
+      removed += deleteLeftovers(target);
+    }
+    return removed;
+  }
+
   /** The whole content of the file {@code path} (published files are whole, see above). */
   byte[] read(Path path) throws IOException;
 
   /** Size in bytes of {@code path}, or -1 when it does not exist. */
   long size(Path path) throws IOException;
+
+  /**
+   * {@link #size} of each of {@code paths}, in their order. Object stores ask in parallel (one
+   * request each, the latencies overlap).
+   */
+  default long[] sizes(List<Path> paths) throws IOException {
+    long[] sizes = new long[paths.size()];
+    for (int i = 0; i < sizes.length; i++) {
+      sizes[i] = size(paths.get(i));
+    }
+    return sizes;
+  }
 
   /** Every file under {@code dir}, recursively, as paths relative to {@code dir}; empty if none. */
   List<String> listFiles(Path dir) throws IOException;

@@ -117,6 +117,25 @@ public final class CountingAtomicStore implements AtomicStore {
   }
 
   @Override
+  public int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+    count(dir, false);
+    return inner.deleteLeftovers(dir, targets);
+  }
+
+  @Override
+  public long[] sizes(List<Path> paths) throws IOException {
+    for (Path path : paths) {
+      count(path, false);
+    }
+    long start = System.nanoTime();
+    try {
+      return inner.sizes(paths);
+    } finally {
+      took(System.nanoTime() - start);
+    }
+  }
+
+  @Override
   public byte[] read(Path path) throws IOException {
     count(path, false);
     long start = System.nanoTime();

@@ -4,6 +4,8 @@ import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.net.URI;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.ExecutionException;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
@@ -31,10 +33,14 @@ import org.apache.hadoop.fs.Path;
  *       connector creates in performance mode ({@code fs.s3a.create.performance=true}) that is
  *       one PUT that replaces an older object; otherwise it probes the name first (HEAD + LIST)
  *       and fails on an existing object, so {@link #prepareWrite} deletes an uncommitted
- *       leftover of the name first (the protocol never asks it to for a committed name);
+ *       leftover of the name first (the protocol never asks it to for a committed name). The
+ *       batch protocol avoids both where it can: its tasks open data files through {@link
+ *       OwnedFileSystem} ({@code sg-s3a://}), whose create is S3A's per-file performance create
+ *       (one PUT, replacing a leftover), with nothing to prepare;
  *   <li>leftovers: incomplete multipart uploads of the name, aborted through the generic
  *       {@code MultipartUploader} ({@code abortUploadsUnderPath}: one LIST of uploads under the
- *       key, one abort each). Uploads nobody ever aborts (a crashed task whose name no rollback
+ *       key, one abort each; for a commit's names together, one listing under the table:
+ *       {@link #deleteLeftovers(Path, java.util.Collection)}). Uploads nobody ever aborts (a crashed task whose name no rollback
  *       reads) are left to the bucket's lifecycle rule ({@code AbortIncompleteMultipartUpload})
  *       or {@code fs.s3a.multipart.purge}.
  * </ul>
@@ -152,6 +158,81 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
     if (!replacesOnCreate) {
       fs().delete(target, false);
     }
+  }
+
+  /**
+   * One listing of the objects under {@code dir}, then a bulk delete of them (one request per
+   * page of keys): what the connector's recursive delete does, without the existence probes it
+   * makes first. Objects created under {@code dir} after the listing stay, as with the
+   * connector's own delete.
+   */
+  @Override
+  public void deleteDirectory(Path dir) throws IOException {
+    List<Path> objects = new ArrayList<>();
+    for (String name : listFiles(dir)) {
+      objects.add(new Path(dir, name));
+    }
+    deleteAll(dir, objects);
+  }
+
+  /**
+   * The leftovers of many names with one listing: S3A's {@code listMultipartUploads(prefix)}
+   * of {@code dir} (one request per 1000 uploads under it, however many names), then an abort
+   * of each upload whose key is one of the names' keys or starts with one (as {@code
+   * abortUploadsUnderPath} of each name would). Connectors without that method: one listing
+   * per name ({@link #deleteLeftovers(Path)}).
+   */
+  @Override
+  public int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+    FileSystem fs = fs();
+    if (targets.isEmpty()
+        || !fs.hasPathCapability(dir, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
+      return 0;
+    }
+    java.lang.reflect.Method list;
+    java.lang.reflect.Method abort;
+    try {
+      list = fs.getClass().getMethod("listMultipartUploads", String.class);
+      abort = fs.getClass().getMethod("abortMultipartUpload", String.class, String.class);
+    } catch (NoSuchMethodException e) {
+      return eachLeftovers(targets);
+    }
+    java.util.TreeSet<String> keys = new java.util.TreeSet<>();
+    for (Path target : targets) {
+      keys.add(key(target));
+    }
+    int aborted = 0;
+    try {
+      for (Object upload : (java.util.List<?>) list.invoke(fs, key(dir) + "/")) {
+        String key = (String) upload.getClass().getMethod("key").invoke(upload);
+        String name = keys.floor(key);
+        if (name != null && key.startsWith(name)) {
+          abort.invoke(fs, key, (String) upload.getClass().getMethod("uploadId").invoke(upload));
+          aborted++;
+        }
+      }
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      Throwable cause = e.getCause();
+      throw cause instanceof IOException io ? io
+          : new IOException("cannot abort the incomplete uploads under " + dir, cause);
+    } catch (ReflectiveOperationException e) {
+      return eachLeftovers(targets);
+    }
+    return aborted;
+  }
+
+  private int eachLeftovers(java.util.Collection<Path> targets) throws IOException {
+    int removed = 0;
+    for (Path target : targets) {
+      removed += deleteLeftovers(target);
+    }
+    return removed;
+  }
+
+  /** The object key of {@code path} (its path without the leading {@code /}). */
+  private static String key(Path path) {
+    String p = path.toUri().getPath();
+    return p.startsWith("/") ? p.substring(1) : p;
   }
 
   @Override

@@ -86,14 +86,21 @@ final class ProtocolSteps {
   static Path markAndPrepare(
       AtomicStore store, SidecarMarkerClient sidecar, Path markers, Path target, String relative)
       throws IOException {
+    mark(store, sidecar, markers, relative);
+    Path work = store.workPath(target);
+    store.prepareWrite(work);
+    return work;
+  }
+
+  /** W4/S3: the marker {@code <relative>.marker.CREATE} in {@code markers} (direct, or through
+   * {@code sidecar} when not null). */
+  static void mark(AtomicStore store, SidecarMarkerClient sidecar, Path markers, String relative)
+      throws IOException {
     if (sidecar != null) {
       sidecar.create(markerDirName(markers), relative + MARKER_SUFFIX);
     } else {
       store.createMarker(new Path(markers, relative + MARKER_SUFFIX));
     }
-    Path work = store.workPath(target);
-    store.prepareWrite(work);
-    return work;
   }
 
   /**
@@ -127,22 +134,30 @@ final class ProtocolSteps {
   static void verifyAndClean(
       AtomicStore store, String table, Path markers, Map<String, Long> reported,
       String notCommitted) throws IOException {
-    for (Map.Entry<String, Long> file : reported.entrySet()) {
-      long size = store.size(new Path(table, file.getKey()));
-      if (size != file.getValue()) {
+    List<String> names = new ArrayList<>(reported.keySet());
+    List<Path> paths = new ArrayList<>();
+    for (String relative : names) {
+      paths.add(new Path(table, relative));
+    }
+    long[] sizes = store.sizes(paths);
+    for (int i = 0; i < sizes.length; i++) {
+      long expected = reported.get(names.get(i));
+      if (sizes[i] != expected) {
         throw new SparkguardException(
-            "sparkguard: " + file.getKey() + " of " + table + " has " + size + " bytes, its task"
-                + " reported " + file.getValue() + "; " + notCommitted);
+            "sparkguard: " + names.get(i) + " of " + table + " has " + sizes[i] + " bytes, its"
+                + " task reported " + expected + "; " + notCommitted);
       }
     }
     Set<String> marked = SparkguardCommitProtocol.markedFiles(store, markers);
+    List<Path> targets = new ArrayList<>();
     for (String relative : marked) {
       Path target = new Path(table, relative);
       if (!reported.containsKey(relative)) {
         store.delete(target);
       }
-      store.deleteLeftovers(target);
+      targets.add(target);
     }
+    store.deleteLeftovers(new Path(table), targets);
   }
 
   /** W10/S10: delete the instant's marker directory (through the sidecar when it keeps them). */

@@ -18,6 +18,7 @@ import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapreduce.JobContext;
 import org.apache.hadoop.mapreduce.TaskAttemptContext;
+import org.apache.parquet.HadoopReadOptions;
 import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
 import org.apache.spark.internal.io.FileCommitProtocol;
@@ -108,6 +109,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   /** Per task attempt (never serialized): the files it opened, by relative path. */
   private transient Map<String, Path> pending;
+  /**
+   * Tasks open data files through {@link OwnedFileSystem} ({@code sg-s3a://}, {@code
+   * sg-file://}), which records their length and rows (and on S3A creates them without the
+   * probes); decided on the driver (false when Hadoop does not resolve the scheme there: plain
+   * paths, and the task reads each file's size and footer back).
+   */
+  private final boolean ownedCreate;
 
   /** The constructor {@code FileCommitProtocol.instantiate} calls (on the driver). */
   public SparkguardCommitProtocol(String jobId, String path, boolean dynamicPartitionOverwrite) {
@@ -115,9 +123,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     this.path = path;
     this.settings = ProtocolSettings.fromSqlConf();
     this.dynamicPartitionOverwrite = dynamicPartitionOverwrite;
-    this.store = AtomicStore.forTable(new Path(path), ProtocolSteps.hadoopConf());
+    Configuration hadoopConf = ProtocolSteps.hadoopConf();
+    this.store = AtomicStore.forTable(new Path(path), hadoopConf);
     ProtocolSteps.refuseSpeculation(store, path);
     this.sidecar = ProtocolSteps.sidecar(settings);
+    this.ownedCreate = OwnedFileSystem.available(new Path(path), hadoopConf);
   }
 
   /** True when tasks write data files under their final names (object stores: no publish). */
@@ -308,13 +318,19 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     Path target = new Path(path, relative);
     Path work;
     try {
-      work = ProtocolSteps.markAndPrepare(
-          store, sidecar, timeline().markerDirectory(instant), target, relative);
+      if (ownedCreate && writesDirectly()) {
+        // W4, then the writer opens the owned name: its create replaces a leftover of it.
+        ProtocolSteps.mark(store, sidecar, timeline().markerDirectory(instant), relative);
+        work = target;
+      } else {
+        work = ProtocolSteps.markAndPrepare(
+            store, sidecar, timeline().markerDirectory(instant), target, relative);
+      }
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot create the marker of " + target, e);
     }
     pending.put(relative, work);
-    return work.toString();
+    return (ownedCreate ? OwnedFileSystem.owned(work) : work).toString();
   }
 
   @Override
@@ -353,8 +369,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         if (!entry.getValue().equals(target)) {
           store.publish(entry.getValue(), target);
         }
-        long size = store.size(target);
-        files.add(new CommittedFile(entry.getKey(), size, countRows(target, conf)));
+        // The owned stream's record (no request, no file open); else the store's size and the
+        // footer.
+        OwnedFileSystem.Written written = OwnedFileSystem.take(entry.getValue());
+        long size = written != null ? written.length() : store.size(target);
+        long rows = written != null && (written.rows() >= 0 || !isParquet(target))
+            ? written.rows() : countRows(target, conf);
+        files.add(new CommittedFile(entry.getKey(), size, rows));
       }
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot publish the files of a task of " + path, e);
@@ -363,12 +384,19 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     return new TaskCommitMessage(files);
   }
 
+  private static boolean isParquet(Path file) {
+    return file.getName().endsWith(".parquet");
+  }
+
   /** Rows of a data file, from the Parquet footer; -1 for formats that do not record them. */
   static long countRows(Path file, Configuration conf) throws IOException {
-    if (!file.getName().endsWith(".parquet")) {
+    if (!isParquet(file)) {
       return -1;
     }
-    try (ParquetFileReader reader = ParquetFileReader.open(HadoopInputFile.fromPath(file, conf))) {
+    // Read options from the task's conf: ParquetFileReader.open(file) alone builds them from a
+    // new Configuration, which parses Hadoop's default XML resources again for every file.
+    try (ParquetFileReader reader = ParquetFileReader.open(
+        HadoopInputFile.fromPath(file, conf), HadoopReadOptions.builder(conf, file).build())) {
       return reader.getRecordCount();
     }
   }
@@ -385,6 +413,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     // Only this attempt's own files (no committed instant lists a name of this write on an
     // object store: rerun=rewrite is refused there).
     ProtocolSteps.deleteAttemptFiles(store, path, pending);
+    pending.values().forEach(OwnedFileSystem::forget);
     pending.clear();
   }
 

@@ -1,0 +1,407 @@
+package io.sparkguard.spark;
+
+import java.io.ByteArrayInputStream;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Abortable;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.StreamCapabilities;
+import org.apache.hadoop.fs.Syncable;
+import org.apache.hadoop.fs.permission.FsPermission;
+import org.apache.hadoop.util.Progressable;
+import org.apache.parquet.ParquetReadOptions;
+import org.apache.parquet.format.converter.ParquetMetadataConverter;
+import org.apache.parquet.hadoop.metadata.BlockMetaData;
+import org.apache.parquet.hadoop.metadata.ParquetMetadata;
+
+/**
+ * The filesystem Spark's writers open sparkguard's data files through on object stores: {@code
+ * sg-s3a://bucket/key} is {@code s3a://bucket/key}, and every call is the S3A filesystem's,
+ * except two.
+ *
+ * <ul>
+ *   <li>{@code create} replaces, without probing: Spark's writers call {@code create(path,
+ *       overwrite=false)}, for which S3A first makes HEAD and LIST requests to refuse an existing
+ *       object or directory. A data file's name is deterministic and owned by the write that
+ *       marked it (docs/storage-contract.md, W4): an object already there is an uncommitted
+ *       leftover of an earlier attempt of the same write (the protocol never writes a committed
+ *       name on an object store), and replacing it is what the rerun wants. So the file is
+ *       created with {@code createFile(path).overwrite(true).must("fs.s3a.create.performance",
+ *       true)}, S3A's per-file performance create (Hadoop 3.4+): no request before the upload.
+ *       The rest of the job's S3A use keeps its settings: this is per file, for the protocol's
+ *       own files only (the protocol hands out {@code sg-} paths only for names it marked).
+ *   <li>The stream records what it wrote: its length and, for Parquet, the rows of the footer it
+ *       wrote last (parsed from the stream's tail in memory). The task's commit takes them
+ *       ({@link #take}) instead of a HEAD and a footer read per file, and {@code getFileStatus}
+ *       of a file this JVM has just written and not yet committed answers with the written
+ *       length instead of a HEAD (Spark's {@code BasicWriteTaskStatsTracker} asks it for every
+ *       file it closes). The commit still checks every reported size against the store (W7).
+ * </ul>
+ *
+ * <p>Found by Hadoop through its {@code fs.sg-s3a.impl} setting ({@code sparkguard spark-conf}
+ * sets {@code spark.hadoop.fs.sg-s3a.impl}) or the jar's {@code META-INF/services} entry. When
+ * neither resolves on the driver, the protocol writes plain {@code s3a://} paths as before
+ * ({@link #available}).
+ */
+public class OwnedFileSystem extends FileSystem {
+  /** The scheme prefix: {@code sg-<scheme>} is {@code <scheme>} with owned creates. */
+  static final String PREFIX = "sg-";
+  /** The scheme this class registers under by {@code META-INF/services}. */
+  static final String S3A_SCHEME = PREFIX + "s3a";
+  /** The scheme {@link OwnedLocalFileSystem} registers under by {@code META-INF/services}. */
+  static final String LOCAL_SCHEME = PREFIX + "file";
+  /** S3A's per-file option: create without the existence and parent probes. */
+  static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
+  /** How much of a stream's end is kept to read a Parquet footer from. */
+  static final int TAIL_BYTES = 256 * 1024;
+
+  /** Parquet's defaults for reading a footer (the no-argument converter has no size limit set);
+   * built on first use (it loads a Hadoop configuration once per JVM). */
+  private static final class Footers {
+    static final ParquetMetadataConverter CONVERTER =
+        new ParquetMetadataConverter(ParquetReadOptions.builder().build());
+  }
+
+  /** Files written through this class in this JVM and not yet taken by a commit, by real path. */
+  private static final Map<String, Written> WRITTEN = new ConcurrentHashMap<>();
+
+  private URI uri;
+  private String innerScheme;
+  private FileSystem inner;
+  private Path workingDir;
+
+  /** What a closed stream wrote: its length, and its rows ({@code -1}: not known). */
+  public static final class Written {
+    final long length;
+    final long rows;
+    final long closedMillis;
+
+    Written(long length, long rows, long closedMillis) {
+      this.length = length;
+      this.rows = rows;
+      this.closedMillis = closedMillis;
+    }
+
+    public long length() {
+      return length;
+    }
+
+    public long rows() {
+      return rows;
+    }
+  }
+
+  public OwnedFileSystem() {
+    // Hadoop instantiates filesystems reflectively; initialize() does the work.
+  }
+
+  @Override
+  public String getScheme() {
+    return uri == null ? S3A_SCHEME : uri.getScheme();
+  }
+
+  @Override
+  public void initialize(URI name, Configuration conf) throws IOException {
+    super.initialize(name, conf);
+    String scheme = name.getScheme();
+    if (scheme == null || !scheme.startsWith(PREFIX) || scheme.length() == PREFIX.length()) {
+      throw new IOException("sparkguard: " + name + " is not a " + PREFIX + "<scheme> URI");
+    }
+    innerScheme = scheme.substring(PREFIX.length());
+    String authority = name.getAuthority() == null ? "" : name.getAuthority();
+    uri = URI.create(scheme + "://" + (authority.isEmpty() ? "/" : authority));
+    inner = FileSystem.get(URI.create(innerScheme + "://" + authority + "/"), conf);
+    workingDir = owned(inner.getWorkingDirectory());
+    setConf(conf);
+  }
+
+  /**
+   * True when Hadoop resolves {@code sg-<scheme of table>} to this class with {@code conf}
+   * (its setting or the service entry): the protocol may hand out owned paths for the table.
+   */
+  static boolean available(Path table, Configuration conf) {
+    String scheme = table.toUri().getScheme();
+    if (scheme == null) {
+      return false;
+    }
+    try {
+      return OwnedFileSystem.class.isAssignableFrom(
+          FileSystem.getFileSystemClass(PREFIX + scheme, conf));
+    } catch (IOException | RuntimeException e) {
+      return false;
+    }
+  }
+
+  /** {@code s3a://b/k} as {@code sg-s3a://b/k}. */
+  static Path owned(Path real) {
+    URI u = real.toUri();
+    return new Path(PREFIX + u.getScheme(), u.getAuthority(), u.getPath());
+  }
+
+  /** The registry key of a real (or owned) path: {@code <scheme>://<authority><path>}. */
+  static String key(Path path) {
+    URI u = path.toUri();
+    String scheme = u.getScheme() == null ? "" : u.getScheme();
+    if (scheme.startsWith(PREFIX)) {
+      scheme = scheme.substring(PREFIX.length());
+    }
+    return scheme + "://" + (u.getAuthority() == null ? "" : u.getAuthority()) + u.getPath();
+  }
+
+  /**
+   * What the stream of {@code real} wrote, removed from the registry; {@code null} when it was
+   * not written through this class in this JVM (or was taken already).
+   */
+  static Written take(Path real) {
+    return WRITTEN.remove(key(real));
+  }
+
+  /** Forget what was recorded for {@code real} (an aborted task attempt). */
+  static void forget(Path real) {
+    WRITTEN.remove(key(real));
+  }
+
+  private Path real(Path path) {
+    Path qualified = path.isAbsolute() ? path : new Path(workingDir, path);
+    URI u = qualified.toUri();
+    String authority = u.getAuthority() != null ? u.getAuthority() : uri.getAuthority();
+    return new Path(innerScheme, authority, u.getPath());
+  }
+
+  private FileStatus owned(FileStatus status) throws IOException {
+    FileStatus copy = new FileStatus(status);
+    copy.setPath(owned(status.getPath()));
+    return copy;
+  }
+
+  @Override
+  public URI getUri() {
+    return uri;
+  }
+
+  @Override
+  public FSDataInputStream open(Path f, int bufferSize) throws IOException {
+    return inner.open(real(f), bufferSize);
+  }
+
+  @Override
+  public FSDataOutputStream create(Path f, FsPermission permission, boolean overwrite,
+      int bufferSize, short replication, long blockSize, Progressable progress)
+      throws IOException {
+    Path target = real(f);
+    FSDataOutputStreamBuilder<?, ?> builder = inner.createFile(target);
+    builder.overwrite(true).recursive().bufferSize(bufferSize).replication(replication)
+        .blockSize(blockSize);
+    if (permission != null) {
+      builder.permission(permission);
+    }
+    if (progress != null) {
+      builder.progress(progress);
+    }
+    if ("s3a".equals(innerScheme)) {
+      builder.must(CREATE_PERFORMANCE, true);
+    } else {
+      builder.opt(CREATE_PERFORMANCE, true);
+    }
+    FSDataOutputStream out = (FSDataOutputStream) builder.build();
+    WRITTEN.remove(key(target));  // an earlier attempt's record is not this file's
+    return new FSDataOutputStream(new Recording(target, out), statistics);
+  }
+
+  @Override
+  public FSDataOutputStream append(Path f, int bufferSize, Progressable progress)
+      throws IOException {
+    throw new UnsupportedOperationException("sparkguard: data files are never appended to: " + f);
+  }
+
+  @Override
+  public boolean rename(Path src, Path dst) throws IOException {
+    return inner.rename(real(src), real(dst));
+  }
+
+  @Override
+  public boolean delete(Path f, boolean recursive) throws IOException {
+    WRITTEN.remove(key(real(f)));
+    return inner.delete(real(f), recursive);
+  }
+
+  @Override
+  public FileStatus[] listStatus(Path f) throws FileNotFoundException, IOException {
+    FileStatus[] statuses = inner.listStatus(real(f));
+    FileStatus[] result = new FileStatus[statuses.length];
+    for (int i = 0; i < statuses.length; i++) {
+      result[i] = owned(statuses[i]);
+    }
+    return result;
+  }
+
+  @Override
+  public void setWorkingDirectory(Path dir) {
+    workingDir = dir.isAbsolute() ? dir : new Path(workingDir, dir);
+  }
+
+  @Override
+  public Path getWorkingDirectory() {
+    return workingDir;
+  }
+
+  @Override
+  public boolean mkdirs(Path f, FsPermission permission) throws IOException {
+    return inner.mkdirs(real(f), permission);
+  }
+
+  /**
+   * A file this JVM wrote and closed through this class and no commit has taken yet: its written
+   * length, without a request (the upload completed with exactly these bytes). Anything else:
+   * the store's answer.
+   */
+  @Override
+  public FileStatus getFileStatus(Path f) throws IOException {
+    Path target = real(f);
+    Written written = WRITTEN.get(key(target));
+    if (written != null) {
+      return new FileStatus(written.length, false, 1, getDefaultBlockSize(f),
+          written.closedMillis, owned(target));
+    }
+    return owned(inner.getFileStatus(target));
+  }
+
+  @Override
+  public long getDefaultBlockSize(Path f) {
+    return inner.getDefaultBlockSize(real(f));
+  }
+
+  @Override
+  public short getDefaultReplication(Path f) {
+    return inner.getDefaultReplication(real(f));
+  }
+
+  @Override
+  public byte[] getXAttr(Path path, String name) throws IOException {
+    return inner.getXAttr(real(path), name);
+  }
+
+  @Override
+  public boolean hasPathCapability(Path path, String capability) throws IOException {
+    return inner.hasPathCapability(real(path), capability);
+  }
+
+  /**
+   * Rows of a Parquet file from the last {@code length} bytes of it in {@code tail} (the footer,
+   * its length and {@code PAR1}); {@code -1} when they do not hold a whole plain footer.
+   */
+  static long parquetRows(byte[] tail, int length) {
+    if (length < 12 || !new String(tail, length - 4, 4, StandardCharsets.US_ASCII).equals("PAR1")) {
+      return -1;
+    }
+    int footer = (tail[length - 8] & 0xff) | (tail[length - 7] & 0xff) << 8
+        | (tail[length - 6] & 0xff) << 16 | (tail[length - 5] & 0xff) << 24;
+    if (footer <= 0 || footer > length - 8) {
+      return -1;
+    }
+    try {
+      ParquetMetadata metadata = Footers.CONVERTER.readParquetMetadata(
+          new ByteArrayInputStream(tail, length - 8 - footer, footer),
+          ParquetMetadataConverter.NO_FILTER);
+      long rows = 0;
+      for (BlockMetaData block : metadata.getBlocks()) {
+        rows += block.getRowCount();
+      }
+      return rows;
+    } catch (IOException | RuntimeException e) {
+      return -1;
+    }
+  }
+
+  /** Counts the bytes, keeps the last {@link #TAIL_BYTES}, records them at a successful close. */
+  private static final class Recording extends OutputStream
+      implements Syncable, StreamCapabilities, Abortable {
+    private final Path target;
+    private final FSDataOutputStream out;
+    private final byte[] ring = new byte[TAIL_BYTES];
+    private long count;
+    private boolean closed;
+
+    Recording(Path target, FSDataOutputStream out) {
+      this.target = target;
+      this.out = out;
+    }
+
+    @Override
+    public void write(int b) throws IOException {
+      out.write(b);
+      ring[(int) (count % TAIL_BYTES)] = (byte) b;
+      count++;
+    }
+
+    @Override
+    public void write(byte[] b, int off, int len) throws IOException {
+      out.write(b, off, len);
+      int skip = Math.max(0, len - TAIL_BYTES);  // only the last TAIL_BYTES can matter
+      for (int done = skip; done < len; ) {
+        int at = (int) ((count + done) % TAIL_BYTES);
+        int n = Math.min(len - done, TAIL_BYTES - at);
+        System.arraycopy(b, off + done, ring, at, n);
+        done += n;
+      }
+      count += len;
+    }
+
+    @Override
+    public void flush() throws IOException {
+      out.flush();
+    }
+
+    @Override
+    public void close() throws IOException {
+      if (closed) {
+        return;
+      }
+      closed = true;
+      out.close();
+      WRITTEN.put(key(target), new Written(count, rows(), System.currentTimeMillis()));
+    }
+
+    private long rows() {
+      int length = (int) Math.min(count, TAIL_BYTES);
+      byte[] tail = new byte[length];
+      int start = (int) ((count - length) % TAIL_BYTES);
+      int first = Math.min(length, TAIL_BYTES - start);
+      System.arraycopy(ring, start, tail, 0, first);
+      System.arraycopy(ring, 0, tail, first, length - first);
+      return parquetRows(tail, length);
+    }
+
+    @Override
+    public void hflush() throws IOException {
+      out.hflush();
+    }
+
+    @Override
+    public void hsync() throws IOException {
+      out.hsync();
+    }
+
+    @Override
+    public boolean hasCapability(String capability) {
+      return out.hasCapability(capability);
+    }
+
+    @Override
+    public AbortableResult abort() {
+      closed = true;
+      return out.abort();
+    }
+  }
+}
