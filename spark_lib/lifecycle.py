@@ -172,6 +172,8 @@ def _surely_kept(tl: timeline.Timeline, rolled_back: Collection[str]) -> bool:
                 return True
     except errors.CorruptFileError:
         return True  # _read/_creators keep such a table too
+    except NotADirectoryError:
+        return False  # a file stands where the table was: the full check reports it
     return False
 
 
