@@ -47,6 +47,9 @@ def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
             "io.sparkguard.spark.SparkguardStreamingCommitProtocol"
         ),
         "spark.jars": "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar",
+        # the tasks' data files through the owned filesystems (spark_lib/jvm/README.md)
+        "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
+        "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
     }
     assert out["metadata"]["annotations"][appmeta.JOB_ID] == "jobs.nightly"
 
