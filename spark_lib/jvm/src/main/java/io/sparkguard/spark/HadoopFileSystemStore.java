@@ -73,35 +73,8 @@ abstract class HadoopFileSystemStore implements AtomicStore {
 
   @Override
   public long[] sizes(List<Path> paths) throws IOException {
-    if (paths.size() < 2) {
-      return AtomicStore.super.sizes(paths);
-    }
-    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(
-        Math.min(PARALLEL_REQUESTS, paths.size()), runnable -> {
-          Thread thread = new Thread(runnable, "sparkguard-sizes");
-          thread.setDaemon(true);
-          return thread;
-        });
-    try {
-      List<java.util.concurrent.Future<Long>> answers = new ArrayList<>();
-      for (Path path : paths) {
-        answers.add(pool.submit(() -> size(path)));
-      }
-      long[] sizes = new long[paths.size()];
-      for (int i = 0; i < sizes.length; i++) {
-        sizes[i] = answers.get(i).get();
-      }
-      return sizes;
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new java.io.InterruptedIOException("interrupted asking the sizes of " + paths.size()
-          + " files");
-    } catch (java.util.concurrent.ExecutionException e) {
-      throw e.getCause() instanceof IOException io ? io
-          : new IOException("cannot read the size of a file", e.getCause());
-    } finally {
-      pool.shutdownNow();
-    }
+    return Concurrently.map(paths, PARALLEL_REQUESTS, "sparkguard-sizes", this::size).stream()
+        .mapToLong(Long::longValue).toArray();
   }
 
   @Override

@@ -170,73 +170,23 @@ final class ProtocolSteps {
     }
   }
 
-  /** How many marked names an abort removes at once (each: its leftovers, then the file). */
+  /** How many marked names an abort deletes at once. */
   static final int REMOVAL_THREADS = 8;
 
-  /** What removing one marked name found: its leftovers removed, whether its file existed. */
-  record Removed(String relative, int leftovers, boolean existed) {}
+  /** What deleting one marked name found: whether its file existed. */
+  record Removed(String relative, boolean existed) {}
 
   /**
-   * For each name, in its own task: its leftovers (an upload or temp file of a name published
-   * meanwhile then fails to publish), then its file; up to {@link #REMOVAL_THREADS} names at
-   * once (on an object store each is a few sequential requests: independent names need not
-   * wait for each other). The answer says which files existed, in the order of {@code
-   * relative}; the first failure is thrown once every task has ended.
+   * Delete the file of each of {@code relative}, up to {@link #REMOVAL_THREADS} at once (on an
+   * object store each delete is a few sequential requests: independent names need not wait for
+   * each other). The answer says which files existed, in the order of {@code relative}; the
+   * first failure is thrown once every delete has ended. The caller removes the names'
+   * leftovers first.
    */
   static List<Removed> removeConcurrently(AtomicStore store, String table, List<String> relative)
       throws IOException {
-    if (relative.size() <= 1) {
-      List<Removed> one = new ArrayList<>();
-      for (String name : relative) {
-        one.add(removeOne(store, table, name));
-      }
-      return one;
-    }
-    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(
-        Math.min(REMOVAL_THREADS, relative.size()), runnable -> {
-          Thread thread = new Thread(runnable, "sparkguard-abort-delete");
-          thread.setDaemon(true);
-          return thread;
-        });
-    try {
-      List<java.util.concurrent.Future<Removed>> futures = new ArrayList<>();
-      for (String name : relative) {
-        futures.add(pool.submit(() -> removeOne(store, table, name)));
-      }
-      List<Removed> results = new ArrayList<>();
-      IOException failure = null;
-      for (java.util.concurrent.Future<Removed> future : futures) {
-        try {
-          results.add(future.get());
-        } catch (java.util.concurrent.ExecutionException e) {
-          Throwable cause = e.getCause();
-          IOException io = cause instanceof IOException ioe ? ioe
-              : new IOException("sparkguard: removing a marked file failed", cause);
-          if (failure == null) {
-            failure = io;
-          } else {
-            failure.addSuppressed(io);
-          }
-        } catch (InterruptedException e) {
-          Thread.currentThread().interrupt();
-          throw new java.io.InterruptedIOException("interrupted removing the marked files of "
-              + table);
-        }
-      }
-      if (failure != null) {
-        throw failure;
-      }
-      return results;
-    } finally {
-      pool.shutdownNow();
-    }
-  }
-
-  private static Removed removeOne(AtomicStore store, String table, String relative)
-      throws IOException {
-    Path target = new Path(table, relative);
-    int leftovers = store.deleteLeftovers(target);
-    return new Removed(relative, leftovers, store.delete(target));
+    return Concurrently.map(relative, REMOVAL_THREADS, "sparkguard-abort-delete",
+        name -> new Removed(name, store.delete(new Path(table, name))));
   }
 
   /** How many names {@code .rolledback}'s lists record, as the Python rollback does. */
@@ -278,9 +228,14 @@ final class ProtocolSteps {
     }
     List<String> deleted = new ArrayList<>();
     List<String> absent = new ArrayList<>();
-    int temps = 0;
+    // Leftovers first (one uploads listing on an object store): an upload or temp file of a
+    // name published meanwhile then fails to publish.
+    List<Path> targets = new ArrayList<>();
+    for (String relative : marked) {
+      targets.add(new Path(table, relative));
+    }
+    int temps = store.deleteLeftovers(new Path(table), targets);
     for (Removed removed : removeConcurrently(store, table, new ArrayList<>(marked))) {
-      temps += removed.leftovers;
       (removed.existed ? deleted : absent).add(removed.relative);
     }
     Map<String, Object> body = new java.util.TreeMap<>();
