@@ -1,7 +1,7 @@
 """The README's first command: `sparkguard demo` recovers a killed Spark job exactly once, on the
 zero-code path by default (an unchanged ``df.write.parquet`` under the conf of
 ``sparkguard spark-conf``, written by sparkguard's JVM commit protocol) and with sparkguard's
-Python writer behind ``--writer fsspec``."""
+Python writer behind ``--writer fsspec``, which it picks by itself for an ``s3://`` table."""
 
 from __future__ import annotations
 
@@ -9,31 +9,37 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkguard.spark_lib import demo, filemanager, rollback, timeline
+from tests.support import s3server
 
 pytestmark = pytest.mark.spark
 SPARKGUARD = str(Path(sys.executable).parent / "sparkguard")
 
 
-def _demo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+def _demo(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SPARKGUARD, "demo", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONSAFEPATH": "1", **(env or {})},
         cwd=cwd,
         timeout=600,
         check=False,
     )
 
 
-def _committed(table: Path) -> list[timeline.InstantStatus]:
-    manager, path = filemanager.resolve(str(table))
+def _committed(
+    table: Path | str, options: Mapping[str, Any] | None = None
+) -> list[timeline.InstantStatus]:
+    manager, path = filemanager.resolve(str(table), storage_options=options)
     statuses = timeline.Timeline(manager, path).statuses(job_id=demo.JOB_ID)
     return [s for s in statuses if s.state is timeline.State.COMMITTED]
 
@@ -94,21 +100,27 @@ def test_demo_recovers_an_unchanged_job_exactly_once(tmp_path: Path) -> None:
     assert f"{demo.PLAIN_JOB_DONE}none" in log
 
 
-def test_demo_fsspec_writer_recovers_exactly_once(tmp_path: Path) -> None:
-    """``--writer fsspec``: sparkguard's Python writer, killed while its fault hook pauses a
-    task; the commit is the Python writer's (no JVM protocol in the timeline)."""
-    work = tmp_path / "demo"
+def test_demo_falls_back_to_the_fsspec_writer_where_the_jvm_cannot_write(
+    tmp_path: Path, s3_server: s3server.S3Server, s3_bucket: str
+) -> None:
+    """An ``s3://`` table (no Hadoop FileSystem for it here): the demo says why and runs
+    sparkguard's Python writer, killed while its fault hook pauses a task; the commit is the
+    Python writer's (no JVM protocol in the timeline)."""
+    table = f"{s3_bucket}/demo"
     result = _demo(
-        "--dir", str(work), "--writer", "fsspec", "--rows", "20000", "--partitions", "6",
-        cwd=tmp_path,
+        "--storage", table, "--rows", "20000", "--partitions", "6", cwd=tmp_path,
+        env=s3_server.env(),
     )  # fmt: skip
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     _assert_recovered(out, 20000)
-    assert "writer: fsspec, sparkguard's Python writer" in out
+    assert (
+        "writer: fsspec, sparkguard's Python writer (df.write.format('sparkguard')), because the "
+        "Hadoop inside PySpark has no FileSystem for s3:// here"
+    ) in out
     assert "ok   committed by sparkguard's Python writer" in out
     assert "spark-conf" not in out
-    (commit,) = _committed(work / "table")
+    (commit,) = _committed(table, s3_server.storage_options)
     assert "protocol" not in commit.extra
 
 
