@@ -404,10 +404,12 @@ def _prepare(args: argparse.Namespace) -> tuple[_Setup, str | None]:
         )
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="sparkguard-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    table_url = args.storage or str(work.resolve() / "table")
-    journal_url = (
-        (args.storage.rstrip("/") + "-journal") if args.storage else str(work.resolve() / "journal")
-    )
+    storage = args.storage
+    if storage and "://" not in storage:
+        # The job, the sidecar and the rollback each open it: one absolute path for all.
+        storage = str(Path(storage).resolve())
+    table_url = storage or str(work.resolve() / "table")
+    journal_url = (storage.rstrip("/") + "-journal") if storage else str(work.resolve() / "journal")
     manager, table = filemanager.resolve(table_url, storage_options=options)
     token_file = work / "marker-token"
     token_file.write_text(secrets.token_hex(16))
