@@ -45,12 +45,17 @@ SUBCOMMANDS: Final[dict[str, Subcommand]] = {
         """\
 A failing Spark job, recovered exactly once, on your machine.
 
-A PySpark job writes a table through sparkguard, with its markers batched by the
-marker sidecar. Its first attempt is killed (SIGKILL of the whole driver) in the
-middle of the write. The demo shows what it left behind, rolls it back, reruns
-the job with the same job id, and checks that every row is in the table exactly
-once and that no uncommitted or temporary file remains. Needs Java 17 for Spark;
-takes about a minute on 2 cores.""",
+An unchanged PySpark job (a plain df.write.parquet, no sparkguard import) runs
+under the Spark conf that 'sparkguard spark-conf' prints, so sparkguard's JVM
+commit protocol writes its table, with its markers batched by the marker
+sidecar. Its first attempt is killed (SIGKILL of the whole driver) once half of
+its data files are on storage. The demo shows what it left behind, rolls it
+back with 'sparkguard rollback', reruns the job with the same job id, and checks
+that every row is in the table exactly once and that no uncommitted or
+temporary file remains. --writer fsspec uses sparkguard's Python writer instead
+(df.write.format("sparkguard")), as the demo does by itself where the JVM path
+cannot write (e.g. an s3:// --storage). Needs Java 17 for Spark and the JVM
+layer's jar (scripts/demo.sh builds it); takes about a minute on 2 cores.""",
         "exit status: 0 every check passed, 1 a check failed, 2 bad input",
     ),
     "rollback": Subcommand(
