@@ -1,8 +1,8 @@
 """The marker batcher: queues marker requests and writes them durably in batches.
 
 Per marker directory it keeps the acknowledged names and the content of each ``MARKERS<i>``
-file. A flush takes every queued name of a directory, appends them to the next free
-``MARKERS<i>`` (round-robin over ``batch_threads`` files) and rewrites that file atomically
+file. A flush takes every queued name of a directory, appends them to a free ``MARKERS<i>``
+(one of ``batch_threads`` files, see :func:`pick_batch_file`) and rewrites that file atomically
 through the file manager; ``MARKERS.type`` is written before the first batch file. Only once the
 write has returned are the requests answered, so an acknowledged marker is on storage.
 
@@ -20,11 +20,16 @@ on a version it read (R7), so either it reads the new version or the rewrite fai
 outcome is read. On stores without versioned writes the outcome is read before and after every
 flush, as before. A re-sent, already durable marker is checked once before its 200.
 
-Two flush policies (:class:`~sparkguard.sidecar.config.FlushMode`): ``interval`` starts a flush
-of every directory with queued names each ``batch_interval_ms`` (up to ``batch_threads`` flushes
-of one directory at a time, each on its own file); ``group-commit`` starts a directory's flush
-as soon as a name is queued and none is running, so names that arrive during a write ride on the
-next one.
+Three flush policies (:class:`~sparkguard.sidecar.config.FlushMode`). ``adaptive`` (the
+default) starts a directory's flush once ``batch_size`` names are queued, once its oldest queued
+name has waited ``batch_interval_ms``, or once no name has arrived for a fifth of that (the
+arrivals paused: waiting longer would only delay the ones queued); ``interval`` starts a flush
+of every directory with queued names each ``batch_interval_ms``; ``group-commit`` starts a
+directory's flush as soon as a name is queued and none is running, so names that arrive during a
+write ride on the next one. Up to ``batch_threads`` flushes of one directory run at a time
+(group-commit: one), each on its own file: the first file still under
+:data:`FILE_FULL_BYTES`, so a directory holds few files and few are created (each creation
+costs two outcome reads).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final, TypeVar
 
 from sparkguard.sidecar import config, errors, metrics, validation
@@ -55,6 +60,10 @@ _LOCAL_PROTOCOLS: Final = frozenset({"file", "local", "memory"})
 _T = TypeVar("_T")
 #: conditional writes of one flush before it gives up (each loss re-reads the file)
 _WRITE_ATTEMPTS: Final = 3
+#: a batch file this large takes no more appends while another file can (bounds each rewrite)
+FILE_FULL_BYTES: Final = 64 * 1024
+#: adaptive mode: a queue that got no new name for ``batch_interval_ms / _PAUSE_DIVISOR`` flushes
+_PAUSE_DIVISOR: Final = 5
 
 
 @dataclasses.dataclass
@@ -201,6 +210,24 @@ def is_gone(manager: filemanager.FileManager, path: str) -> bool:
     return not is_decided(manager, path[: -len(".outcome")] + ".inflight")
 
 
+def pick_batch_file(sizes: Mapping[int, int], busy: Collection[int], threads: int) -> int:
+    """The index of the batch file a flush appends to, among ``threads`` files of which those in
+    ``busy`` are being written; ``sizes`` maps the files that exist (or are known) to their size.
+
+    The lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created
+    yet, else the smallest free file. A purely computational function with no side-effects;
+    at least one index must be free.
+    """
+    free = [index for index in range(threads) if index not in busy]
+    for index in free:
+        if index in sizes and sizes[index] < FILE_FULL_BYTES:
+            return index
+    for index in free:
+        if index not in sizes:
+            return index
+    return min(free, key=lambda index: (sizes[index], index))
+
+
 def write_batch_file(  # noqa: PLR0917 - positional, as _run(func, *args) passes them
     manager: filemanager.FileManager,
     path: str,
@@ -248,8 +275,14 @@ class _DirState:
         #: names queued or being written
         self.waiting: dict[str, asyncio.Future[bool]] = {}
         self.queue: list[str] = []
+        #: event-loop time the oldest queued name was queued, and the newest (adaptive mode)
+        self.queued_at = 0.0
+        self.arrived_at = 0.0
+        #: adaptive mode: the timer that considers a flush when the queue is due
+        self.timer: asyncio.TimerHandle | None = None
+        #: a flush was started and has not taken the queue yet (names arriving meanwhile join it)
+        self.starting = False
         self.busy: set[int] = set()
-        self.next_index = 0
         self.deleting = 0
         self.users = 0
         self.idle = asyncio.Event()
@@ -291,6 +324,7 @@ class MarkerBatcher:
         self._group_commit = settings.flush_mode is config.FlushMode.GROUP_COMMIT
         # Read at each scrape rather than set at each request.
         instruments.pending.set_function(lambda: self._pending)
+        self._adaptive = settings.flush_mode is config.FlushMode.ADAPTIVE
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -304,8 +338,8 @@ class MarkerBatcher:
         return self._pending
 
     def start(self) -> None:
-        """Start the interval ticker (interval mode); group-commit needs no background task."""
-        if not self._group_commit and self._ticker is None:
+        """Start the interval ticker (interval mode); the other modes need no background task."""
+        if self._settings.flush_mode is config.FlushMode.INTERVAL and self._ticker is None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def drain(self, timeout_s: float) -> int:
@@ -346,6 +380,8 @@ class MarkerBatcher:
 
     async def close(self) -> None:
         """Stop background work and release the I/O threads (after :meth:`drain`)."""
+        for state in self._dirs.values():
+            _disarm(state)
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -386,12 +422,18 @@ class MarkerBatcher:
                     )
                 # Awaited through shield() below at once, whose callback retrieves a failure
                 # even when the request is gone: never "exception was never retrieved".
-                future = asyncio.get_running_loop().create_future()
+                loop = asyncio.get_running_loop()
+                future = loop.create_future()
                 state.waiting[name] = future
+                state.arrived_at = loop.time()
+                if not state.queue:
+                    state.queued_at = state.arrived_at
                 state.queue.append(name)
                 self._pending += 1
                 if self._group_commit:
                     self._schedule(state)
+                elif self._adaptive:
+                    self._consider(state)
             written = await asyncio.shield(future)
             if written:
                 self._metrics.acknowledged_written.inc()
@@ -402,8 +444,19 @@ class MarkerBatcher:
             state.users -= 1
 
     async def all_names(self, marker_dir: validation.MarkerDir) -> list[str]:
-        """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed)."""
+        """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed).
+
+        When batch files were rewritten unchecked, the instant's outcome is looked up first: a
+        commit reads its markers here (W8) before it decides, and a lookup that finds the
+        instant undecided spares its directory delete (W10) the lookup (see :meth:`delete_dir`).
+        A failed lookup is only logged: the delete then makes it.
+        """
         state = await self._state(marker_dir)
+        if state.unchecked and not state.decided:
+            try:
+                await self._check_decided(state)
+            except OSError as exc:
+                logger.warning("could not look up the outcome of %s: %s", state.dir.instant, exc)
         return sorted(state.known)
 
     async def dir_exists(self, marker_dir: validation.MarkerDir) -> bool:
@@ -422,14 +475,19 @@ class MarkerBatcher:
         try:
             await state.idle.wait()
             async with state.load_lock:
-                # The listing and the outcome read (if any) are independent: one round trip.
-                listed, keep = await asyncio.gather(
-                    self._run(markers.list_marker_files, state.manager, state.path),
-                    self._unread_files(state),
-                )
-                count = await self._run(
-                    markers.delete_marker_dir, state.manager, state.path, keep, listed
-                )
+                direct = state.manager.kind is filemanager.Kind.DIRECT_PUT
+                if direct and state.loaded and not state.unchecked:
+                    count = await self._delete_known(state)
+                else:
+                    # The listing and the outcome read are independent: one round trip, then
+                    # the delete of what the outcome lets go.
+                    listed, keep = await asyncio.gather(
+                        self._run(markers.list_marker_files, state.manager, state.path),
+                        self._unread_files(state),
+                    )
+                    count = await self._run(
+                        markers.delete_marker_dir, state.manager, state.path, keep, listed
+                    )
                 state.known.clear()
                 state.files.clear()
                 state.versions.clear()
@@ -445,6 +503,30 @@ class MarkerBatcher:
             state.users -= 1
         self._schedule(state)
         return count
+
+    async def _delete_known(self, state: _DirState) -> int:
+        """Object stores: delete the files this sidecar wrote or loaded while listing the
+        directory (one round trip), then whatever else the listing found (a second one, only if
+        there is any). Elsewhere a listing is no round trip worth saving, and a local listing
+        racing the deletes could fail on a file deleted under it.
+
+        Nothing needs keeping: no batch file was rewritten since the last lookup that found the
+        instant undecided. A file another process put there before the delete began (a direct
+        marker, a temp file of a killed predecessor) is in the listing, which starts after the
+        request arrived, and goes in the second round; one put there after the listing started
+        may stay, as with a listing made first. Returns how many files were deleted.
+        """
+        known = [paths.join(state.path, f"{markers.BATCH_PREFIX}{i}") for i in sorted(state.files)]
+        if state.type_written:
+            known.append(paths.join(state.path, markers.TYPE_FILE))  # last: see delete_marker_dir
+        _, listed = await asyncio.gather(
+            self._run(state.manager.delete_many, known),
+            self._run(markers.list_marker_files, state.manager, state.path),
+        )
+        deleted = set(known)
+        rest = [path for path in listed if path not in deleted]
+        await self._run(markers.delete_marker_dir, state.manager, state.path, (), rest)
+        return len(deleted | set(listed))
 
     async def _unread_files(self, state: _DirState) -> frozenset[str]:
         """Batch files a delete must leave: rewritten without a check since the last check that
@@ -562,6 +644,28 @@ class MarkerBatcher:
                 if state.queue:
                     self._schedule(state)
 
+    def _consider(self, state: _DirState) -> None:
+        """Adaptive mode: start a flush of ``state`` if its queue is due (``batch_size`` names,
+        its oldest waited ``batch_interval_ms``, or no new name for a fifth of that), else arm
+        the timer for the moment it will be."""
+        if not state.queue or state.starting:
+            _disarm(state)
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        interval = self._settings.batch_interval_ms / 1000
+        due = min(state.queued_at + interval, state.arrived_at + interval / _PAUSE_DIVISOR)
+        if len(state.queue) >= self._settings.batch_size or now >= due:
+            _disarm(state)
+            # If no file is free (or a delete runs), the end of that flush (or delete) looks again.
+            self._schedule(state)
+        elif state.timer is None:
+            state.timer = loop.call_at(due, self._on_due, state)
+
+    def _on_due(self, state: _DirState) -> None:
+        state.timer = None
+        self._consider(state)
+
     def _schedule(self, state: _DirState) -> None:
         """Start a flush of ``state`` if names are queued and a batch file is free."""
         if not state.queue or state.deleting or not state.loaded:
@@ -570,12 +674,11 @@ class MarkerBatcher:
         limit = 1 if self._group_commit and not self._draining else threads
         if len(state.busy) >= limit:
             return
-        index = state.next_index
-        while index in state.busy:
-            index = (index + 1) % threads
-        state.next_index = (index + 1) % threads
+        sizes = {index: len(content) for index, content in state.files.items()}
+        index = pick_batch_file(sizes, state.busy, threads)
         state.busy.add(index)
         state.idle.clear()
+        state.starting = True
         task = asyncio.get_running_loop().create_task(self._flush(state, index))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -585,6 +688,8 @@ class MarkerBatcher:
         # in between join this batch.
         batch = [(name, state.waiting[name]) for name in state.queue if name in state.waiting]
         state.queue = []
+        state.starting = False
+        _disarm(state)
         started = time.monotonic()
         wrote = False
         try:
@@ -615,6 +720,8 @@ class MarkerBatcher:
                 self._metrics.flush_duration.observe(time.monotonic() - started)
             if self._group_commit or self._draining:
                 self._schedule(state)
+            elif self._adaptive:
+                self._consider(state)
 
     async def _write(
         self, state: _DirState, index: int, batch: list[tuple[str, asyncio.Future[bool]]]
@@ -786,3 +893,9 @@ class MarkerBatcher:
                 future.set_result(name in written)
             else:
                 future.set_exception(failure)
+
+
+def _disarm(state: _DirState) -> None:
+    if state.timer is not None:
+        state.timer.cancel()
+        state.timer = None

@@ -17,8 +17,12 @@ BASE = {
 def test_defaults_and_roots() -> None:
     settings = config.load_config(BASE)
     assert settings.allowed_roots == ("s3://bucket/wh", "/data/tables")
-    assert settings.flush_mode is config.FlushMode.INTERVAL
-    assert (settings.batch_interval_ms, settings.batch_threads) == (50, 20)
+    assert settings.flush_mode is config.FlushMode.ADAPTIVE
+    assert (settings.batch_size, settings.batch_interval_ms, settings.batch_threads) == (
+        24,
+        200,
+        20,
+    )
     assert settings.port == config.DEFAULT_PORT
     assert settings.token == "t"
     assert settings.storage_options == {}
@@ -64,6 +68,10 @@ def test_flags_override_environment(tmp_path: Path) -> None:
         ({"SPARKGUARD_SIDECAR_PORT": "70000"}, "out of range"),
         ({"SPARKGUARD_SIDECAR_BATCH_THREADS": "0"}, "SPARKGUARD_SIDECAR_BATCH_THREADS"),
         ({"SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS": "-5"}, "BATCH_INTERVAL_MS"),
+        (
+            {"SPARKGUARD_SIDECAR_BATCH_SIZE": "0"},
+            "SPARKGUARD_SIDECAR_BATCH_SIZE / --batch-size=0 is out of range; give a value in [1,",
+        ),
         ({"SPARKGUARD_SIDECAR_FLUSH_MODE": "sometimes"}, "use one of interval, group-commit"),
         ({"SPARKGUARD_SIDECAR_SHUTDOWN_TIMEOUT_S": "nan"}, "positive number of seconds"),
         ({"SPARKGUARD_SIDECAR_AUTH_DISABLED": "maybe"}, "not a boolean"),
