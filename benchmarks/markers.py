@@ -454,7 +454,7 @@ def report_capacity(results: dict[str, list[dict[str, float]]], connections: int
 
 
 BATCHED_MODES = ("adaptive", "interval", "group-commit")
-#: sidecar/config.py's default flush mode, with its defaults (batch size 24, 200 ms), which the
+#: sidecar/config.py's default flush mode, with its defaults (batch size 24, 250 ms), which the
 #: operator's chart passes on unchanged
 SHIPPED = "adaptive"
 #: settings a mode runs with besides the sidecar's defaults: interval at the tick it shipped

@@ -63,7 +63,10 @@ _WRITE_ATTEMPTS: Final = 3
 #: a batch file this large takes no more appends while another file can (bounds each rewrite)
 FILE_FULL_BYTES: Final = 64 * 1024
 #: adaptive mode: a queue that got no new name for ``batch_interval_ms / _PAUSE_DIVISOR`` flushes
+#: (unless names come fast enough to fill a batch within the interval: then a gap is a stall)
 _PAUSE_DIVISOR: Final = 5
+#: adaptive mode: weight of the newest batch in the directory's arrival rate (names per second)
+_RATE_WEIGHT: Final = 0.25
 
 
 @dataclasses.dataclass
@@ -282,6 +285,8 @@ class _DirState:
         self.timer: asyncio.TimerHandle | None = None
         #: a flush was started and has not taken the queue yet (names arriving meanwhile join it)
         self.starting = False
+        #: adaptive mode: names per second queued, a moving average over the recent batches
+        self.rate = 0.0
         self.busy: set[int] = set()
         self.deleting = 0
         self.users = 0
@@ -646,15 +651,18 @@ class MarkerBatcher:
 
     def _consider(self, state: _DirState) -> None:
         """Adaptive mode: start a flush of ``state`` if its queue is due (``batch_size`` names,
-        its oldest waited ``batch_interval_ms``, or no new name for a fifth of that), else arm
-        the timer for the moment it will be."""
+        its oldest waited ``batch_interval_ms``, or no new name for a fifth of that while names
+        come too slowly to fill a batch within the interval), else arm the timer for the moment
+        it will be."""
         if not state.queue or state.starting:
             _disarm(state)
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
         interval = self._settings.batch_interval_ms / 1000
-        due = min(state.queued_at + interval, state.arrived_at + interval / _PAUSE_DIVISOR)
+        due = state.queued_at + interval
+        if state.rate * interval < self._settings.batch_size:
+            due = min(due, state.arrived_at + interval / _PAUSE_DIVISOR)
         if len(state.queue) >= self._settings.batch_size or now >= due:
             _disarm(state)
             # If no file is free (or a delete runs), the end of that flush (or delete) looks again.
@@ -687,6 +695,9 @@ class MarkerBatcher:
         # Names are taken when the task runs, not when it was scheduled: requests that arrived
         # in between join this batch.
         batch = [(name, state.waiting[name]) for name in state.queue if name in state.waiting]
+        if self._adaptive and state.queue:
+            window = max(asyncio.get_running_loop().time() - state.queued_at, 0.001)
+            state.rate += _RATE_WEIGHT * (len(state.queue) / window - state.rate)
         state.queue = []
         state.starting = False
         _disarm(state)

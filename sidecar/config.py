@@ -50,7 +50,7 @@ class SidecarConfig:
     auth_disabled: bool = False
     flush_mode: FlushMode = FlushMode.ADAPTIVE
     #: ``interval``: the tick; ``adaptive``: the longest the oldest queued name waits
-    batch_interval_ms: int = 200
+    batch_interval_ms: int = 250
     #: ``adaptive``: a directory's flush starts as soon as this many names are queued
     batch_size: int = 24
     batch_threads: int = 20

@@ -20,7 +20,7 @@ def test_defaults_and_roots() -> None:
     assert settings.flush_mode is config.FlushMode.ADAPTIVE
     assert (settings.batch_size, settings.batch_interval_ms, settings.batch_threads) == (
         24,
-        200,
+        250,
         20,
     )
     assert settings.port == config.DEFAULT_PORT
