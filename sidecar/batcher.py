@@ -530,7 +530,8 @@ class MarkerBatcher:
         )
         deleted = set(known)
         rest = [path for path in listed if path not in deleted]
-        await self._run(markers.delete_marker_dir, state.manager, state.path, (), rest)
+        if rest:  # (object stores have no directories to remove)
+            await self._run(markers.delete_marker_dir, state.manager, state.path, (), rest)
         return len(deleted | set(listed))
 
     async def _unread_files(self, state: _DirState) -> frozenset[str]:
