@@ -27,9 +27,9 @@ arrivals paused: waiting longer would only delay the ones queued); ``interval`` 
 of every directory with queued names each ``batch_interval_ms``; ``group-commit`` starts a
 directory's flush as soon as a name is queued and none is running, so names that arrive during a
 write ride on the next one. Up to ``batch_threads`` flushes of one directory run at a time
-(group-commit: one), each on its own file: the first file still under
-:data:`FILE_FULL_BYTES`, so a directory holds few files and few are created (each creation
-costs two outcome reads).
+(group-commit: one), each on its own file: after the first :data:`FIRST_FILES` flushes (a file
+each), the first file still under :data:`FILE_FULL_BYTES`, so a directory holds few files and
+few are created (each creation costs two outcome reads).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ _T = TypeVar("_T")
 _WRITE_ATTEMPTS: Final = 3
 #: a batch file this large takes no more appends while another file can (bounds each rewrite)
 FILE_FULL_BYTES: Final = 64 * 1024
+#: a directory's first flushes each create a file, up to this many (their creation looks the
+#: outcome up: a decided instant is refused early, as the first flushes round-robin were)
+FIRST_FILES: Final = 4
 #: adaptive mode: a queue that got no new name for ``batch_interval_ms / _PAUSE_DIVISOR`` flushes
 #: (unless names come fast enough to fill a batch within the interval: then a gap is a stall)
 _PAUSE_DIVISOR: Final = 5
@@ -217,11 +220,16 @@ def pick_batch_file(sizes: Mapping[int, int], busy: Collection[int], threads: in
     """The index of the batch file a flush appends to, among ``threads`` files of which those in
     ``busy`` are being written; ``sizes`` maps the files that exist (or are known) to their size.
 
-    The lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created
-    yet, else the smallest free file. A purely computational function with no side-effects;
-    at least one index must be free.
+    While fewer than :data:`FIRST_FILES` exist, the lowest free index not created yet; then the
+    lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created yet,
+    else the smallest free file. A purely computational function with no side-effects; at least
+    one index must be free.
     """
     free = [index for index in range(threads) if index not in busy]
+    if len(sizes) < FIRST_FILES:
+        for index in free:
+            if index not in sizes:
+                return index
     for index in free:
         if index in sizes and sizes[index] < FILE_FULL_BYTES:
             return index

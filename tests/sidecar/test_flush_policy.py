@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 from collections.abc import Callable
 from typing import Any
 
@@ -45,12 +46,15 @@ def batch_files(directory: str) -> set[str]:
     ("sizes", "busy", "threads", "expected"),
     [
         ({}, set(), 20, 0),  # nothing written yet: the first file
-        ({0: 100}, set(), 20, 0),  # appends go to the file being filled ...
-        ({0: 100}, {0}, 20, 1),  # ... unless it is being written: the next file
-        ({0: FULL, 1: 10}, set(), 20, 1),  # a full file takes no more while another can
-        ({0: FULL, 1: FULL}, set(), 3, 2),  # all full: a new file while there is room
-        ({0: FULL + 5, 1: FULL + 1, 2: FULL + 9}, set(), 3, 1),  # then the smallest
-        ({0: FULL + 5, 1: FULL + 1, 2: FULL + 9}, {1}, 3, 0),
+        ({0: 100}, set(), 20, 1),  # the first flushes each create a file ...
+        ({0: 100, 1: 9, 2: 5}, set(), 20, 3),
+        ({0: 100, 1: 9}, set(), 2, 0),  # ... while there is room for one
+        ({0: 100, 1: 9, 2: 5, 3: 1}, set(), 20, 0),  # then appends go to the first one ...
+        ({0: 100, 1: 9, 2: 5, 3: 1}, {0}, 20, 1),  # ... that is not being written
+        ({0: FULL, 1: FULL, 2: 10, 3: 0}, set(), 20, 2),  # full files take no more
+        ({0: FULL, 1: FULL, 2: FULL, 3: FULL}, set(), 5, 4),  # all full: a new file if any
+        ({0: FULL + 5, 1: FULL + 1, 2: FULL + 9, 3: FULL}, set(), 4, 3),  # then the smallest
+        ({0: FULL + 5, 1: FULL + 1, 2: FULL + 9, 3: FULL}, {3}, 4, 1),
         ({0: FULL * 2}, set(), 1, 0),  # one file: always that one
     ],
 )
@@ -78,17 +82,22 @@ async def test_adaptive_flushes_a_full_batch_at_once(
 async def test_adaptive_flushes_a_lone_marker_and_fills_one_file(
     aiohttp_client: Callable[..., Any], make_config: Callable[..., config.SidecarConfig], root: str
 ) -> None:
-    """Fewer names than ``batch_size`` are flushed once the interval (or a pause) is up, and
-    one flush after another appends to the same file while it is not full: one file created."""
+    """Fewer names than ``batch_size`` are flushed once the interval (or a pause) is up; the
+    first flushes create a file each, the later ones append to the first while it is not full."""
     settings = make_config(
         flush_mode=config.FlushMode.ADAPTIVE, batch_size=1_000, batch_interval_ms=20
     )
     client: Client = await aiohttp_client(app.create_app(settings))
     directory = marker_dir_under(root)
-    for i in range(5):
+    for i in range(6):
         await create(client, directory, f"part-{i:05d}.parquet")
-    assert await flushes(client) == (5.0, 5.0)
-    assert batch_files(directory) == {"MARKERS0"}
+    assert await flushes(client) == (6.0, 6.0)
+    assert batch_files(directory) == {f"MARKERS{i}" for i in range(batcher.FIRST_FILES)}
+    content = (pathlib.Path(directory) / "MARKERS0").read_text().split()
+    assert content == [
+        "part-00000.parquet.marker.CREATE",
+        *(f"part-{i:05d}.parquet.marker.CREATE" for i in range(batcher.FIRST_FILES, 6)),
+    ]
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
