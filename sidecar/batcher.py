@@ -239,6 +239,22 @@ def pick_batch_file(sizes: Mapping[int, int], busy: Collection[int], threads: in
     return min(free, key=lambda index: (sizes[index], index))
 
 
+def flush_due(
+    *, queued_at: float, arrived_at: float, rate: float, interval_s: float, batch_size: int
+) -> float:
+    """Adaptive mode: when a queue whose oldest name came at ``queued_at`` and newest at
+    ``arrived_at`` is due for a flush (unless it reaches ``batch_size`` first).
+
+    At ``queued_at + interval_s`` at the latest; at a pause of a fifth of the interval after the
+    newest name while ``rate`` (names per second) is too slow to fill a batch within the
+    interval. A purely computational function with no side-effects.
+    """
+    due = queued_at + interval_s
+    if rate * interval_s < batch_size:
+        due = min(due, arrived_at + interval_s / _PAUSE_DIVISOR)
+    return due
+
+
 def write_batch_file(  # noqa: PLR0917 - positional, as _run(func, *args) passes them
     manager: filemanager.FileManager,
     path: str,
@@ -668,10 +684,13 @@ class MarkerBatcher:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        interval = self._settings.batch_interval_ms / 1000
-        due = state.queued_at + interval
-        if state.rate * interval < self._settings.batch_size:
-            due = min(due, state.arrived_at + interval / _PAUSE_DIVISOR)
+        due = flush_due(
+            queued_at=state.queued_at,
+            arrived_at=state.arrived_at,
+            rate=state.rate,
+            interval_s=self._settings.batch_interval_ms / 1000,
+            batch_size=self._settings.batch_size,
+        )
         if len(state.queue) >= self._settings.batch_size or now >= due:
             _disarm(state)
             # If no file is free (or a delete runs), the end of that flush (or delete) looks again.

@@ -64,6 +64,23 @@ def test_pick_batch_file(
     assert batcher.pick_batch_file(sizes, busy, threads) == expected
 
 
+@pytest.mark.parametrize(
+    ("rate", "arrived_at", "expected"),
+    [
+        (0.0, 10.0, 10.05),  # slow names: a 50 ms pause after the newest flushes
+        (95.0, 10.0, 10.05),  # 95/s x 250 ms < 24: still slow
+        (96.0, 10.0, 10.25),  # fast enough to fill a batch in time: a gap is a stall
+        (500.0, 10.0, 10.25),
+        (0.0, 10.22, 10.25),  # never later than the interval after the oldest
+    ],
+)
+def test_flush_due(rate: float, arrived_at: float, expected: float) -> None:
+    due = batcher.flush_due(
+        queued_at=10.0, arrived_at=arrived_at, rate=rate, interval_s=0.25, batch_size=24
+    )
+    assert due == pytest.approx(expected)
+
+
 async def test_adaptive_flushes_a_full_batch_at_once(
     aiohttp_client: Callable[..., Any], make_config: Callable[..., config.SidecarConfig], root: str
 ) -> None:
