@@ -20,6 +20,12 @@ on a version it read (R7), so either it reads the new version or the rewrite fai
 outcome is read. On stores without versioned writes the outcome is read before and after every
 flush, as before. A re-sent, already durable marker is checked once before its 200.
 
+**The commit seals its directory.** The commit's read of its markers (W8, :meth:`MarkerBatcher.
+seal`) is the last moment a marker can count: from then on the sidecar acknowledges none for
+that directory (409 at once, no storage read; queued names and flushes still running are
+refused too), so a straggler of a committed write fails before it writes its data file, with
+no lookup per flush.
+
 Three flush policies (:class:`~sparkguard.sidecar.config.FlushMode`). ``adaptive`` (the
 default) starts a directory's flush once ``batch_size`` names are queued, once its oldest queued
 name has waited ``batch_interval_ms``, or once no name has arrived for a fifth of that (the
@@ -27,9 +33,9 @@ arrivals paused: waiting longer would only delay the ones queued); ``interval`` 
 of every directory with queued names each ``batch_interval_ms``; ``group-commit`` starts a
 directory's flush as soon as a name is queued and none is running, so names that arrive during a
 write ride on the next one. Up to ``batch_threads`` flushes of one directory run at a time
-(group-commit: one), each on its own file: after the first :data:`FIRST_FILES` flushes (a file
-each), the first file still under :data:`FILE_FULL_BYTES`, so a directory holds few files and
-few are created (each creation costs two outcome reads).
+(group-commit: one), each on its own file: the first free file still under
+:data:`FILE_FULL_BYTES`, so a directory holds few files and few are created (each creation
+costs two outcome reads).
 """
 
 from __future__ import annotations
@@ -62,9 +68,6 @@ _T = TypeVar("_T")
 _WRITE_ATTEMPTS: Final = 3
 #: a batch file this large takes no more appends while another file can (bounds each rewrite)
 FILE_FULL_BYTES: Final = 64 * 1024
-#: a directory's first flushes each create a file, up to this many (their creation looks the
-#: outcome up: a decided instant is refused early, as the first flushes round-robin were)
-FIRST_FILES: Final = 4
 #: adaptive mode: a queue that got no new name for ``batch_interval_ms / _PAUSE_DIVISOR`` flushes
 #: (unless names come fast enough to fill a batch within the interval: then a gap is a stall)
 _PAUSE_DIVISOR: Final = 5
@@ -220,16 +223,11 @@ def pick_batch_file(sizes: Mapping[int, int], busy: Collection[int], threads: in
     """The index of the batch file a flush appends to, among ``threads`` files of which those in
     ``busy`` are being written; ``sizes`` maps the files that exist (or are known) to their size.
 
-    While fewer than :data:`FIRST_FILES` exist, the lowest free index not created yet; then the
-    lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created yet,
-    else the smallest free file. A purely computational function with no side-effects; at least
-    one index must be free.
+    The lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created
+    yet, else the smallest free file. A purely computational function with no side-effects; at
+    least one index must be free.
     """
     free = [index for index in range(threads) if index not in busy]
-    if len(sizes) < FIRST_FILES:
-        for index in free:
-            if index not in sizes:
-                return index
     for index in free:
         if index in sizes and sizes[index] < FILE_FULL_BYTES:
             return index
@@ -286,6 +284,8 @@ class _DirState:
         self.outcome_path = outcome_path(marker_dir.path, marker_dir.instant)
         #: the instant's outcome exists (sticky: an instant is decided once and for all)
         self.decided = False
+        #: the commit read the markers (W8): no marker is acknowledged from then on (sticky)
+        self.sealed = False
         self.loaded = False
         self.load_lock = asyncio.Lock()
         self.type_lock = asyncio.Lock()
@@ -354,6 +354,8 @@ class MarkerBatcher:
         # Read at each scrape rather than set at each request.
         instruments.pending.set_function(lambda: self._pending)
         self._adaptive = settings.flush_mode is config.FlushMode.ADAPTIVE
+        #: keys of sealed directories, newest last (so a seal outlives its state's eviction)
+        self._sealed: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -430,6 +432,8 @@ class MarkerBatcher:
         """
         if self._draining:
             raise errors.ShuttingDownError("the sidecar is stopping; retry in a moment")
+        if marker_dir.key in self._sealed:  # even when its state was evicted: no load
+            raise self._sealed_error(marker_dir)
         state = self._dirs.get(marker_dir.key)
         if state is not None and state.loaded:
             self._dirs.move_to_end(marker_dir.key)  # what _state does for a loaded directory
@@ -473,14 +477,40 @@ class MarkerBatcher:
             state.users -= 1
 
     async def all_names(self, marker_dir: validation.MarkerDir) -> list[str]:
-        """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed).
+        """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed)."""
+        state = await self._state(marker_dir)
+        return sorted(state.known)
 
-        When batch files were rewritten unchecked, the instant's outcome is looked up first: a
-        commit reads its markers here (W8) before it decides, and a lookup that finds the
-        instant undecided spares its directory delete (W10) the lookup (see :meth:`delete_dir`).
-        A failed lookup is only logged: the delete then makes it.
+    async def seal(self, marker_dir: validation.MarkerDir) -> list[str]:
+        """The commit's read of its markers (W8): every acknowledged name, after which the
+        directory acknowledges no marker (sticky; idempotent).
+
+        A marker acknowledged after this read would not be in the commit's list: its task's
+        data file would be a stray the commit neither lists nor deletes. So new requests are
+        refused at once (409, no storage read), queued names are refused now, and a flush
+        still running refuses its batch when it ends (the names may be on storage, which
+        lists them as marked files that do not exist: harmless).
+
+        When batch files were rewritten unchecked, the instant's outcome is looked up too:
+        the commit is about to decide, so a lookup that finds the instant undecided spares its
+        directory delete (W10) the lookup (see :meth:`delete_dir`). A failed lookup is only
+        logged: the delete then makes it.
         """
         state = await self._state(marker_dir)
+        if not state.sealed:
+            state.sealed = True
+            self._sealed[state.dir.key] = None
+            self._sealed.move_to_end(state.dir.key)
+            while len(self._sealed) > self._settings.max_cached_dirs:
+                self._sealed.popitem(last=False)
+            _disarm(state)
+            queued, state.queue = state.queue, []
+            self._settle(
+                state,
+                [(n, state.waiting[n]) for n in queued if n in state.waiting],
+                self._sealed_error(state.dir),
+            )
+            logger.info("marker dir %s sealed: %s markers", state.dir.key, len(state.known))
         if state.unchecked and not state.decided:
             try:
                 await self._check_decided(state)
@@ -613,6 +643,7 @@ class MarkerBatcher:
             if marker_dir.protocol != "file":
                 path = manager.fs._strip_protocol(f"{marker_dir.protocol}://{marker_dir.path}")
             state = _DirState(dataclasses.replace(marker_dir, path=path), manager)
+            state.sealed = marker_dir.key in self._sealed
             self._dirs[marker_dir.key] = state
             self._evict()
         else:
@@ -779,11 +810,15 @@ class MarkerBatcher:
         new = [name for name, _ in batch if name not in state.known]
         progress = _Progress()
         try:
+            if state.sealed:  # sealed while queued: nothing to write
+                raise self._sealed_error(state.dir)
             if new:
                 await self._publish(state, index, new, progress)
             else:
                 # Re-sent names only, already durable: nothing to write, one check before 200.
                 await self._fence(state)
+            if state.sealed:  # sealed while the write ran: the commit's read may not list them
+                raise self._sealed_error(state.dir)
         except errors.InstantDecidedError as refusal:
             self._settle(state, batch, refusal)
         except Exception as exc:  # noqa: BLE001 - any storage failure fails the batch, not the app
@@ -902,6 +937,16 @@ class MarkerBatcher:
     def _refuse_if_decided(self, state: _DirState) -> None:
         if state.decided:
             raise self._decided_error(state)
+        if state.sealed:
+            raise self._sealed_error(state.dir)
+
+    def _sealed_error(self, marker_dir: validation.MarkerDir) -> errors.InstantDecidedError:
+        return errors.InstantDecidedError(
+            f"instant {marker_dir.instant} is being committed: its commit read the markers of "
+            f"{marker_dir.key} (W8) and the sidecar takes no new marker for it. This task "
+            "belongs to a finished write and must not write its data file",
+            instant=marker_dir.instant,
+        )
 
     def _decided_error(self, state: _DirState) -> errors.InstantDecidedError:
         return errors.InstantDecidedError(

@@ -46,11 +46,11 @@ def batch_files(directory: str) -> set[str]:
     ("sizes", "busy", "threads", "expected"),
     [
         ({}, set(), 20, 0),  # nothing written yet: the first file
-        ({0: 100}, set(), 20, 1),  # the first flushes each create a file ...
-        ({0: 100, 1: 9, 2: 5}, set(), 20, 3),
-        ({0: 100, 1: 9}, set(), 2, 0),  # ... while there is room for one
-        ({0: 100, 1: 9, 2: 5, 3: 1}, set(), 20, 0),  # then appends go to the first one ...
-        ({0: 100, 1: 9, 2: 5, 3: 1}, {0}, 20, 1),  # ... that is not being written
+        ({0: 100}, set(), 20, 0),  # appends go to the first file ...
+        ({0: 100}, {0}, 20, 1),  # ... unless it is being written: a new one
+        ({0: 100, 1: 9, 2: 5, 3: 1}, set(), 20, 0),
+        ({0: 100, 1: 9, 2: 5, 3: 1}, {0}, 20, 1),  # the first that is not being written
+        ({0: 100, 1: 9, 2: 5, 3: 1}, {0, 1, 2, 3}, 20, 4),
         ({0: FULL, 1: FULL, 2: 10, 3: 0}, set(), 20, 2),  # full files take no more
         ({0: FULL, 1: FULL, 2: FULL, 3: FULL}, set(), 5, 4),  # all full: a new file if any
         ({0: FULL + 5, 1: FULL + 1, 2: FULL + 9, 3: FULL}, set(), 4, 3),  # then the smallest
@@ -99,8 +99,9 @@ async def test_adaptive_flushes_a_full_batch_at_once(
 async def test_adaptive_flushes_a_lone_marker_and_fills_one_file(
     aiohttp_client: Callable[..., Any], make_config: Callable[..., config.SidecarConfig], root: str
 ) -> None:
-    """Fewer names than ``batch_size`` are flushed once the interval (or a pause) is up; the
-    first flushes create a file each, the later ones append to the first while it is not full."""
+    """Fewer names than ``batch_size`` are flushed once the interval (or a pause) is up; one
+    flush at a time appends to the first file while it is not full (a file created costs two
+    outcome reads: no more are created than concurrent flushes need)."""
     settings = make_config(
         flush_mode=config.FlushMode.ADAPTIVE, batch_size=1_000, batch_interval_ms=20
     )
@@ -109,12 +110,9 @@ async def test_adaptive_flushes_a_lone_marker_and_fills_one_file(
     for i in range(6):
         await create(client, directory, f"part-{i:05d}.parquet")
     assert await flushes(client) == (6.0, 6.0)
-    assert batch_files(directory) == {f"MARKERS{i}" for i in range(batcher.FIRST_FILES)}
+    assert batch_files(directory) == {"MARKERS0"}
     content = (pathlib.Path(directory) / "MARKERS0").read_text().split()
-    assert content == [
-        "part-00000.parquet.marker.CREATE",
-        *(f"part-{i:05d}.parquet.marker.CREATE" for i in range(batcher.FIRST_FILES, 6)),
-    ]
+    assert content == [f"part-{i:05d}.parquet.marker.CREATE" for i in range(6)]
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -133,7 +131,7 @@ def table(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, dict[str,
 async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreign_files(
     table: tuple[str, dict[str, Any], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The commit's read of the markers (``all``, W8) looks the outcome up once when batch
+    """The commit's read of the markers (the seal, W8) looks the outcome up once when batch
     files were rewritten unchecked; the delete (W10) then reads no outcome, deletes the files it
     knows (on S3 while it lists) and what else the listing found (a file another process put
     there)."""
@@ -165,7 +163,7 @@ async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreig
             await asyncio.wait_for(sidecar.create(marker_dir, f"part-{i}.parquet"), 30)
         assert tl.manager.versioned_writes
         before = len(lookups)
-        assert len(await sidecar.all_names(marker_dir)) == 3
+        assert len(await sidecar.seal(marker_dir)) == 3
         assert [p.rsplit("/", 1)[1] for p in lookups[before:]] == [f"{instant}.outcome"]
         mdir = markers.marker_dir(tl.table, instant)
         tl.manager.write_bytes(paths.join(mdir, "stray.parquet.marker.CREATE"), b"")
