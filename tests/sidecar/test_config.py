@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,29 @@ def test_exit_with_process_is_off_unless_set() -> None:
         30.0,
         300.0,
     )
+
+
+def test_the_operator_and_the_chart_inject_the_sidecars_flush_defaults() -> None:
+    """The flush policy's defaults live in three places: the sidecar's own, the operator's
+    (which injects ``SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS`` and ``_BATCH_THREADS`` into every
+    driver pod) and the chart's values (which set the operator's). They must agree, or the
+    injected sidecar does not run the policy that docs/benchmarks.md measured."""
+    import yaml
+
+    from sparkguard.operator import config as operator_config
+
+    defaults = {f.name: f.default for f in dataclasses.fields(config.SidecarConfig)}
+    operator = operator_config.OperatorConfig()
+    chart = Path(__file__).parents[2] / "charts" / "sparkguard" / "values.yaml"
+    values = yaml.safe_load(chart.read_text())["sidecar"]
+    assert defaults["flush_mode"] is config.FlushMode.ADAPTIVE
+    assert (
+        defaults["batch_interval_ms"],
+        operator.sidecar_batch_interval_ms,
+        values["batchIntervalMs"],
+    ) == (250, 250, 250)
+    assert (
+        defaults["batch_threads"],
+        operator.sidecar_batch_threads,
+        values["batchThreads"],
+    ) == (20, 20, 20)
