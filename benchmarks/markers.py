@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -221,7 +222,7 @@ def run_job(
     )
     before_read = proxy_call(proxy, "/_proxy/stats")
     started = time.monotonic()
-    read = cleaner.all_marked(directory)
+    read = cleaner.seal(directory)
     read_s = time.monotonic() - started
     before_outcome = proxy_call(proxy, "/_proxy/stats")
     assert len(read) == files, f"{mode}: the commit read {len(read)} markers, expected {files}"
@@ -433,7 +434,8 @@ def capacity_phase(args: argparse.Namespace) -> dict[str, list[dict[str, float]]
 def _interval_ms(mode: str) -> int:
     """A mode's flush interval: its own setting, else the environment's, else the sidecar's
     default."""
-    default = str(sidecar_config.SidecarConfig().batch_interval_ms)
+    fields = {f.name: f.default for f in dataclasses.fields(sidecar_config.SidecarConfig)}
+    default = str(fields["batch_interval_ms"])
     env = {"SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS": default, **os.environ, **MODE_ENV.get(mode, {})}
     return int(env["SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS"])
 
@@ -448,8 +450,8 @@ def report_capacity(results: dict[str, list[dict[str, float]]], connections: int
         )
         print(
             f"capacity {mode} ({connections} connections, local disk, flush interval "
-            f"{_interval_ms(mode)} ms): best {best['rate']:.0f} markers/s, p50 {best['p50_ms']:.1f} "
-            f"ms, p99 {best['p99_ms']:.1f} ms; rounds: {each}"
+            f"{_interval_ms(mode)} ms): best {best['rate']:.0f} markers/s, p50 "
+            f"{best['p50_ms']:.1f} ms, p99 {best['p99_ms']:.1f} ms; rounds: {each}"
         )
 
 
