@@ -58,7 +58,7 @@ class OperatorConfig:
     image: str = DEFAULT_IMAGE
     image_pull_policy: str | None = None
     sidecar_port: int = 7070
-    sidecar_batch_interval_ms: int = 50
+    sidecar_batch_interval_ms: int = 250
     sidecar_batch_threads: int = 20
     sidecar_cpu_request: str = "100m"
     sidecar_memory_request: str = "128Mi"

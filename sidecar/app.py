@@ -242,6 +242,15 @@ async def all_markers(request: web.Request) -> web.Response:
     return web.json_response({"markers": names})
 
 
+@routes.post(PREFIX + "dir/seal", name="dir_seal")
+async def dir_seal(request: web.Request) -> web.Response:
+    """The commit's read of its markers (W8): every acknowledged marker name of the directory,
+    after which the sidecar acknowledges no marker of it (409)."""
+    params = await read_params(request)
+    names = await request.app[BATCHER_KEY].seal(await _marker_dir(request, params))
+    return web.json_response({"markers": names})
+
+
 @routes.get(PREFIX + "dir/exists", name="dir_exists")
 async def dir_exists(request: web.Request) -> web.Response:
     """Whether the marker directory exists on storage."""

@@ -1,8 +1,8 @@
 """The marker batcher: queues marker requests and writes them durably in batches.
 
 Per marker directory it keeps the acknowledged names and the content of each ``MARKERS<i>``
-file. A flush takes every queued name of a directory, appends them to the next free
-``MARKERS<i>`` (round-robin over ``batch_threads`` files) and rewrites that file atomically
+file. A flush takes every queued name of a directory, appends them to a free ``MARKERS<i>``
+(one of ``batch_threads`` files, see :func:`pick_batch_file`) and rewrites that file atomically
 through the file manager; ``MARKERS.type`` is written before the first batch file. Only once the
 write has returned are the requests answered, so an acknowledged marker is on storage.
 
@@ -20,11 +20,22 @@ on a version it read (R7), so either it reads the new version or the rewrite fai
 outcome is read. On stores without versioned writes the outcome is read before and after every
 flush, as before. A re-sent, already durable marker is checked once before its 200.
 
-Two flush policies (:class:`~sparkguard.sidecar.config.FlushMode`): ``interval`` starts a flush
-of every directory with queued names each ``batch_interval_ms`` (up to ``batch_threads`` flushes
-of one directory at a time, each on its own file); ``group-commit`` starts a directory's flush
-as soon as a name is queued and none is running, so names that arrive during a write ride on the
-next one.
+**The commit seals its directory.** The commit's read of its markers (W8, :meth:`MarkerBatcher.
+seal`) is the last moment a marker can count: from then on the sidecar acknowledges none for
+that directory (409 at once, no storage read; queued names and flushes still running are
+refused too), so a straggler of a committed write fails before it writes its data file, with
+no lookup per flush.
+
+Three flush policies (:class:`~sparkguard.sidecar.config.FlushMode`). ``adaptive`` (the
+default) starts a directory's flush once ``batch_size`` names are queued, once its oldest queued
+name has waited ``batch_interval_ms``, or once no name has arrived for a fifth of that (the
+arrivals paused: waiting longer would only delay the ones queued); ``interval`` starts a flush
+of every directory with queued names each ``batch_interval_ms``; ``group-commit`` starts a
+directory's flush as soon as a name is queued and none is running, so names that arrive during a
+write ride on the next one. Up to ``batch_threads`` flushes of one directory run at a time
+(group-commit: one), each on its own file: the first free file still under
+:data:`FILE_FULL_BYTES`, so a directory holds few files and few are created (each creation
+costs two outcome reads).
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final, TypeVar
 
 from sparkguard.sidecar import config, errors, metrics, validation
@@ -55,6 +66,13 @@ _LOCAL_PROTOCOLS: Final = frozenset({"file", "local", "memory"})
 _T = TypeVar("_T")
 #: conditional writes of one flush before it gives up (each loss re-reads the file)
 _WRITE_ATTEMPTS: Final = 3
+#: a batch file this large takes no more appends while another file can (bounds each rewrite)
+FILE_FULL_BYTES: Final = 64 * 1024
+#: adaptive mode: a queue that got no new name for ``batch_interval_ms / _PAUSE_DIVISOR`` flushes
+#: (unless names come fast enough to fill a batch within the interval: then a gap is a stall)
+_PAUSE_DIVISOR: Final = 5
+#: adaptive mode: weight of the newest batch in the directory's arrival rate (names per second)
+_RATE_WEIGHT: Final = 0.25
 
 
 @dataclasses.dataclass
@@ -201,6 +219,40 @@ def is_gone(manager: filemanager.FileManager, path: str) -> bool:
     return not is_decided(manager, path[: -len(".outcome")] + ".inflight")
 
 
+def pick_batch_file(sizes: Mapping[int, int], busy: Collection[int], threads: int) -> int:
+    """The index of the batch file a flush appends to, among ``threads`` files of which those in
+    ``busy`` are being written; ``sizes`` maps the files that exist (or are known) to their size.
+
+    The lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created
+    yet, else the smallest free file. A purely computational function with no side-effects; at
+    least one index must be free.
+    """
+    free = [index for index in range(threads) if index not in busy]
+    for index in free:
+        if index in sizes and sizes[index] < FILE_FULL_BYTES:
+            return index
+    for index in free:
+        if index not in sizes:
+            return index
+    return min(free, key=lambda index: (sizes[index], index))
+
+
+def flush_due(
+    *, queued_at: float, arrived_at: float, rate: float, interval_s: float, batch_size: int
+) -> float:
+    """Adaptive mode: when a queue whose oldest name came at ``queued_at`` and newest at
+    ``arrived_at`` is due for a flush (unless it reaches ``batch_size`` first).
+
+    At ``queued_at + interval_s`` at the latest; at a pause of a fifth of the interval after the
+    newest name while ``rate`` (names per second) is too slow to fill a batch within the
+    interval. A purely computational function with no side-effects.
+    """
+    due = queued_at + interval_s
+    if rate * interval_s < batch_size:
+        due = min(due, arrived_at + interval_s / _PAUSE_DIVISOR)
+    return due
+
+
 def write_batch_file(  # noqa: PLR0917 - positional, as _run(func, *args) passes them
     manager: filemanager.FileManager,
     path: str,
@@ -232,6 +284,8 @@ class _DirState:
         self.outcome_path = outcome_path(marker_dir.path, marker_dir.instant)
         #: the instant's outcome exists (sticky: an instant is decided once and for all)
         self.decided = False
+        #: the commit read the markers (W8): no marker is acknowledged from then on (sticky)
+        self.sealed = False
         self.loaded = False
         self.load_lock = asyncio.Lock()
         self.type_lock = asyncio.Lock()
@@ -248,8 +302,16 @@ class _DirState:
         #: names queued or being written
         self.waiting: dict[str, asyncio.Future[bool]] = {}
         self.queue: list[str] = []
+        #: event-loop time the oldest queued name was queued, and the newest (adaptive mode)
+        self.queued_at = 0.0
+        self.arrived_at = 0.0
+        #: adaptive mode: the timer that considers a flush when the queue is due
+        self.timer: asyncio.TimerHandle | None = None
+        #: a flush was started and has not taken the queue yet (names arriving meanwhile join it)
+        self.starting = False
+        #: adaptive mode: names per second queued, a moving average over the recent batches
+        self.rate = 0.0
         self.busy: set[int] = set()
-        self.next_index = 0
         self.deleting = 0
         self.users = 0
         self.idle = asyncio.Event()
@@ -291,6 +353,9 @@ class MarkerBatcher:
         self._group_commit = settings.flush_mode is config.FlushMode.GROUP_COMMIT
         # Read at each scrape rather than set at each request.
         instruments.pending.set_function(lambda: self._pending)
+        self._adaptive = settings.flush_mode is config.FlushMode.ADAPTIVE
+        #: keys of sealed directories, newest last (so a seal outlives its state's eviction)
+        self._sealed: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -304,8 +369,8 @@ class MarkerBatcher:
         return self._pending
 
     def start(self) -> None:
-        """Start the interval ticker (interval mode); group-commit needs no background task."""
-        if not self._group_commit and self._ticker is None:
+        """Start the interval ticker (interval mode); the other modes need no background task."""
+        if self._settings.flush_mode is config.FlushMode.INTERVAL and self._ticker is None:
             self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def drain(self, timeout_s: float) -> int:
@@ -346,6 +411,8 @@ class MarkerBatcher:
 
     async def close(self) -> None:
         """Stop background work and release the I/O threads (after :meth:`drain`)."""
+        for state in self._dirs.values():
+            _disarm(state)
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -365,6 +432,8 @@ class MarkerBatcher:
         """
         if self._draining:
             raise errors.ShuttingDownError("the sidecar is stopping; retry in a moment")
+        if marker_dir.key in self._sealed:  # even when its state was evicted: no load
+            raise self._sealed_error(marker_dir)
         state = self._dirs.get(marker_dir.key)
         if state is not None and state.loaded:
             self._dirs.move_to_end(marker_dir.key)  # what _state does for a loaded directory
@@ -386,12 +455,18 @@ class MarkerBatcher:
                     )
                 # Awaited through shield() below at once, whose callback retrieves a failure
                 # even when the request is gone: never "exception was never retrieved".
-                future = asyncio.get_running_loop().create_future()
+                loop = asyncio.get_running_loop()
+                future = loop.create_future()
                 state.waiting[name] = future
+                state.arrived_at = loop.time()
+                if not state.queue:
+                    state.queued_at = state.arrived_at
                 state.queue.append(name)
                 self._pending += 1
                 if self._group_commit:
                     self._schedule(state)
+                elif self._adaptive:
+                    self._consider(state)
             written = await asyncio.shield(future)
             if written:
                 self._metrics.acknowledged_written.inc()
@@ -404,6 +479,43 @@ class MarkerBatcher:
     async def all_names(self, marker_dir: validation.MarkerDir) -> list[str]:
         """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed)."""
         state = await self._state(marker_dir)
+        return sorted(state.known)
+
+    async def seal(self, marker_dir: validation.MarkerDir) -> list[str]:
+        """The commit's read of its markers (W8): every acknowledged name, after which the
+        directory acknowledges no marker (sticky; idempotent).
+
+        A marker acknowledged after this read would not be in the commit's list: its task's
+        data file would be a stray the commit neither lists nor deletes. So new requests are
+        refused at once (409, no storage read), queued names are refused now, and a flush
+        still running refuses its batch when it ends (the names may be on storage, which
+        lists them as marked files that do not exist: harmless).
+
+        When batch files were rewritten unchecked, the instant's outcome is looked up too:
+        the commit is about to decide, so a lookup that finds the instant undecided spares its
+        directory delete (W10) the lookup (see :meth:`delete_dir`). A failed lookup is only
+        logged: the delete then makes it.
+        """
+        state = await self._state(marker_dir)
+        if not state.sealed:
+            state.sealed = True
+            self._sealed[state.dir.key] = None
+            self._sealed.move_to_end(state.dir.key)
+            while len(self._sealed) > self._settings.max_cached_dirs:
+                self._sealed.popitem(last=False)
+            _disarm(state)
+            queued, state.queue = state.queue, []
+            self._settle(
+                state,
+                [(n, state.waiting[n]) for n in queued if n in state.waiting],
+                self._sealed_error(state.dir),
+            )
+            logger.info("marker dir %s sealed: %s markers", state.dir.key, len(state.known))
+        if state.unchecked and not state.decided:
+            try:
+                await self._check_decided(state)
+            except OSError as exc:
+                logger.warning("could not look up the outcome of %s: %s", state.dir.instant, exc)
         return sorted(state.known)
 
     async def dir_exists(self, marker_dir: validation.MarkerDir) -> bool:
@@ -422,14 +534,19 @@ class MarkerBatcher:
         try:
             await state.idle.wait()
             async with state.load_lock:
-                # The listing and the outcome read (if any) are independent: one round trip.
-                listed, keep = await asyncio.gather(
-                    self._run(markers.list_marker_files, state.manager, state.path),
-                    self._unread_files(state),
-                )
-                count = await self._run(
-                    markers.delete_marker_dir, state.manager, state.path, keep, listed
-                )
+                direct = state.manager.kind is filemanager.Kind.DIRECT_PUT
+                if direct and state.loaded and not state.unchecked:
+                    count = await self._delete_known(state)
+                else:
+                    # The listing and the outcome read are independent: one round trip, then
+                    # the delete of what the outcome lets go.
+                    listed, keep = await asyncio.gather(
+                        self._run(markers.list_marker_files, state.manager, state.path),
+                        self._unread_files(state),
+                    )
+                    count = await self._run(
+                        markers.delete_marker_dir, state.manager, state.path, keep, listed
+                    )
                 state.known.clear()
                 state.files.clear()
                 state.versions.clear()
@@ -445,6 +562,31 @@ class MarkerBatcher:
             state.users -= 1
         self._schedule(state)
         return count
+
+    async def _delete_known(self, state: _DirState) -> int:
+        """Object stores: delete the files this sidecar wrote or loaded while listing the
+        directory (one round trip), then whatever else the listing found (a second one, only if
+        there is any). Elsewhere a listing is no round trip worth saving, and a local listing
+        racing the deletes could fail on a file deleted under it.
+
+        Nothing needs keeping: no batch file was rewritten since the last lookup that found the
+        instant undecided. A file another process put there before the delete began (a direct
+        marker, a temp file of a killed predecessor) is in the listing, which starts after the
+        request arrived, and goes in the second round; one put there after the listing started
+        may stay, as with a listing made first. Returns how many files were deleted.
+        """
+        known = [paths.join(state.path, f"{markers.BATCH_PREFIX}{i}") for i in sorted(state.files)]
+        if state.type_written:
+            known.append(paths.join(state.path, markers.TYPE_FILE))  # last: see delete_marker_dir
+        _, listed = await asyncio.gather(
+            self._run(state.manager.delete_many, known),
+            self._run(markers.list_marker_files, state.manager, state.path),
+        )
+        deleted = set(known)
+        rest = [path for path in listed if path not in deleted]
+        if rest:  # (object stores have no directories to remove)
+            await self._run(markers.delete_marker_dir, state.manager, state.path, (), rest)
+        return len(deleted | set(listed))
 
     async def _unread_files(self, state: _DirState) -> frozenset[str]:
         """Batch files a delete must leave: rewritten without a check since the last check that
@@ -501,6 +643,7 @@ class MarkerBatcher:
             if marker_dir.protocol != "file":
                 path = manager.fs._strip_protocol(f"{marker_dir.protocol}://{marker_dir.path}")
             state = _DirState(dataclasses.replace(marker_dir, path=path), manager)
+            state.sealed = marker_dir.key in self._sealed
             self._dirs[marker_dir.key] = state
             self._evict()
         else:
@@ -562,6 +705,34 @@ class MarkerBatcher:
                 if state.queue:
                     self._schedule(state)
 
+    def _consider(self, state: _DirState) -> None:
+        """Adaptive mode: start a flush of ``state`` if its queue is due (``batch_size`` names,
+        its oldest waited ``batch_interval_ms``, or no new name for a fifth of that while names
+        come too slowly to fill a batch within the interval), else arm the timer for the moment
+        it will be."""
+        if not state.queue or state.starting:
+            _disarm(state)
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = flush_due(
+            queued_at=state.queued_at,
+            arrived_at=state.arrived_at,
+            rate=state.rate,
+            interval_s=self._settings.batch_interval_ms / 1000,
+            batch_size=self._settings.batch_size,
+        )
+        if len(state.queue) >= self._settings.batch_size or now >= due:
+            _disarm(state)
+            # If no file is free (or a delete runs), the end of that flush (or delete) looks again.
+            self._schedule(state)
+        elif state.timer is None:
+            state.timer = loop.call_at(due, self._on_due, state)
+
+    def _on_due(self, state: _DirState) -> None:
+        state.timer = None
+        self._consider(state)
+
     def _schedule(self, state: _DirState) -> None:
         """Start a flush of ``state`` if names are queued and a batch file is free."""
         if not state.queue or state.deleting or not state.loaded:
@@ -570,12 +741,11 @@ class MarkerBatcher:
         limit = 1 if self._group_commit and not self._draining else threads
         if len(state.busy) >= limit:
             return
-        index = state.next_index
-        while index in state.busy:
-            index = (index + 1) % threads
-        state.next_index = (index + 1) % threads
+        sizes = {index: len(content) for index, content in state.files.items()}
+        index = pick_batch_file(sizes, state.busy, threads)
         state.busy.add(index)
         state.idle.clear()
+        state.starting = True
         task = asyncio.get_running_loop().create_task(self._flush(state, index))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -584,7 +754,12 @@ class MarkerBatcher:
         # Names are taken when the task runs, not when it was scheduled: requests that arrived
         # in between join this batch.
         batch = [(name, state.waiting[name]) for name in state.queue if name in state.waiting]
+        if self._adaptive and state.queue:
+            window = max(asyncio.get_running_loop().time() - state.queued_at, 0.001)
+            state.rate += _RATE_WEIGHT * (len(state.queue) / window - state.rate)
         state.queue = []
+        state.starting = False
+        _disarm(state)
         started = time.monotonic()
         wrote = False
         try:
@@ -615,6 +790,8 @@ class MarkerBatcher:
                 self._metrics.flush_duration.observe(time.monotonic() - started)
             if self._group_commit or self._draining:
                 self._schedule(state)
+            elif self._adaptive:
+                self._consider(state)
 
     async def _write(
         self, state: _DirState, index: int, batch: list[tuple[str, asyncio.Future[bool]]]
@@ -633,11 +810,15 @@ class MarkerBatcher:
         new = [name for name, _ in batch if name not in state.known]
         progress = _Progress()
         try:
+            if state.sealed:  # sealed while queued: nothing to write
+                raise self._sealed_error(state.dir)
             if new:
                 await self._publish(state, index, new, progress)
             else:
                 # Re-sent names only, already durable: nothing to write, one check before 200.
                 await self._fence(state)
+            if state.sealed:  # sealed while the write ran: the commit's read may not list them
+                raise self._sealed_error(state.dir)
         except errors.InstantDecidedError as refusal:
             self._settle(state, batch, refusal)
         except Exception as exc:  # noqa: BLE001 - any storage failure fails the batch, not the app
@@ -756,6 +937,16 @@ class MarkerBatcher:
     def _refuse_if_decided(self, state: _DirState) -> None:
         if state.decided:
             raise self._decided_error(state)
+        if state.sealed:
+            raise self._sealed_error(state.dir)
+
+    def _sealed_error(self, marker_dir: validation.MarkerDir) -> errors.InstantDecidedError:
+        return errors.InstantDecidedError(
+            f"instant {marker_dir.instant} is being committed: its commit read the markers of "
+            f"{marker_dir.key} (W8) and the sidecar takes no new marker for it. This task "
+            "belongs to a finished write and must not write its data file",
+            instant=marker_dir.instant,
+        )
 
     def _decided_error(self, state: _DirState) -> errors.InstantDecidedError:
         return errors.InstantDecidedError(
@@ -786,3 +977,9 @@ class MarkerBatcher:
                 future.set_result(name in written)
             else:
                 future.set_exception(failure)
+
+
+def _disarm(state: _DirState) -> None:
+    if state.timer is not None:
+        state.timer.cancel()
+        state.timer = None

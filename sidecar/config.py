@@ -32,6 +32,11 @@ class FlushMode(enum.StrEnum):
     #: A flush starts as soon as the previous one of the directory ends while requests wait, so
     #: an ack costs about one storage write and batches grow with the load by themselves.
     GROUP_COMMIT = "group-commit"
+    #: The default: a directory's flush starts once ``batch_size`` names are queued, or once its
+    #: oldest queued name has waited ``batch_interval_ms``, whichever comes first (Kafka's
+    #: producer: ``batch.size`` / ``linger.ms``). Flushes follow the number of markers, not the
+    #: duration of the write; the wait stays bounded.
+    ADAPTIVE = "adaptive"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +48,11 @@ class SidecarConfig:
     port: int = DEFAULT_PORT
     token: str | None = None
     auth_disabled: bool = False
-    flush_mode: FlushMode = FlushMode.INTERVAL
-    batch_interval_ms: int = 50
+    flush_mode: FlushMode = FlushMode.ADAPTIVE
+    #: ``interval``: the tick; ``adaptive``: the longest the oldest queued name waits
+    batch_interval_ms: int = 250
+    #: ``adaptive``: a directory's flush starts as soon as this many names are queued
+    batch_size: int = 24
     batch_threads: int = 20
     max_pending: int = 100_000
     max_body_bytes: int = 64 * 1024
@@ -82,6 +90,7 @@ SETTINGS: Final[Mapping[str, tuple[str, str]]] = {
     "auth_disabled": (f"{ENV_PREFIX}AUTH_DISABLED", "--auth-disabled"),
     "flush_mode": (f"{ENV_PREFIX}FLUSH_MODE", "--flush-mode"),
     "batch_interval_ms": (f"{ENV_PREFIX}BATCH_INTERVAL_MS", "--batch-interval-ms"),
+    "batch_size": (f"{ENV_PREFIX}BATCH_SIZE", "--batch-size"),
     "batch_threads": (f"{ENV_PREFIX}BATCH_THREADS", "--batch-threads"),
     "max_pending": (f"{ENV_PREFIX}MAX_PENDING", "--max-pending"),
     "max_body_bytes": (f"{ENV_PREFIX}MAX_BODY_BYTES", "--max-body-bytes"),
@@ -275,9 +284,17 @@ def load_config(
         auth_disabled=_parse("auth_disabled", raw("auth_disabled"), _bool, False),
         flush_mode=_parse("flush_mode", raw("flush_mode"), _flush_mode, defaults.flush_mode),
         batch_interval_ms=_parse(
-            "batch_interval_ms", raw("batch_interval_ms"), _int_in(1, 60_000), 50
+            "batch_interval_ms",
+            raw("batch_interval_ms"),
+            _int_in(1, 60_000),
+            defaults.batch_interval_ms,
         ),
-        batch_threads=_parse("batch_threads", raw("batch_threads"), _int_in(1, 1_000), 20),
+        batch_size=_parse(
+            "batch_size", raw("batch_size"), _int_in(1, 100_000), defaults.batch_size
+        ),
+        batch_threads=_parse(
+            "batch_threads", raw("batch_threads"), _int_in(1, 1_000), defaults.batch_threads
+        ),
         max_pending=_parse("max_pending", raw("max_pending"), _int_in(1, 10_000_000), 100_000),
         max_body_bytes=_parse(
             "max_body_bytes", raw("max_body_bytes"), _int_in(1_024, 16 * 1024 * 1024), 64 * 1024

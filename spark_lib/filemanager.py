@@ -756,9 +756,7 @@ class RenameFileManager(FileManager):
             return super().write_versioned(path, data, expected)
         path = paths.validate_base(path)
         directory = os.path.dirname(path) or "."
-        os.makedirs(directory, exist_ok=True)
-        temp = os.path.join(directory, make_temp_name(os.path.basename(path)))
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        temp, fd = _open_versioned_temp(path, directory, create=expected is None)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -1670,3 +1668,20 @@ def atomic_writer(
     manager, path = resolve(url, storage_options=storage_options)
     with manager.create_atomic(path, overwrite=overwrite) as stream:
         yield stream
+
+
+def _open_versioned_temp(path: str, directory: str, *, create: bool) -> tuple[str, int]:
+    """The temp file beside ``path`` a versioned write starts with, opened for writing. A create
+    makes ``directory`` if needed; a rewrite never re-creates the directory a rollback removed
+    with the file: the file is gone, a version conflict."""
+    if create:
+        os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(directory, make_temp_name(os.path.basename(path)))
+    try:
+        return temp, os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:
+        if create:
+            raise
+        raise errors.VersionConflictError(
+            f"{path} is gone with its directory (deleted by a rollback); nothing was written"
+        ) from None

@@ -115,6 +115,24 @@ class HttpMarkerClient:
             raise errors.MarkerError(f"marker sidecar {self.endpoint} sent no marker list")
         return {markers.parse_marker_name(str(name))[0] for name in names}
 
+    def seal(self, directory: str) -> set[str]:
+        """The commit's read (W8): data files marked in ``directory``, after which the sidecar
+        acknowledges no marker of it (a straggler's is refused with 409)."""
+        try:
+            answer = self._call("POST", "dir/seal", {"markerdir": directory})
+        except _NoSuchRouteError:
+            logger.warning(
+                "marker sidecar %s has no seal route (an older version): reading %s unsealed; a "
+                "straggler's marker is acknowledged until the outcome exists",
+                self.endpoint,
+                directory,
+            )
+            answer = self._call("GET", "all", {"markerdir": directory})
+        names = answer.get("markers")
+        if not isinstance(names, list):
+            raise errors.MarkerError(f"marker sidecar {self.endpoint} sent no marker list")
+        return {markers.parse_marker_name(str(name))[0] for name in names}
+
     def dir_exists(self, directory: str) -> bool:
         """Whether the marker directory exists on storage."""
         return bool(self._call("GET", "dir/exists", {"markerdir": directory}).get("exists"))
@@ -164,7 +182,7 @@ class HttpMarkerClient:
                     self._token = None  # the secret may have been rotated: read it again
                     continue
                 if status not in _RETRYABLE_STATUSES:
-                    raise errors.MarkerError(
+                    raise (_NoSuchRouteError if status == 404 else errors.MarkerError)(
                         f"marker sidecar {self.endpoint} refused {method} {route} "
                         f"{_describe(params)}: HTTP {status}: {message}"
                     )
@@ -271,3 +289,8 @@ def _error_message(body: bytes, status: int) -> str:
     if isinstance(value, dict) and "error" in value:
         return str(value["error"])
     return body[:500].decode("utf-8", "replace")
+
+
+class _NoSuchRouteError(errors.MarkerError):
+    """The sidecar answered 404: it has no such route (the sidecar answers 404 for nothing
+    else)."""

@@ -376,6 +376,10 @@ class MarkerClient(Protocol):
     def all_marked(self, directory: str) -> set[str]:
         """Data files marked in ``directory``."""
 
+    def seal(self, directory: str) -> set[str]:
+        """The commit's read of its markers (W8): data files marked in ``directory``, after
+        which no marker of it is acknowledged where the client can promise it (the sidecar)."""
+
     def delete_dir(self, directory: str) -> None:
         """Remove the marker directory (after commit, or at the end of a rollback)."""
 
@@ -404,6 +408,11 @@ class DirectMarkerClient:
     def all_marked(self, directory: str) -> set[str]:
         """Data files marked in ``directory``."""
         return read_marked_files(self.manager, self._path(directory))
+
+    def seal(self, directory: str) -> set[str]:
+        """Data files marked in ``directory``. Direct markers cannot be sealed: each task puts
+        its own, so one put after this read is a stray file (docs/storage-contract.md)."""
+        return self.all_marked(directory)
 
     def delete_dir(self, directory: str) -> None:
         """Remove the marker directory."""

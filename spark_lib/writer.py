@@ -940,7 +940,8 @@ def commit_instant(
             )
         files = files_from_messages(messages)
         verify_present(manager, table, files)
-        marked = client.all_marked(spec.marker_dir_url)
+        # W8's read seals the directory: the sidecar acknowledges no marker after it.
+        marked = client.seal(spec.marker_dir_url)
         unlisted = set(marked) - {f.path for f in files}
         if unlisted:
             # Failed attempts' leftovers; names an earlier commit lists are kept (rerun case).

@@ -182,12 +182,14 @@ def rollback_as_init_container(
 
 
 @contextlib.contextmanager
-def marker_sidecar(*, roots: Path, token_file: Path) -> Iterator[str]:
+def marker_sidecar(*, roots: Path, token_file: Path, log_path: Path | None = None) -> Iterator[str]:
     """The marker sidecar as a process on 127.0.0.1 (the sidecar tier's launcher), with the
-    token of ``token_file``; yields its URL. Killed (SIGKILL) on exit."""
+    token of ``token_file``; yields its URL. Killed (SIGKILL) on exit. With ``log_path``, its
+    log (at INFO) goes there."""
     port = s3server.free_port()
     token = token_file.read_text().strip()
-    with sidecar_support.run_sidecar(
-        port=port, roots=str(roots), extra_env={"SPARKGUARD_SIDECAR_TOKEN": token}
-    ):
+    env = {"SPARKGUARD_SIDECAR_TOKEN": token}
+    if log_path is not None:
+        env["SPARKGUARD_SIDECAR_LOG_LEVEL"] = "INFO"
+    with sidecar_support.run_sidecar(port=port, roots=str(roots), extra_env=env, log_path=log_path):
         yield f"http://127.0.0.1:{port}"

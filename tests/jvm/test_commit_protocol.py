@@ -92,7 +92,8 @@ def test_markers_batched_by_the_sidecar_are_what_rollback_reads(
     table, journal = tmp_path / "table", tmp_path / "journal"
     token = tmp_path / "token"
     token.write_text("0123456789abcdef0123456789abcdef\n")
-    with marker_sidecar(roots=tmp_path, token_file=token) as endpoint:
+    log = tmp_path / "sidecar.log"
+    with marker_sidecar(roots=tmp_path, token_file=token, log_path=log) as endpoint:
         conf = sparkconf.build_spark_conf(
             JOB, markers="sidecar", endpoint=endpoint, token_file=str(token), journal=str(journal)
         )
@@ -121,3 +122,8 @@ def test_markers_batched_by_the_sidecar_are_what_rollback_reads(
     # The rollback deleted the failed write's markers; the commit its own, through the sidecar.
     markers_root = table / "_sparkguard" / "markers"
     assert not markers_root.exists() or list(markers_root.iterdir()) == []
+    # The commit sealed its directory before reading the markers (W8): one seal, of the
+    # committed write's directory (the failed write never reached its commit).
+    sealed = [line for line in log.read_text().splitlines() if " sealed: " in line]
+    assert len(sealed) == 1, sealed
+    assert f"{table}/_sparkguard/markers/" in sealed[0]

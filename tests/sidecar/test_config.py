@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,12 @@ BASE = {
 def test_defaults_and_roots() -> None:
     settings = config.load_config(BASE)
     assert settings.allowed_roots == ("s3://bucket/wh", "/data/tables")
-    assert settings.flush_mode is config.FlushMode.INTERVAL
-    assert (settings.batch_interval_ms, settings.batch_threads) == (50, 20)
+    assert settings.flush_mode is config.FlushMode.ADAPTIVE
+    assert (settings.batch_size, settings.batch_interval_ms, settings.batch_threads) == (
+        24,
+        250,
+        20,
+    )
     assert settings.port == config.DEFAULT_PORT
     assert settings.token == "t"
     assert settings.storage_options == {}
@@ -64,6 +69,10 @@ def test_flags_override_environment(tmp_path: Path) -> None:
         ({"SPARKGUARD_SIDECAR_PORT": "70000"}, "out of range"),
         ({"SPARKGUARD_SIDECAR_BATCH_THREADS": "0"}, "SPARKGUARD_SIDECAR_BATCH_THREADS"),
         ({"SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS": "-5"}, "BATCH_INTERVAL_MS"),
+        (
+            {"SPARKGUARD_SIDECAR_BATCH_SIZE": "0"},
+            "SPARKGUARD_SIDECAR_BATCH_SIZE / --batch-size=0 is out of range; give a value in [1,",
+        ),
         ({"SPARKGUARD_SIDECAR_FLUSH_MODE": "sometimes"}, "use one of interval, group-commit"),
         ({"SPARKGUARD_SIDECAR_SHUTDOWN_TIMEOUT_S": "nan"}, "positive number of seconds"),
         ({"SPARKGUARD_SIDECAR_AUTH_DISABLED": "maybe"}, "not a boolean"),
@@ -128,3 +137,29 @@ def test_exit_with_process_is_off_unless_set() -> None:
         30.0,
         300.0,
     )
+
+
+def test_the_operator_and_the_chart_inject_the_sidecars_flush_defaults() -> None:
+    """The flush policy's defaults live in three places: the sidecar's own, the operator's
+    (which injects ``SPARKGUARD_SIDECAR_BATCH_INTERVAL_MS`` and ``_BATCH_THREADS`` into every
+    driver pod) and the chart's values (which set the operator's). They must agree, or the
+    injected sidecar does not run the policy that docs/benchmarks.md measured."""
+    import yaml
+
+    from sparkguard.operator import config as operator_config
+
+    defaults = {f.name: f.default for f in dataclasses.fields(config.SidecarConfig)}
+    operator = operator_config.OperatorConfig()
+    chart = Path(__file__).parents[2] / "charts" / "sparkguard" / "values.yaml"
+    values = yaml.safe_load(chart.read_text())["sidecar"]
+    assert defaults["flush_mode"] is config.FlushMode.ADAPTIVE
+    assert (
+        defaults["batch_interval_ms"],
+        operator.sidecar_batch_interval_ms,
+        values["batchIntervalMs"],
+    ) == (250, 250, 250)
+    assert (
+        defaults["batch_threads"],
+        operator.sidecar_batch_threads,
+        values["batchThreads"],
+    ) == (20, 20, 20)

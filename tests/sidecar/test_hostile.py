@@ -460,11 +460,17 @@ def test_markers_of_a_rolled_back_or_committed_instant_are_refused(
                 client.create(directory, name)
             # Not retried: the task fails at once, not at the client's deadline.
             assert not isinstance(refusal.value, lib_errors.MarkerServiceUnavailableError)
-        committed_tl.commit(committed, [])
-        with pytest.raises(
-            lib_errors.MarkerError, match=rf"HTTP 409.*instant {re.escape(committed)}"
-        ):
-            client.create(committed_dir, "part-1.parquet")
+        # The commit as the writer makes it: its read of the markers (W8) seals the directory,
+        # so a straggler is refused before the outcome exists (W9) as after, with no lookup.
+        assert client.seal(committed_dir) == {"part-0.parquet"}
+        for phase in ("between W8 and W9", "after W9"):
+            if phase == "after W9":
+                committed_tl.commit(committed, [])
+            with pytest.raises(
+                lib_errors.MarkerError, match=rf"HTTP 409.*instant {re.escape(committed)}"
+            ):
+                client.create(committed_dir, "part-1.parquet")
+        assert markers.read_marked_files(*filemanager.resolve(committed_dir)) == {"part-0.parquet"}
         assert "Traceback" not in sc.log()
         sc.assert_bounded()
     manager, path = filemanager.resolve(directory)

@@ -80,3 +80,19 @@ def test_a_rewrite_racing_the_rollbacks_delete_is_never_deleted_unread(
         assert seen == [b"a\nb\n", b"a\nb\nc\n"]
     assert not manager.exists(target)
     assert manager.list(durable_store.base) == []
+
+
+def test_a_rewrite_does_not_recreate_a_removed_directory(durable_store: Store) -> None:
+    """A rollback that deleted the last batch file removed its directory too (local disk): the
+    sidecar's next conditional rewrite fails without creating the directory again (it used to
+    leave an empty marker directory of the rolled-back instant)."""
+    manager = durable_store.manager
+    directory = paths.join(durable_store.base, "markers")
+    target = paths.join(directory, "MARKERS0")
+    first = manager.write_versioned(target, b"a\n", None)
+    manager.delete(target)
+    if manager.exists(directory):
+        manager.fs.rmdir(directory)
+    with pytest.raises(errors.VersionConflictError, match="gone"):
+        manager.write_versioned(target, b"a\nb\n", first)
+    assert not manager.exists(directory)

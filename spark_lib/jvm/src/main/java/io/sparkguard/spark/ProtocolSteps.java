@@ -160,6 +160,18 @@ final class ProtocolSteps {
     store.deleteLeftovers(new Path(table), targets);
   }
 
+  /**
+   * W8/S6, before the markers are read: the sidecar (if it keeps them) acknowledges no marker
+   * of the instant from now on, so none postdates the read (docs/sidecar.md, "The commit's
+   * seal"). Direct markers cannot be sealed.
+   */
+  static void sealMarkers(SidecarMarkerClient sidecar, Path markers) {
+    if (sidecar != null && !sidecar.seal(markerDirName(markers))) {
+      LOG.warn("sparkguard: the marker sidecar has no seal route (an older version); a straggler's"
+          + " marker for {} is acknowledged until the outcome exists", markers);
+    }
+  }
+
   /** W10/S10: delete the instant's marker directory (through the sidecar when it keeps them). */
   static void deleteMarkers(AtomicStore store, SidecarMarkerClient sidecar, Path markers)
       throws IOException {

@@ -48,7 +48,22 @@ final class SidecarMarkerClient implements Serializable {
     post("dir/delete", Map.of("markerdir", markerDir));
   }
 
+  /**
+   * Seal the marker directory before the commit reads its markers (W8): from then on the
+   * sidecar acknowledges no marker of it, so a straggler task fails before it writes its data
+   * file. Returns whether the sidecar sealed it: one older than the route answers 404, and the
+   * commit goes on as before (a straggler's marker is acknowledged until the outcome exists).
+   */
+  boolean seal(String markerDir) {
+    return post("dir/seal", Map.of("markerdir", markerDir), Set.of(404)) < 300;
+  }
+
   private void post(String route, Map<String, String> params) {
+    post(route, params, Set.of());
+  }
+
+  /** Send until a 2xx or an answer in {@code tolerated} (returned); fail on any other. */
+  private int post(String route, Map<String, String> params, Set<Integer> tolerated) {
     byte[] body;
     try {
       body = JSON.writeValueAsBytes(params);
@@ -62,8 +77,8 @@ final class SidecarMarkerClient implements Serializable {
       try {
         HttpResponse<String> response = client().send(request(route, body), HttpResponse.BodyHandlers.ofString());
         int status = response.statusCode();
-        if (status < 300) {
-          return;
+        if (status < 300 || tolerated.contains(status)) {
+          return status;
         }
         if (status == 401 && tokenFile != null && !tokenReloaded) {
           token = null;  // the secret may have been rotated: read it again, once

@@ -505,6 +505,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       // task reported (a failed attempt's names), and leftovers of all.
       Map<String, Long> sizes = new TreeMap<>();
       reported.forEach((relative, file) -> sizes.put(relative, file.size));
+      ProtocolSteps.sealMarkers(sidecar, markers);
       ProtocolSteps.verifyAndClean(store, path, markers, sizes, "the write is not committed (rerun it)");
       // W9: decide.
       List<Map<String, Object>> files = new ArrayList<>();

@@ -371,6 +371,7 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
     Path markers = timeline.markerDirectory(instant);
     try {
       // S6: reported sizes; marked names no task reported (a failed attempt's), and leftovers.
+      ProtocolSteps.sealMarkers(sidecar, markers);
       ProtocolSteps.verifyAndClean(
           store, path, markers, reported, "batch " + batchId + " is not committed");
       // The fence: a rollback that claimed this instant has deleted (or will delete) its files.
