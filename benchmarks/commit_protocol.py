@@ -2,7 +2,7 @@
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/commit_protocol.py [--quick] [--rows N]
         [--partitions P] [--rounds R] [--latency-ms MS] [--storage local|s3|hdfs|both|all]
-        [--phases] [--local-dir DIR]
+        [--phases] [--rpcs] [--prompt-close] [--local-dir DIR]
 
 The same cached DataFrame (long, int, double and string columns) is written, unchanged, by:
 
@@ -36,7 +36,10 @@ committed outcome), then deleted. The best round of each mode is compared. ``--q
 same procedure on less data (1M rows, 8 partitions instead of 3M rows, 16 partitions).
 
 Printed per mode: best time, data files, files/s, and (S3) storage requests per file with the
-operations they were. Before the last line: ``hdfs sparkguard/builtin = <h>`` (builtin time /
+operations they were, (HDFS, with ``--rpcs``) the NameNode RPCs per file by method (the
+NameNode's ``RpcDetailedActivityForPort<port>`` counters over its ``/jmx``, which it refreshes
+every 10 s: the benchmark waits 11 s before and after each write, untimed; the DataNodes' own
+RPCs left out). Before the last line: ``hdfs sparkguard/builtin = <h>`` (builtin time /
 sparkguard time on HDFS, as r below), then, with S3,
 ``requests per file: default=<a> magic=<b> sparkguard=<c>`` (every storage request of the best
 round's write, divided by its data files). Last line (one line; wrapped here):
@@ -48,8 +51,11 @@ store) prints ``n/a (<why>)`` in place of its figures.
 
 ``--phases`` splits each best time into the write's Spark job (tasks with their task commits)
 and the rest (the driver's planning, job setup and job commit), from Spark's event log.
-``--local-dir /dev/shm`` puts the local tables on tmpfs, where fsync is free: sparkguard
-publishes each file durably (fsync of the file and its directory, markers and timeline
+``--prompt-close`` gives every HDFS client of the session, builtin's too, the completion polling
+of sparkguard's own HDFS clients (``HadoopRenameAtomicStore.promptClose``: a closed file's
+``complete`` asked again after 25 ms instead of 400 ms), to separate what that setting gains
+from the rest. ``--local-dir /dev/shm`` puts the local tables on tmpfs, where fsync is free:
+sparkguard publishes each file durably (fsync of the file and its directory, markers and timeline
 likewise), Spark's default protocol fsyncs nothing.
 """
 
@@ -196,11 +202,6 @@ class HdfsStorage(Storage):
 
     name = "hdfs"
 
-    def __init__(self, cluster: hdfs.MiniHdfs) -> None:
-        self.cluster = cluster
-        self.base = "/bench"
-        self.fs = hdfs.HdfsOverWebHdfs(skip_instance_cache=True, **cluster.storage_options)
-
     def url(self, table: str) -> str:
         return self.cluster.url(self.base, table)
 
@@ -215,6 +216,73 @@ class HdfsStorage(Storage):
 
     def delete(self, table: str) -> None:
         self.fs.rm(f"{self.base}/{table}", recursive=True)
+
+    #: The NameNode's JMX answers are cached this long (Hadoop's metrics period, 10 s, + 1 s).
+    JMX_CACHE_S = 11.0
+
+    def __init__(self, cluster: hdfs.MiniHdfs, *, count_rpcs: bool = False) -> None:
+        self.cluster = cluster
+        self.base = "/bench"
+        self.fs = hdfs.HdfsOverWebHdfs(skip_instance_cache=True, **cluster.storage_options)
+        self.count_rpcs = count_rpcs
+        self.before: dict[str, int] = {}
+
+    def reset(self) -> None:
+        if self.count_rpcs:
+            time.sleep(self.JMX_CACHE_S)  # the earlier write's RPCs in the counters
+            self.before = namenode_rpcs(self.cluster)
+
+    def counts(self) -> dict[str, int]:
+        """The client RPCs the NameNode served since :meth:`reset`, by method (``op:<Method>``);
+        nothing unless ``count_rpcs`` (each read waits out the JMX cache: untimed, but slow)."""
+        if not self.count_rpcs:
+            return {}
+        time.sleep(self.JMX_CACHE_S)
+        after = namenode_rpcs(self.cluster)
+        spent = {m: n - self.before.get(m, 0) for m, n in after.items()}
+        counts = {f"op:{m}": n for m, n in spent.items() if n > 0}
+        counts["total"] = sum(spent.values())
+        return counts
+
+
+#: The DataNodes' own RPCs to the NameNode (heartbeats, block reports): not the write's.
+DATANODE_RPCS = frozenset(
+    {
+        "SendHeartbeat",
+        "BlockReceivedAndDeleted",
+        "BlockReport",
+        "CacheReport",
+        "VersionRequest",
+        "RegisterDatanode",
+        "ErrorReport",
+        "SendLifeline",
+    }
+)
+
+
+def namenode_rpcs(cluster: hdfs.MiniHdfs) -> dict[str, int]:
+    """The NameNode's RPC counters by method (its ``RpcDetailedActivityForPort<port>`` bean over
+    the HTTP port's ``/jmx``), without the DataNodes' own RPCs: every NameNode operation the
+    write's clients made, driver and tasks alike."""
+    import urllib.request
+
+    port = cluster.uri.rsplit(":", 1)[1]
+    bean = f"Hadoop:service=NameNode,name=RpcDetailedActivityForPort{port}"
+    url = f"http://127.0.0.1:{cluster.http_port}/jmx?qry={bean}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        beans = json.load(answer)["beans"]
+    counts: dict[str, int] = {}
+    for key, value in (beans[0] if beans else {}).items():
+        method = key[: -len("NumOps")]
+        # Overall<Method> counts the same calls again (with their queue time); "(external)"
+        # is no method of the client protocol.
+        if (
+            key.endswith("NumOps")
+            and method not in DATANODE_RPCS
+            and not method.startswith(("Overall", "("))
+        ):
+            counts[method] = int(value)
+    return counts
 
 
 class S3Storage(Storage):
@@ -313,6 +381,19 @@ def main() -> int:
         "(driver: planning, job setup, job commit), from Spark's event log",
     )
     parser.add_argument(
+        "--rpcs",
+        action="store_true",
+        help="count the NameNode's RPCs of each HDFS write by method (from its JMX counters, "
+        "which it caches 10 s: waits 11 s before and after each write, untimed)",
+    )
+    parser.add_argument(
+        "--prompt-close",
+        action="store_true",
+        help="give every HDFS client of the session (builtin's too) the prompt completion polling "
+        "sparkguard's own clients use (dfs.client.block.write.locateFollowingBlock.initial."
+        "delay.ms=25, .retries=10): what sparkguard gains beyond that setting",
+    )
+    parser.add_argument(
         "--local-dir",
         help="where the local tables go (default: the system temp dir); e.g. /dev/shm, where "
         "fsync costs nothing, to see what durable publication costs on disk",
@@ -342,11 +423,22 @@ def main() -> int:
             proxied = servers.enter_context(proxied_s3(latency_ms=args.latency_ms, write_rate=3500))
             stores["s3"] = S3Storage(proxied, proxied.s3.create_bucket())
         if "hdfs" in storages:
-            stores["hdfs"] = HdfsStorage(servers.enter_context(hdfs.run_mini_hdfs()))
+            cluster = servers.enter_context(hdfs.run_mini_hdfs())
+            stores["hdfs"] = HdfsStorage(cluster, count_rpcs=args.rpcs)
         return run(args, rows, partitions, jars, stores)
 
 
-def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | None) -> Any:
+#: ``--prompt-close``: the HDFS client settings of sparkguard's own clients
+#: (``HadoopRenameAtomicStore.promptClose``), for every client of the session.
+PROMPT_CLOSE = {
+    "spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "25",
+    "spark.hadoop.dfs.client.block.write.locateFollowingBlock.retries": "10",
+}
+
+
+def build_session(
+    jars: list[str], stores: dict[str, Storage], event_dir: str | None, *, prompt_close: bool
+) -> Any:
     from pyspark.sql import SparkSession
 
     builder = (
@@ -378,6 +470,8 @@ def build_session(jars: list[str], stores: dict[str, Storage], event_dir: str | 
     if isinstance(on_hdfs, HdfsStorage):
         for key, value in on_hdfs.cluster.spark_conf().items():
             builder = builder.config(key, value)
+        for key, value in PROMPT_CLOSE.items() if prompt_close else ():
+            builder = builder.config(key, value)
     s3 = stores.get("s3")
     if isinstance(s3, S3Storage):
         prefix = "spark.hadoop.fs.s3a."
@@ -407,7 +501,7 @@ def run(
     stores: dict[str, Storage],
 ) -> int:
     event_dir = f"{tempfile.mkdtemp(prefix='sg-bench-events-')}/events" if args.phases else None
-    spark = build_session(jars, stores, event_dir)
+    spark = build_session(jars, stores, event_dir, prompt_close=args.prompt_close)
     df = spark.range(0, rows, numPartitions=partitions).selectExpr(
         "id",
         "cast(id % 1000 as int) as a",
@@ -494,7 +588,12 @@ def first_line(exc: BaseException) -> str:
 
 def ops(counts: dict[str, int]) -> str:
     """The requests by S3 operation, e.g. ``(HEAD 40 LIST 30 PUT 8)``."""
-    named = (f"{o} {counts[f'op:{o}']}" for o in OPERATIONS if counts.get(f"op:{o}"))
+    named = [f"{o} {counts[f'op:{o}']}" for o in OPERATIONS if counts.get(f"op:{o}")]
+    others = sorted(
+        (k for k in counts if k.startswith("op:") and k[3:] not in OPERATIONS),
+        key=lambda k: (-counts[k], k),
+    )  # the NameNode's methods (HDFS)
+    named += (f"{k[3:]} {counts[k]}" for k in others)
     return "(" + " ".join(named) + ")"
 
 
@@ -558,13 +657,16 @@ def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> 
         counts = result.requests[i]
         if counts:
             totals = sorted({c.get("total", 0) for c in result.requests})
+            what = "NameNode RPCs" if store == "hdfs" else "storage requests"
+            throttled = "" if store == "hdfs" else f"; throttled {counts.get('throttled', 0)}"
             line += (
-                f"\n        {counts.get('total', 0) / files:.1f} storage requests per file "
+                f"\n        {counts.get('total', 0) / files:.1f} {what} per file "
                 f"({counts.get('total', 0)} in the best round; all rounds "
-                f"{totals[0]}-{totals[-1]}; throttled {counts.get('throttled', 0)})"
-                f"\n        by operation {ops(counts)}, by key: "
-                + ", ".join(f"{c} {counts.get(c, 0)}" for c in CATEGORIES)
+                f"{totals[0]}-{totals[-1]}{throttled})"
+                f"\n        by operation {ops(counts)}"
             )
+            if any(c in counts for c in CATEGORIES):
+                line += ", by key: " + ", ".join(f"{c} {counts.get(c, 0)}" for c in CATEGORIES)
         print(line)
 
     def ratio(num: tuple[str, str], den: tuple[str, str], suffix: str) -> str:

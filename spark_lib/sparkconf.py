@@ -38,10 +38,11 @@ CHECKPOINT_MANAGER_CLASS: Final = "io.sparkguard.spark.SparkguardCheckpointFileM
 CHECKPOINT_MANAGER_KEY: Final = "spark.sql.streaming.checkpointFileManagerClass"
 JARS_KEY: Final = "spark.jars"
 #: The filesystems the protocol's tasks open their data files through (``sg-s3a://``: S3A's
-#: per-file create without the existence probes; both: the written length and rows recorded).
+#: per-file create without the existence probes; all three: the written length and rows recorded).
 OWNED_FS: Final = {
     "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
     "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
+    "spark.hadoop.fs.sg-hdfs.impl": "io.sparkguard.spark.OwnedHdfsFileSystem",
 }
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"

@@ -30,6 +30,7 @@ def test_direct_markers_by_default() -> None:
         "spark.sparkguard.markers.type": "DIRECT",
         "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
         "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
+        "spark.hadoop.fs.sg-hdfs.impl": "io.sparkguard.spark.OwnedHdfsFileSystem",
     }
 
 
@@ -58,6 +59,7 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
         "spark.sparkguard.journal": "s3://b/journal",
         "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
         "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
+        "spark.hadoop.fs.sg-hdfs.impl": "io.sparkguard.spark.OwnedHdfsFileSystem",
     }
 
 
@@ -143,7 +145,7 @@ def test_args_format_is_conf_lines_for_spark_submit(capsys: pytest.CaptureFixtur
     assert code == 0
     assert "Traceback" not in err  # stderr: only the note that no journal was given
     words = shlex.split(out)  # what a shell makes of it
-    assert words[0::2] == ["--conf"] * 9
+    assert words[0::2] == ["--conf"] * 10
     assert dict(w.split("=", 1) for w in words[1::2]) == sparkconf.build_spark_conf(
         "j-1", markers="sidecar", endpoint="http://{driverHost}:8765"
     )

@@ -50,6 +50,7 @@ def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
         # the tasks' data files through the owned filesystems (spark_lib/jvm/README.md)
         "spark.hadoop.fs.sg-s3a.impl": "io.sparkguard.spark.OwnedFileSystem",
         "spark.hadoop.fs.sg-file.impl": "io.sparkguard.spark.OwnedLocalFileSystem",
+        "spark.hadoop.fs.sg-hdfs.impl": "io.sparkguard.spark.OwnedHdfsFileSystem",
     }
     assert out["metadata"]["annotations"][appmeta.JOB_ID] == "jobs.nightly"
 

@@ -49,10 +49,15 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  *       file it closes). The commit still checks every reported size against the store (W7).
  * </ul>
  *
- * <p>Found by Hadoop through its {@code fs.sg-s3a.impl} setting ({@code sparkguard spark-conf}
- * sets {@code spark.hadoop.fs.sg-s3a.impl}) or the jar's {@code META-INF/services} entry. When
- * neither resolves on the driver, the protocol writes plain {@code s3a://} paths as before
- * ({@link #available}).
+ * <p>On rename stores the tasks write their temp files through it too ({@link
+ * OwnedLocalFileSystem}, {@code sg-file://}; {@link OwnedHdfsFileSystem}, {@code sg-hdfs://},
+ * whose HDFS client is its own, polling a closed file's completion promptly: {@link
+ * HadoopRenameAtomicStore#promptClose}), for the record of the written length and rows.
+ *
+ * <p>Found by Hadoop through its {@code fs.sg-<scheme>.impl} setting ({@code sparkguard
+ * spark-conf} sets {@code spark.hadoop.fs.sg-s3a.impl}, {@code sg-file}, {@code sg-hdfs}) or the
+ * jar's {@code META-INF/services} entries. When neither resolves on the driver, the protocol
+ * writes plain paths as before ({@link #available}).
  */
 public class OwnedFileSystem extends FileSystem {
   /** The scheme prefix: {@code sg-<scheme>} is {@code <scheme>} with owned creates. */
@@ -61,6 +66,8 @@ public class OwnedFileSystem extends FileSystem {
   static final String S3A_SCHEME = PREFIX + "s3a";
   /** The scheme {@link OwnedLocalFileSystem} registers under by {@code META-INF/services}. */
   static final String LOCAL_SCHEME = PREFIX + "file";
+  /** The scheme {@link OwnedHdfsFileSystem} registers under by {@code META-INF/services}. */
+  static final String HDFS_SCHEME = PREFIX + "hdfs";
   /** S3A's per-file option: create without the existence and parent probes. */
   static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
   /** How much of a stream's end is kept to read a Parquet footer from. */
@@ -79,6 +86,8 @@ public class OwnedFileSystem extends FileSystem {
   private URI uri;
   private String innerScheme;
   private FileSystem inner;
+  /** True when {@link #inner} is this instance's own (not Hadoop's cached one): closed with it. */
+  private boolean ownsInner;
   private Path workingDir;
 
   /** What a closed stream wrote: its length, and its rows ({@code -1}: not known). */
@@ -121,7 +130,15 @@ public class OwnedFileSystem extends FileSystem {
     innerScheme = scheme.substring(PREFIX.length());
     String authority = name.getAuthority() == null ? "" : name.getAuthority();
     uri = URI.create(scheme + "://" + (authority.isEmpty() ? "/" : authority));
-    inner = FileSystem.get(URI.create(innerScheme + "://" + authority + "/"), conf);
+    URI innerUri = URI.create(innerScheme + "://" + authority + "/");
+    if ("hdfs".equals(innerScheme)) {
+      // A client of its own (closed with this one), which polls a closed file's completion
+      // promptly (HadoopRenameAtomicStore#promptClose); Hadoop's cached one keeps its settings.
+      inner = FileSystem.newInstance(innerUri, HadoopRenameAtomicStore.promptClose(conf));
+      ownsInner = true;
+    } else {
+      inner = FileSystem.get(innerUri, conf);
+    }
     workingDir = owned(inner.getWorkingDirectory());
     setConf(conf);
   }
@@ -188,6 +205,17 @@ public class OwnedFileSystem extends FileSystem {
   @Override
   public URI getUri() {
     return uri;
+  }
+
+  @Override
+  public void close() throws IOException {
+    try {
+      super.close();
+    } finally {
+      if (ownsInner) {
+        inner.close();
+      }
+    }
   }
 
   @Override

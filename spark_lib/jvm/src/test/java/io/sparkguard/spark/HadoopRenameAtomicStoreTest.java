@@ -173,4 +173,25 @@ class HadoopRenameAtomicStoreTest {
     assertFalse(store.putIfAbsent(path("x"), "y".getBytes(StandardCharsets.UTF_8)));
     assertEquals("x", read(path("x")));
   }
+
+  @Test
+  void itsOwnHdfsClientsPollACompletedCloseSoonerUnlessTheUserChose() {
+    Configuration plain = new Configuration();
+    Configuration prompt = HadoopRenameAtomicStore.promptClose(plain);
+    assertEquals(25, prompt.getInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, -1));
+    assertEquals(10, prompt.getInt(HadoopRenameAtomicStore.CLOSE_RETRIES_KEY, -1));
+    // At least the patience of HDFS's defaults (400 ms doubling, 5 retries: 12.4 s).
+    assertTrue(25L * ((1L << 10) - 1) >= 400L * ((1L << 5) - 1));
+    assertFalse("25".equals(plain.get(HadoopRenameAtomicStore.CLOSE_DELAY_KEY)), "a copy");
+    // The store's own FileContext (its put-if-absent files) is opened with it.
+    assertEquals(25, ((HadoopRenameAtomicStore) store).conf()
+        .getInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, -1));
+
+    Configuration chosen = new Configuration();
+    chosen.setInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, 1000);
+    chosen.setInt(HadoopRenameAtomicStore.CLOSE_RETRIES_KEY, 3);
+    Configuration kept = HadoopRenameAtomicStore.promptClose(chosen);
+    assertEquals(1000, kept.getInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, -1));
+    assertEquals(3, kept.getInt(HadoopRenameAtomicStore.CLOSE_RETRIES_KEY, -1));
+  }
 }

@@ -141,6 +141,21 @@ class OwnedFileSystemTest {
   }
 
   @Test
+  void theJarRegistersAnOwnedSchemePerStoreWithoutAnySetting() throws IOException {
+    // Hadoop's service loader asks a fresh instance for its scheme: one class per scheme.
+    Configuration plain = new Configuration();
+    assertEquals(OwnedFileSystem.class, FileSystem.getFileSystemClass("sg-s3a", plain));
+    assertEquals(OwnedLocalFileSystem.class, FileSystem.getFileSystemClass("sg-file", plain));
+    assertEquals(OwnedHdfsFileSystem.class, FileSystem.getFileSystemClass("sg-hdfs", plain));
+    assertEquals("sg-hdfs", new OwnedHdfsFileSystem().getScheme());
+    assertTrue(OwnedFileSystem.available(new Path("hdfs://namenode:8020/t"), plain));
+    Path temp = new Path("hdfs://namenode:8020/t/p=1/.part-00000.parquet.sg-tmp-0123456789ab");
+    assertEquals("sg-hdfs://namenode:8020/t/p=1/.part-00000.parquet.sg-tmp-0123456789ab",
+        OwnedFileSystem.owned(temp).toString());
+    assertEquals(OwnedFileSystem.key(temp), OwnedFileSystem.key(OwnedFileSystem.owned(temp)));
+  }
+
+  @Test
   void pathsMapBothWays() {
     Path real = new Path(URI.create("s3a://bucket/table/p=1/part-00000.parquet"));
     assertEquals("sg-s3a://bucket/table/p=1/part-00000.parquet", OwnedFileSystem.owned(real).toString());
