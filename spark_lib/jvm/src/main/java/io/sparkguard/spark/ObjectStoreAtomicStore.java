@@ -261,7 +261,12 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    * second LIST to learn whether the path is a file; a raw listing learns absence from the
    * listing itself. S3's listings are strongly consistent (a LIST after a PUT or DELETE sees it).
    */
-  private static final class RawLister {
+  /** One page of a listing of the keys under {@code prefix}: see {@link RawLister#page}. */
+  interface PageSource {
+    Page page(String prefix, String startAfter, String token, int maxKeys) throws IOException;
+  }
+
+  private static final class RawLister implements PageSource {
     private final Object client;
     private final String bucket;
     private final java.lang.reflect.Method builder;
@@ -307,7 +312,9 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
      * One page: the objects whose keys start with {@code prefix}, after {@code startAfter}
      * (a full key, or null), or from {@code token} (a continuation, or null).
      */
-    Page page(String prefix, String startAfter, String token, int maxKeys) throws IOException {
+    @Override
+    public Page page(String prefix, String startAfter, String token, int maxKeys)
+        throws IOException {
       try {
         Object b = builder.invoke(null);
         builderType.getMethod("bucket", String.class).invoke(b, bucket);
@@ -344,7 +351,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   /** A page of a raw listing: full keys, and the continuation token when there is more. */
-  private record Page(List<Listed> objects, String next) {}
+  record Page(List<Listed> objects, String next) {}
 
   /** The largest page S3 returns. */
   static final int PAGE_KEYS = 1000;
@@ -362,7 +369,14 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
     if (lister == null) {
       return null;
     }
-    String prefix = key(dir) + "/";
+    return listSkipping(lister, key(dir) + "/", skip);
+  }
+
+  /** {@link #listSkipping(Path, java.util.function.UnaryOperator)} of the keys under {@code
+   * prefix} (ending with {@code /}) as {@code source} pages them. */
+  static List<Listed> listSkipping(PageSource source, String prefix,
+      java.util.function.UnaryOperator<String> skip) throws IOException {
+    PageSource lister = source;
     List<Listed> found = new ArrayList<>();
     String startAfter = null;
     String token = null;
@@ -396,6 +410,32 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
         startAfter = null;
       }
     }
+  }
+
+  /**
+   * The sizes of {@code names} (in the directory whose key prefix is {@code dir}) that one page
+   * listed from just before the first of them: -1 for a name the page's range covers but does
+   * not hold (absent); no entry for a name beyond the page (the caller asks for it otherwise).
+   */
+  static Map<String, Long> listedSizes(PageSource source, String dir,
+      java.util.SortedSet<String> names) throws IOException {
+    String first = names.first();
+    Page page = source.page(dir, dir + first.substring(0, first.length() - 1), null, PAGE_KEYS);
+    String through = page.next() == null || page.objects().isEmpty() ? null
+        : page.objects().get(page.objects().size() - 1).name().substring(dir.length());
+    Map<String, Long> sizes = new java.util.HashMap<>();
+    for (Listed object : page.objects()) {
+      String name = object.name().substring(dir.length());
+      if (names.contains(name)) {
+        sizes.put(name, object.size());
+      }
+    }
+    for (String name : names) {
+      if (!sizes.containsKey(name) && (through == null || name.compareTo(through) <= 0)) {
+        sizes.put(name, -1L);  // within the listed range and not there: absent
+      }
+    }
+    return sizes;
   }
 
   /** Every file under {@code dir}: one raw LIST per page where possible (no probes). */
@@ -446,27 +486,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
     }
     List<String> dirs = new ArrayList<>(byDir.keySet());
     List<Map<String, Long>> listed = Concurrently.map(dirs, PARALLEL_REQUESTS,
-        "sparkguard-sizes", dir -> {
-          java.util.TreeSet<String> names = byDir.get(dir);
-          String first = names.first();
-          Page page = lister.page(dir, dir + first.substring(0, first.length() - 1), null,
-              PAGE_KEYS);
-          String through = page.next() == null || page.objects().isEmpty() ? null
-              : page.objects().get(page.objects().size() - 1).name().substring(dir.length());
-          Map<String, Long> sizes = new java.util.HashMap<>();
-          for (Listed object : page.objects()) {
-            String name = object.name().substring(dir.length());
-            if (names.contains(name)) {
-              sizes.put(name, object.size());
-            }
-          }
-          for (String name : names) {
-            if (!sizes.containsKey(name) && (through == null || name.compareTo(through) <= 0)) {
-              sizes.put(name, -1L);  // within the listed range and not there: absent
-            }
-          }
-          return sizes;
-        });
+        "sparkguard-sizes", dir -> listedSizes(lister, dir, byDir.get(dir)));
     long[] result = new long[paths.size()];
     List<Integer> unknown = new ArrayList<>();
     for (int i = 0; i < paths.size(); i++) {

@@ -195,6 +195,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
             if (!exists) {
               return Snapshots.load(store, table, listed.timeline, List.of(), List.of());
             }
+            if (listed.snapshotsAfterTimeline) {
+              return Snapshots.load(store, table, listed.timeline, listed.snapshots, listed.archive);
+            }
             TableListing after = TableListing.list(store, table, settings.jobId());
             return Snapshots.load(store, table, listed.timeline, after.snapshots, after.archive);
           });

@@ -23,7 +23,9 @@ import org.apache.hadoop.fs.Path;
  *       existence ({@code createdLocation}), C0's known instants, O4 (W1's fence), C2's current
  *       claim, W1's rerun check over the hot timeline, and whether compaction is due;
  *   <li>a second listing, after the first (its snapshot part must not precede the hot listing,
- *       "Reading with snapshots"), for the rerun check's archived part, when it is reached;
+ *       "Reading with snapshots"), for the rerun check's archived part, when it is reached: on
+ *       S3 only, where the one listing reads {@code snapshots/} before {@code timeline/} (key
+ *       order); the listings per directory read the timeline first, so the first serves;
  *   <li>C4's confirmation, after the {@code .inflight}: a fresh listing each poll, which answers
  *       both whether claim n+1 exists and which instants of the job are in the timeline.
  * </ul>
@@ -44,9 +46,16 @@ final class TableListing {
   final boolean streams;
   /** Whether anything at all is under {@code _sparkguard/} (markers included). */
   final boolean any;
+  /**
+   * Whether {@code snapshots/} (and {@code archive/}) were listed after {@code timeline/}
+   * finished, as {@link Snapshots#load} needs them: true for the listings per directory; false
+   * for the one S3 listing, where {@code snapshots/} precedes {@code timeline/} in key order.
+   */
+  final boolean snapshotsAfterTimeline;
 
   private TableListing(List<String> timeline, List<String> claims, List<String> snapshots,
-      List<String> archive, boolean streams, boolean any) {
+      List<String> archive, boolean streams, boolean any, boolean snapshotsAfterTimeline) {
+    this.snapshotsAfterTimeline = snapshotsAfterTimeline;
     this.timeline = timeline;
     this.claims = claims;
     this.snapshots = snapshots;
@@ -80,20 +89,8 @@ final class TableListing {
     if (inner instanceof ObjectStoreAtomicStore objects) {
       String ownDir = "owners/" + jobId + "/";
       boolean[] marked = new boolean[2];  // [0]: markers seen, [1]: streams seen
-      List<ObjectStoreAtomicStore.Listed> listed = objects.listSkipping(dir, name -> {
-        if (name.startsWith("markers/")) {
-          marked[0] = true;
-          return "markers0";  // '0' follows '/': past every markers/ key
-        }
-        if (name.startsWith("streams/")) {
-          marked[1] = true;
-          return "streams0";
-        }
-        if (name.startsWith("owners/") && !name.startsWith(ownDir)) {
-          return name.compareTo(ownDir) < 0 ? ownDir : "owners0";
-        }
-        return null;
-      });
+      List<ObjectStoreAtomicStore.Listed> listed =
+          objects.listSkipping(dir, name -> skip(jobId, name, marked));
       if (listed != null) {
         if (store != inner) {
           ((CountingAtomicStore) store).countListing(dir, listed.size());
@@ -115,7 +112,7 @@ final class TableListing {
           }
         }
         return new TableListing(timeline, claims, snapshots, archive, marked[1],
-            marked[0] || marked[1] || !listed.isEmpty());
+            marked[0] || marked[1] || !listed.isEmpty(), false);
       }
     }
     // The claims, then the timeline, then the snapshots (after the timeline: the order
@@ -124,14 +121,37 @@ final class TableListing {
     List<String> timeline = store.listFiles(new Path(dir, "timeline"));
     if (!full) {
       return new TableListing(timeline, claims, List.of(), List.of(), false,
-          !timeline.isEmpty() || !claims.isEmpty());
+          !timeline.isEmpty() || !claims.isEmpty(), false);
     }
     List<String> snapshots = store.listFiles(new Path(dir, "snapshots"));
     List<String> archive = store.listFiles(new Path(dir, "archive"));
     boolean streams = !store.listFiles(new Path(dir, "streams")).isEmpty();
     boolean any = !timeline.isEmpty() || !claims.isEmpty() || !snapshots.isEmpty()
         || !archive.isEmpty() || streams;
-    return new TableListing(timeline, claims, snapshots, archive, streams, any);
+    return new TableListing(timeline, claims, snapshots, archive, streams, any, true);
+  }
+
+  /**
+   * Where the one listing of {@code _sparkguard/} jumps to from {@code name}: past {@code
+   * markers/} (no check before the {@code .inflight} reads other instants' markers), past
+   * {@code streams/} once it is known to hold something, and over other jobs' owner claims;
+   * null for a name the checks read. {@code seen[0]}/{@code seen[1]}: a marker/a stream file
+   * was seen.
+   */
+  static String skip(String jobId, String name, boolean[] seen) {
+    String ownDir = "owners/" + jobId + "/";
+    if (name.startsWith("markers/")) {
+      seen[0] = true;
+      return "markers0";  // '0' follows '/': past every markers/ key
+    }
+    if (name.startsWith("streams/")) {
+      seen[1] = true;
+      return "streams0";
+    }
+    if (name.startsWith("owners/") && !name.startsWith(ownDir)) {
+      return name.compareTo(ownDir) < 0 ? ownDir : "owners0";
+    }
+    return null;
   }
 
   /** The names of {@code timeline/} files directly in it (no temp or nested files). */
