@@ -51,6 +51,8 @@ import org.apache.hadoop.fs.Path;
  */
 public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   private static final long serialVersionUID = 1L;
+  private static final org.slf4j.Logger LOG =
+      org.slf4j.LoggerFactory.getLogger(ObjectStoreAtomicStore.class);
 
   /** The create option (hadoop-common {@code Options.CreateFileOptionKeys}) and capability. */
   static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
@@ -369,7 +371,22 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
     if (lister == null) {
       return null;
     }
-    return listSkipping(lister, key(dir) + "/", skip);
+    try {
+      return listSkipping(lister, key(dir) + "/", skip);
+    } catch (IOException e) {
+      return rawFailed(dir, e);
+    }
+  }
+
+  /**
+   * A raw listing failed (the SDK's own retries are S3A's request settings, not its retry
+   * policy; an auditor may refuse requests outside S3A's spans): the caller falls back to the
+   * {@code FileSystem} API for this call, which retries as S3A does, or fails with S3A's error.
+   */
+  private static <T> T rawFailed(Path dir, IOException e) {
+    LOG.warn("sparkguard: a raw listing of {} failed ({}); listing through S3A instead", dir,
+        e.toString());
+    return null;
   }
 
   /** {@link #listSkipping(Path, java.util.function.UnaryOperator)} of the keys under {@code
@@ -461,7 +478,11 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
     if (lister == null) {
       return null;
     }
-    return !lister.page(key(dir) + "/", null, null, 1).objects().isEmpty();
+    try {
+      return !lister.page(key(dir) + "/", null, null, 1).objects().isEmpty();
+    } catch (IOException e) {
+      return rawFailed(dir, e);
+    }
   }
 
   /**
@@ -485,8 +506,14 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
           .add(path.getName());
     }
     List<String> dirs = new ArrayList<>(byDir.keySet());
-    List<Map<String, Long>> listed = Concurrently.map(dirs, PARALLEL_REQUESTS,
-        "sparkguard-sizes", dir -> listedSizes(lister, dir, byDir.get(dir)));
+    List<Map<String, Long>> listed;
+    try {
+      listed = Concurrently.map(dirs, PARALLEL_REQUESTS,
+          "sparkguard-sizes", dir -> listedSizes(lister, dir, byDir.get(dir)));
+    } catch (IOException e) {
+      rawFailed(paths.get(0).getParent(), e);
+      return super.sizes(paths);
+    }
     long[] result = new long[paths.size()];
     List<Integer> unknown = new ArrayList<>();
     for (int i = 0; i < paths.size(); i++) {

@@ -166,7 +166,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       // C0's known instants, O4's fence (W1), C2's current claim, W1's rerun check over the hot
       // timeline and whether compaction will be due. Nothing is written before it.
       Path table = new Path(path);
-      TableListing listed = TableListing.list(store, table, settings.jobId());
+      final TableListing listed0 = TableListing.list(store, table, settings.jobId());
+      TableListing listed = listed0;
       boolean exists = locationExists(listed);
       if (!exists) {
         extra.put(CREATED_LOCATION, true);
@@ -174,7 +175,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       hotAtSetup = listed.decidedHot() + listed.undecided();
       // What the O4 check decides on: an instant of another owner not in here appeared after it.
       java.util.Set<String> known = OwnerClaims.filesOf(listed.timeline, settings.jobId()).keySet();
-      fenceEarlierAttempts(listed.timeline);
+      if (!fenceEarlierAttempts(listed.timeline)) {
+        // An earlier attempt of this owner was decided between the listing and its claim (its
+        // driver, still alive, committed it): the rerun check below must see that outcome, as
+        // it did when it listed the timeline after the fence. List again.
+        listed = TableListing.list(store, table, settings.jobId());
+      }
+      TableListing state = listed;
       OwnerClaims.Guard guard = OwnerClaims.guard(
           store, timeline(), settings.jobId(), settings.owner(), known, listed.claims);
       extra.put("ownerClaim", guard.claim().epoch());
@@ -191,15 +198,15 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       // listing ("Reading with snapshots"): a second listing, unless the location was empty
       // after the first (the existence check came after it, so no snapshot can be missed).
       String committed = timeline().committedWrite(settings.jobId(), write, microBatch,
-          listed.timeline, () -> {
-            if (!exists) {
-              return Snapshots.load(store, table, listed.timeline, List.of(), List.of());
+          state.timeline, () -> {
+            if (!exists && state == listed0) {
+              return Snapshots.load(store, table, state.timeline, List.of(), List.of());
             }
-            if (listed.snapshotsAfterTimeline) {
-              return Snapshots.load(store, table, listed.timeline, listed.snapshots, listed.archive);
+            if (state.snapshotsAfterTimeline) {
+              return Snapshots.load(store, table, state.timeline, state.snapshots, state.archive);
             }
             TableListing after = TableListing.list(store, table, settings.jobId());
-            return Snapshots.load(store, table, listed.timeline, after.snapshots, after.archive);
+            return Snapshots.load(store, table, state.timeline, after.snapshots, after.archive);
           });
       if (committed != null && !settings.rewriteOnRerun()) {
         // W1: write n of this job already committed (a rerun): the tasks write to local scratch
@@ -265,9 +272,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    * names); one of this owner (an earlier attempt) is claimed as rolled back, so it can never
    * commit. Deleting its files is left to {@code sparkguard rollback} (the operator's rollback
    * initContainer runs it before every driver start); the rerun rewrites the same names anyway.
+   * False when one of them was decided by someone else since {@code listedTimeline} was taken.
    */
-  private void fenceEarlierAttempts(List<String> listedTimeline) throws IOException {
+  private boolean fenceEarlierAttempts(List<String> listedTimeline) throws IOException {
     Timeline timeline = timeline();
+    boolean allClaimed = true;
     List<String> undecided = Timeline.undecided(settings.jobId(), listedTimeline);
     for (String other : undecided) {
       String owner = timeline.ownerOf(other);
@@ -284,8 +293,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       if (timeline.claimRollback(own)) {
         LOG.warn("sparkguard: claimed earlier undecided write {} of job {} on {} as rolled back;"
             + " 'sparkguard rollback' deletes its files", own, settings.jobId(), path);
+      } else {
+        allClaimed = false;  // decided since the listing
       }
     }
+    return allClaimed;
   }
 
   private String tableUrl() {
