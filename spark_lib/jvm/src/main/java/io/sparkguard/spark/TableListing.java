@@ -31,7 +31,9 @@ import org.apache.hadoop.fs.Path;
  * </ul>
  *
  * <p>Each listing is a snapshot of when it was taken, like the separate listings it replaces
- * (which were each taken at their own moment, with no write of this writer in between).
+ * (which were each taken at their own moment, with no write of this writer in between, but for
+ * the fence's claims of this owner's earlier instants: when one loses, the protocol lists again
+ * before the rerun check).
  */
 final class TableListing {
   /** Names in {@code timeline/}, sorted. */
