@@ -224,7 +224,10 @@ def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
 ) -> None:
     # The tasks open their files as sg-s3a:// (OwnedFileSystem): S3A's per-file performance
     # create, no HEAD/LIST probe of the name, and the length and rows come from the stream, so
-    # until the commit decides, each data key sees its upload and the commit's W7 check only.
+    # until the commit decides, each data key sees its upload only: the commit's W7 check
+    # reads the sizes from one LIST of the table's directory (from just before its first name),
+    # not a HEAD per file. The driver's state checks make no S3A existence probe (HEAD, or a
+    # LIST with a delimiter) under _sparkguard/, and list it at most twice before the .inflight.
     from tests.jvm import test_checkpoint_manager as counting
 
     bucket = s3_server.create_bucket()
@@ -245,9 +248,34 @@ def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
     before = log[:outcome]
     for name in NAMES:
         on_key = [r["method"] for r in before if r["path"] == f"/{bucket}/q/{name}"]
-        assert on_key == ["PUT", "HEAD"], (name, on_key)  # the task's upload, then W7's HEAD
+        assert on_key == ["PUT"], (name, on_key)  # the task's upload; W7 lists (below)
         probes = [r for r in before if f"prefix=q/{name}" in urllib.parse.unquote(r["query"])]
         assert probes == [], (name, probes)
+    last_upload = max(
+        i for i, r in enumerate(before) if r["method"] == "PUT" and r["path"].endswith(".parquet")
+    )
+    queries = [urllib.parse.parse_qs(r["query"], keep_blank_values=True) for r in before]
+    w7 = [
+        q for r, q in zip(before[last_upload:], queries[last_upload:], strict=True)
+        if r["method"] == "GET" and q.get("prefix") == ["q/"] and "uploads" not in q
+    ]  # fmt: skip
+    assert len(w7) == 1, w7
+    assert w7[0]["start-after"][0] <= f"q/{NAMES[0]}", w7
+    state = [
+        (r["method"], q)
+        for r, q in zip(before, queries, strict=True)
+        if "/q/_sparkguard/" in r["path"] or q.get("prefix", [""])[0].startswith("q/_sparkguard")
+    ]  # fmt: skip
+    assert [m for m, _ in state if m == "HEAD"] == [], "an existence probe"
+    assert [q for m, q in state if "delimiter" in q] == [], "an S3A listStatus probe"
+    inflight = next(
+        i for i, r in enumerate(log) if r["method"] == "PUT" and r["path"].endswith(".inflight")
+    )
+    opening = [
+        q for r, q in zip(log[:inflight], queries[:inflight], strict=False)
+        if r["method"] == "GET" and q.get("prefix") == ["q/_sparkguard/"]
+    ]  # fmt: skip
+    assert 1 <= len(opening) <= 2, opening
     # The sizes and rows the streams recorded are the objects' and the footers' (250 rows each).
     client = s3_server.client()
     key = next(k for k in _keys(s3_server, bucket, "q/_sparkguard/timeline/") if "outcome" in k)

@@ -71,8 +71,22 @@ final class Compactor {
    * (not 0) settled uncovered instants are hot. Never throws: an error is logged as a warning.
    */
   static void afterCommit(AtomicStore store, Path table, ProtocolSettings settings) {
+    afterCommit(store, table, settings, -1);
+  }
+
+  /**
+   * {@link #afterCommit(AtomicStore, Path, ProtocolSettings)} knowing {@code atMost}: how many
+   * decided hot instants there can be now, counted from a listing the write made at its start
+   * (every instant then, plus its own), or -1 when unknown. Below the threshold nothing is
+   * listed: compaction is not due (a write opened and decided since that listing is counted by
+   * the next commit, which compacts then).
+   */
+  static void afterCommit(AtomicStore store, Path table, ProtocolSettings settings, int atMost) {
     if (settings.snapshotEvery() <= 0) {
       return;
+    }
+    if (settings.snapshotEvery() > 1 && atMost >= 0 && atMost < settings.snapshotEvery()) {
+      return;  // the run would stop at BELOW_THRESHOLD: spare its two listings
     }
     try {
       new Compactor(store, table).run(settings.snapshotEvery(), settings.archiveRetentionDays());

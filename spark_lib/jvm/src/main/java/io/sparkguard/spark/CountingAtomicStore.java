@@ -77,6 +77,17 @@ public final class CountingAtomicStore implements AtomicStore {
     BUCKETS.clear();
   }
 
+  /** The store it counts for. */
+  AtomicStore inner() {
+    return inner;
+  }
+
+  /** One listing of {@code dir} that returned {@code names} names, made on {@link #inner()}. */
+  void countListing(Path dir, int names) {
+    count(dir, false);
+    listed(names);
+  }
+
   @Override
   public boolean putIfAbsent(Path path, byte[] data) throws IOException {
     count(path, true);

@@ -6,6 +6,7 @@ import java.io.InterruptedIOException;
 import java.net.URI;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
@@ -50,6 +51,8 @@ import org.apache.hadoop.fs.Path;
  */
 public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   private static final long serialVersionUID = 1L;
+  private static final org.slf4j.Logger LOG =
+      org.slf4j.LoggerFactory.getLogger(ObjectStoreAtomicStore.class);
 
   /** The create option (hadoop-common {@code Options.CreateFileOptionKeys}) and capability. */
   static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
@@ -227,6 +230,312 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       removed += deleteLeftovers(target);
     }
     return removed;
+  }
+
+  /** S3 Express One Zone buckets: listings are not in key order there (no ranged listing). */
+  private static final String S3_EXPRESS_SUFFIX = "--x-s3";
+  /** S3A's setting for the listing API version; raw listings use V2 only where S3A does. */
+  private static final String S3A_LIST_VERSION = "fs.s3a.list.version";
+
+  /** One object of a listing: its key relative to the listed prefix, and its size. */
+  record Listed(String name, long size) {}
+
+  /**
+   * Where the raw listings below cannot be used (a connector other than S3A, an S3A without
+   * {@code getS3AInternals}, a store listed with V1, an S3 Express bucket): null, and the
+   * callers fall back to the {@code FileSystem} API.
+   */
+  private transient RawLister raw;
+  private transient boolean rawChecked;
+
+  private RawLister raw() throws IOException {
+    if (!rawChecked) {
+      raw = RawLister.of(fs(), conf(), root);
+      rawChecked = true;
+    }
+    return raw;
+  }
+
+  /**
+   * S3 ListObjectsV2 through S3A's own client ({@code getS3AInternals().getAmazonS3Client()}),
+   * by reflection (the jar does not compile against hadoop-aws): one request per page of 1000
+   * keys, and no existence probes. S3A's {@code listFiles} of an empty prefix adds a HEAD and a
+   * second LIST to learn whether the path is a file; a raw listing learns absence from the
+   * listing itself. S3's listings are strongly consistent (a LIST after a PUT or DELETE sees it).
+   */
+  /** One page of a listing of the keys under {@code prefix}: see {@link RawLister#page}. */
+  interface PageSource {
+    Page page(String prefix, String startAfter, String token, int maxKeys) throws IOException;
+  }
+
+  private static final class RawLister implements PageSource {
+    private final Object client;
+    private final String bucket;
+    private final java.lang.reflect.Method builder;
+    private final Class<?> builderType;
+    private final java.lang.reflect.Method list;
+
+    private RawLister(Object client, String bucket, java.lang.reflect.Method builder,
+        Class<?> builderType, java.lang.reflect.Method list) {
+      this.client = client;
+      this.bucket = bucket;
+      this.builder = builder;
+      this.builderType = builderType;
+      this.list = list;
+    }
+
+    static RawLister of(FileSystem fs, Configuration conf, URI root) {
+      String bucket = root.getHost();
+      if (!"s3a".equals(root.getScheme()) || bucket == null
+          || bucket.endsWith(S3_EXPRESS_SUFFIX) || conf.getInt(S3A_LIST_VERSION, 2) != 2) {
+        return null;
+      }
+      try {
+        Object internals = fs.getClass().getMethod("getS3AInternals").invoke(fs);
+        Class<?> internalsType = Class.forName(
+            "org.apache.hadoop.fs.s3a.S3AInternals", true, fs.getClass().getClassLoader());
+        Object client = internalsType.getMethod("getAmazonS3Client", String.class)
+            .invoke(internals, "sparkguard listing");
+        ClassLoader loader = client.getClass().getClassLoader();
+        Class<?> request = Class.forName(
+            "software.amazon.awssdk.services.s3.model.ListObjectsV2Request", true, loader);
+        Class<?> builderType = Class.forName(
+            "software.amazon.awssdk.services.s3.model.ListObjectsV2Request$Builder", true, loader);
+        Class<?> clientType =
+            Class.forName("software.amazon.awssdk.services.s3.S3Client", true, loader);
+        return new RawLister(client, bucket, request.getMethod("builder"), builderType,
+            clientType.getMethod("listObjectsV2", request));
+      } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+        return null;
+      }
+    }
+
+    /**
+     * One page: the objects whose keys start with {@code prefix}, after {@code startAfter}
+     * (a full key, or null), or from {@code token} (a continuation, or null).
+     */
+    @Override
+    public Page page(String prefix, String startAfter, String token, int maxKeys)
+        throws IOException {
+      try {
+        Object b = builder.invoke(null);
+        builderType.getMethod("bucket", String.class).invoke(b, bucket);
+        builderType.getMethod("prefix", String.class).invoke(b, prefix);
+        if (token != null) {
+          builderType.getMethod("continuationToken", String.class).invoke(b, token);
+        } else if (startAfter != null) {
+          builderType.getMethod("startAfter", String.class).invoke(b, startAfter);
+        }
+        builderType.getMethod("maxKeys", Integer.class).invoke(b, maxKeys);
+        Object request = builderType.getMethod("build").invoke(b);
+        Object response = list.invoke(client, request);
+        Class<?> type = response.getClass();
+        List<Listed> objects = new ArrayList<>();
+        for (Object object : (List<?>) type.getMethod("contents").invoke(response)) {
+          String key = (String) object.getClass().getMethod("key").invoke(object);
+          Long size = (Long) object.getClass().getMethod("size").invoke(object);
+          objects.add(new Listed(key, size == null ? 0 : size));
+        }
+        Boolean truncated = (Boolean) type.getMethod("isTruncated").invoke(response);
+        String next = (String) type.getMethod("nextContinuationToken").invoke(response);
+        return new Page(objects, Boolean.TRUE.equals(truncated) ? next : null);
+      } catch (java.lang.reflect.InvocationTargetException e) {
+        Throwable cause = e.getCause();
+        if (cause instanceof IOException io) {
+          throw io;
+        }
+        throw new IOException("sparkguard: cannot list s3a://" + bucket + "/" + prefix + ": "
+            + cause, cause);
+      } catch (ReflectiveOperationException e) {
+        throw new IOException("sparkguard: cannot list s3a://" + bucket + "/" + prefix, e);
+      }
+    }
+  }
+
+  /** A page of a raw listing: full keys, and the continuation token when there is more. */
+  record Page(List<Listed> objects, String next) {}
+
+  /** The largest page S3 returns. */
+  static final int PAGE_KEYS = 1000;
+
+  /**
+   * The files under {@code dir} (relative names, sorted, with sizes), one request per page,
+   * skipping ranges: for a name {@code skip} maps to a non-null relative name, every name up to
+   * and including that one is left out, and a page ending in such a range is followed by a
+   * listing from the range's end instead of the next page. Null when the raw listing is not
+   * available here.
+   */
+  List<Listed> listSkipping(Path dir, java.util.function.UnaryOperator<String> skip)
+      throws IOException {
+    RawLister lister = raw();
+    if (lister == null) {
+      return null;
+    }
+    try {
+      return listSkipping(lister, key(dir) + "/", skip);
+    } catch (IOException e) {
+      return rawFailed(dir, e);
+    }
+  }
+
+  /**
+   * A raw listing failed (the SDK's own retries are S3A's request settings, not its retry
+   * policy; an auditor may refuse requests outside S3A's spans): the caller falls back to the
+   * {@code FileSystem} API for this call, which retries as S3A does, or fails with S3A's error.
+   */
+  private static <T> T rawFailed(Path dir, IOException e) {
+    LOG.warn("sparkguard: a raw listing of {} failed ({}); listing through S3A instead", dir,
+        e.toString());
+    return null;
+  }
+
+  /** {@link #listSkipping(Path, java.util.function.UnaryOperator)} of the keys under {@code
+   * prefix} (ending with {@code /}) as {@code source} pages them. */
+  static List<Listed> listSkipping(PageSource source, String prefix,
+      java.util.function.UnaryOperator<String> skip) throws IOException {
+    PageSource lister = source;
+    List<Listed> found = new ArrayList<>();
+    String startAfter = null;
+    String token = null;
+    while (true) {
+      Page page = lister.page(prefix, startAfter, token, PAGE_KEYS);
+      String resume = null;
+      for (Listed object : page.objects()) {
+        String name = object.name().substring(prefix.length());
+        if (name.isEmpty() || name.endsWith("/")) {
+          continue;  // a directory marker
+        }
+        if (resume != null && name.compareTo(resume) <= 0) {
+          continue;
+        }
+        String to = skip.apply(name);
+        if (to != null && to.compareTo(name) >= 0) {
+          resume = to;
+          continue;
+        }
+        found.add(new Listed(name, object.size()));
+      }
+      if (page.next() == null) {
+        return found;
+      }
+      String last = page.objects().get(page.objects().size() - 1).name();
+      if (resume != null && resume.compareTo(last.substring(prefix.length())) > 0) {
+        startAfter = prefix + resume;  // the rest of the skipped range: not listed at all
+        token = null;
+      } else {
+        token = page.next();
+        startAfter = null;
+      }
+    }
+  }
+
+  /**
+   * The sizes of {@code names} (in the directory whose key prefix is {@code dir}) that one page
+   * listed from just before the first of them: -1 for a name the page's range covers but does
+   * not hold (absent); no entry for a name beyond the page (the caller asks for it otherwise).
+   */
+  static Map<String, Long> listedSizes(PageSource source, String dir,
+      java.util.SortedSet<String> names) throws IOException {
+    String first = names.first();
+    Page page = source.page(dir, dir + first.substring(0, first.length() - 1), null, PAGE_KEYS);
+    String through = page.next() == null || page.objects().isEmpty() ? null
+        : page.objects().get(page.objects().size() - 1).name().substring(dir.length());
+    Map<String, Long> sizes = new java.util.HashMap<>();
+    for (Listed object : page.objects()) {
+      String name = object.name().substring(dir.length());
+      if (names.contains(name)) {
+        sizes.put(name, object.size());
+      }
+    }
+    for (String name : names) {
+      if (!sizes.containsKey(name) && (through == null || name.compareTo(through) <= 0)) {
+        sizes.put(name, -1L);  // within the listed range and not there: absent
+      }
+    }
+    return sizes;
+  }
+
+  /** Every file under {@code dir}: one raw LIST per page where possible (no probes). */
+  @Override
+  public List<String> listFiles(Path dir) throws IOException {
+    List<Listed> listed = listSkipping(dir, name -> null);
+    if (listed == null) {
+      return super.listFiles(dir);
+    }
+    List<String> names = new ArrayList<>();
+    for (Listed object : listed) {
+      names.add(object.name());
+    }
+    return names;
+  }
+
+  /**
+   * Whether any object is under {@code dir} (or is its directory marker): one LIST of one key.
+   * Null when the raw listing is not available here.
+   */
+  Boolean anyUnder(Path dir) throws IOException {
+    RawLister lister = raw();
+    if (lister == null) {
+      return null;
+    }
+    try {
+      return !lister.page(key(dir) + "/", null, null, 1).objects().isEmpty();
+    } catch (IOException e) {
+      return rawFailed(dir, e);
+    }
+  }
+
+  /**
+   * W7's sizes with one LIST per directory instead of a HEAD per file (the issue's "no
+   * per-file probe where one listing per directory gives the true count"): per directory, one
+   * page of up to 1000 keys from just before its first name (keys sort, so the names of one
+   * write are close together). A name up to the page's last key (or anywhere, when the page
+   * was the last one) that the page does not hold is absent (-1): S3's listings are strongly
+   * consistent, as a HEAD is. Names beyond the page (a directory with many other files in
+   * between) are asked with a HEAD each, in parallel, as before.
+   */
+  @Override
+  public long[] sizes(List<Path> paths) throws IOException {
+    RawLister lister = raw();
+    if (lister == null || paths.isEmpty()) {
+      return super.sizes(paths);
+    }
+    Map<String, java.util.TreeSet<String>> byDir = new java.util.TreeMap<>();
+    for (Path path : paths) {
+      byDir.computeIfAbsent(key(path.getParent()) + "/", d -> new java.util.TreeSet<>())
+          .add(path.getName());
+    }
+    List<String> dirs = new ArrayList<>(byDir.keySet());
+    List<Map<String, Long>> listed;
+    try {
+      listed = Concurrently.map(dirs, PARALLEL_REQUESTS,
+          "sparkguard-sizes", dir -> listedSizes(lister, dir, byDir.get(dir)));
+    } catch (IOException e) {
+      rawFailed(paths.get(0).getParent(), e);
+      return super.sizes(paths);
+    }
+    long[] result = new long[paths.size()];
+    List<Integer> unknown = new ArrayList<>();
+    for (int i = 0; i < paths.size(); i++) {
+      Path path = paths.get(i);
+      Long size = listed.get(dirs.indexOf(key(path.getParent()) + "/")).get(path.getName());
+      if (size == null) {
+        unknown.add(i);
+      } else {
+        result[i] = size;
+      }
+    }
+    if (!unknown.isEmpty()) {
+      List<Path> rest = new ArrayList<>();
+      for (int i : unknown) {
+        rest.add(paths.get(i));
+      }
+      long[] headed = super.sizes(rest);
+      for (int j = 0; j < headed.length; j++) {
+        result[unknown.get(j)] = headed[j];
+      }
+    }
+    return result;
   }
 
   /** The object key of {@code path} (its path without the leading {@code /}). */

@@ -57,8 +57,19 @@ final class OwnerClaims {
 
   /** The claim with the highest epoch, or {@code null} when the job was never claimed here. */
   Claim current() throws IOException {
+    return current(store.listFiles(directory));
+  }
+
+  /** {@link #current()} from {@code listed}, a listing of this job's claims already made. */
+  Claim current(List<String> listed) throws IOException {
+    long max = highest(listed);
+    return max < 0 ? null : read(max);
+  }
+
+  /** The highest epoch among {@code listed} (names in the job's claim directory), or -1. */
+  private long highest(List<String> listed) {
     long max = -1;
-    for (String name : store.listFiles(directory)) {
+    for (String name : listed) {
       if (name.startsWith(".")) {
         continue;  // a temp file of a put in progress
       }
@@ -68,16 +79,17 @@ final class OwnerClaims {
       }
       max = Math.max(max, Long.parseLong(name.substring(0, 10)));
     }
-    return max < 0 ? null : read(max);
+    return max;
   }
 
   /** The claim of {@code epoch}, or {@code null} when there is none. */
   Claim read(long epoch) throws IOException {
     Path file = path(epoch);
-    if (store.size(file) < 0) {
+    byte[] bytes = Snapshots.readIfExists(store, file);  // one GET (no existence probe first)
+    if (bytes == null) {
       return null;
     }
-    JsonNode doc = JSON.readTree(store.read(file));
+    JsonNode doc = JSON.readTree(bytes);
     String owner = doc.path("owner").asText("");
     if (!KIND.equals(doc.path("kind").asText()) || doc.path("epoch").asLong(-1) != epoch
         || owner.isEmpty()) {
@@ -92,8 +104,16 @@ final class OwnerClaims {
    * after finding no undecided instant of another owner).
    */
   Claim acquire(String owner) throws IOException {
+    return acquire(owner, null);
+  }
+
+  /**
+   * {@link #acquire(String)}, its first round from {@code listed} (a listing of the job's claims
+   * made before, or null to list now); a lost put-if-absent lists again.
+   */
+  Claim acquire(String owner, List<String> listed) throws IOException {
     for (int round = 0; round < MAX_ROUNDS; round++) {
-      Claim current = current();
+      Claim current = round == 0 && listed != null ? current(listed) : current();
       if (current != null && current.owner().equals(owner)) {
         return current;
       }
@@ -114,14 +134,19 @@ final class OwnerClaims {
   /** The instant ids of {@code jobId} in the timeline (one listing). */
   static Set<String> instantsOf(AtomicStore store, Timeline timeline, String jobId)
       throws IOException {
-    return filesOf(store, timeline, jobId).keySet();
+    return filesOf(store.listFiles(timeline.directory()), jobId).keySet();
   }
 
   /** Instant id of {@code jobId} -> the suffixes of its files, from one listing. */
   static Map<String, Set<String>> filesOf(AtomicStore store, Timeline timeline, String jobId)
       throws IOException {
+    return filesOf(store.listFiles(timeline.directory()), jobId);
+  }
+
+  /** {@link #filesOf(AtomicStore, Timeline, String)} from {@code listed}, a timeline listing. */
+  static Map<String, Set<String>> filesOf(List<String> listed, String jobId) {
     Map<String, Set<String>> files = new TreeMap<>();
-    for (String name : store.listFiles(timeline.directory())) {
+    for (String name : listed) {
       int dot = name.lastIndexOf('.');
       String instant = dot < 0 ? name : name.substring(0, dot);
       if (instant.matches("[0-9]{17}-.*") && instant.substring(18).equals(jobId)) {
@@ -137,7 +162,13 @@ final class OwnerClaims {
    */
   static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
       Set<String> known) throws IOException {
-    return new Guard(new OwnerClaims(store, timeline.table(), jobId).acquire(owner), known);
+    return guard(store, timeline, jobId, owner, known, null);
+  }
+
+  /** {@link #guard}, C2's first read of the claims from {@code claims} (null: list them). */
+  static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
+      Set<String> known, List<String> claims) throws IOException {
+    return new Guard(new OwnerClaims(store, timeline.table(), jobId).acquire(owner, claims), known);
   }
 
   /**
@@ -151,16 +182,26 @@ final class OwnerClaims {
       String instant, String jobId, String table, long settleTimeoutMillis, LongSupplier clock)
       throws IOException {
     String owner = guard.claim().owner();
-    Claim successor = new OwnerClaims(store, timeline.table(), jobId).read(guard.claim().epoch() + 1);
-    if (successor != null) {
-      backOff(timeline, instant, jobId, owner, table,
-          "owner '" + successor.owner() + "' took over the job while this write was starting");
-    }
+    OwnerClaims claims = new OwnerClaims(store, timeline.table(), jobId);
     long deadline = clock.getAsLong() + settleTimeoutMillis;
+    boolean first = true;
     while (true) {
-      // One listing; reads only for instants in flight now or new since the O4 check (a long
-      // history of decided instants costs nothing here).
-      Map<String, Set<String>> files = filesOf(store, timeline, jobId);
+      // One fresh listing, taken after the .inflight was written: on the first poll it answers
+      // whether claim n+1 exists (C4's first check, read back only to name its owner) and,
+      // every poll, which instants of the job the timeline holds. Reads only for instants in
+      // flight now or new since the O4 check (a long history of decided instants costs nothing).
+      TableListing listing = TableListing.claimsAndTimeline(store, timeline.table(), jobId);
+      if (first) {
+        first = false;
+        String next = String.format("%010d.json", guard.claim().epoch() + 1);
+        Claim successor = listing.claims.contains(next)
+            ? claims.read(guard.claim().epoch() + 1) : null;
+        if (successor != null) {
+          backOff(timeline, instant, jobId, owner, table,
+              "owner '" + successor.owner() + "' took over the job while this write was starting");
+        }
+      }
+      Map<String, Set<String>> files = filesOf(listing.timeline, jobId);
       List<String> waiting = new ArrayList<>();
       for (Map.Entry<String, Set<String>> entry : files.entrySet()) {
         String other = entry.getKey();

@@ -181,14 +181,26 @@ final class Snapshots {
     // The hot listing comes first: an instant a compactor deleted before it was covered by a
     // snapshot published before it (C3 precedes C6), which the snapshot listing below sees.
     // (Listing snapshots first could miss an instant covered and wholly archived in between.)
+    List<String> hot = store.listFiles(new Timeline(store, table).directory());
+    return load(store, table, hot, store.listFiles(snapshotsDir(table)), null);
+  }
+
+  /**
+   * {@link #load(AtomicStore, Path)} from listings already made: {@code hotListing} of the
+   * timeline, and {@code snapshotListing} of {@code snapshots/} taken AFTER it (see above);
+   * {@code archiveListing} of {@code archive/} taken with or after the snapshots' listing, or
+   * null to list it here when it is needed.
+   */
+  static View load(AtomicStore store, Path table, List<String> hotListing,
+      List<String> snapshotListing, List<String> archiveListing) throws IOException {
     TreeSet<String> hot = new TreeSet<>();
-    for (String name : store.listFiles(new Timeline(store, table).directory())) {
+    for (String name : hotListing) {
       if (!name.startsWith(".") && !name.contains("/")) {
         hot.add(name);
       }
     }
     TreeSet<Long> numbers = new TreeSet<>();
-    for (String name : store.listFiles(snapshotsDir(table))) {
+    for (String name : snapshotListing) {
       Matcher m = SNAPSHOT_NAME.matcher(name);
       if (m.matches()) {
         numbers.add(Long.parseLong(m.group(1)));
@@ -221,7 +233,8 @@ final class Snapshots {
     }
     if (valid == null) {
       // No valid snapshot: every archive's instants are hot (a table without snapshots).
-      for (String name : store.listFiles(archiveDir(table))) {
+      for (String name : archiveListing != null ? archiveListing
+          : store.listFiles(archiveDir(table))) {
         Matcher m = ARCHIVE_NAME.matcher(name);
         if (m.matches()) {
           readArchive(store, table, Long.parseLong(m.group(1)), archivedHot);

@@ -98,6 +98,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   private String operation = "append";
   /** The committed instant this write repeats when it is skipped ({@code rerun=skip}), else null. */
   private String skippedFor;
+  /**
+   * Instants in the timeline at {@link #setupJob}'s listing, decided or not: with this write's
+   * own, an upper bound of the decided hot instants compaction counts at the commit, but for
+   * writes opened after that listing (the next commit counts those).
+   */
+  private int hotAtSetup = -1;
 
   /** Dynamic partition overwrite: the commit replaces exactly the partitions it wrote. */
   private final boolean dynamicPartitionOverwrite;
@@ -154,14 +160,30 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       // of a write that created the location removes it again (docs/storage-contract.md, "The
       // life of a table"). Spark creates no directory before setupJob for saveAsTable, CTAS or
       // df.write to a new path (InsertIntoHadoopFsRelationCommand only checks it exists).
-      if (!locationExists()) {
+      //
+      // One listing of the table's state serves every check made before the .inflight is
+      // written (TableListing says which read serves which check): the location's existence,
+      // C0's known instants, O4's fence (W1), C2's current claim, W1's rerun check over the hot
+      // timeline and whether compaction will be due. Nothing is written before it.
+      Path table = new Path(path);
+      final TableListing listed0 = TableListing.list(store, table, settings.jobId());
+      TableListing listed = listed0;
+      boolean exists = locationExists(listed);
+      if (!exists) {
         extra.put(CREATED_LOCATION, true);
       }
+      hotAtSetup = listed.decidedHot() + listed.undecided();
       // What the O4 check decides on: an instant of another owner not in here appeared after it.
-      java.util.Set<String> known = OwnerClaims.instantsOf(store, timeline(), settings.jobId());
-      fenceEarlierAttempts();
-      OwnerClaims.Guard guard =
-          OwnerClaims.guard(store, timeline(), settings.jobId(), settings.owner(), known);
+      java.util.Set<String> known = OwnerClaims.filesOf(listed.timeline, settings.jobId()).keySet();
+      if (!fenceEarlierAttempts(listed.timeline)) {
+        // An earlier attempt of this owner was decided between the listing and its claim (its
+        // driver, still alive, committed it): the rerun check below must see that outcome, as
+        // it did when it listed the timeline after the fence. List again.
+        listed = TableListing.list(store, table, settings.jobId());
+      }
+      TableListing state = listed;
+      OwnerClaims.Guard guard = OwnerClaims.guard(
+          store, timeline(), settings.jobId(), settings.owner(), known, listed.claims);
       extra.put("ownerClaim", guard.claim().epoch());
       // Inside foreachBatch the identity is (query, batch, n-th write of the batch): a
       // restarted query begins with the batch that failed, not with the run's first write.
@@ -171,7 +193,21 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       }
       String scope = microBatch == null ? "" : microBatch.counterScope();
       write = WriteCounter.next(settings.jobId(), tableUrl() + scope);
-      String committed = timeline().committedWrite(settings.jobId(), write, microBatch);
+      // W1's rerun check: the hot part from the first listing; the archived part (only reached
+      // when the hot timeline has no such commit) needs the snapshots listed AFTER that hot
+      // listing ("Reading with snapshots"): a second listing, unless the location was empty
+      // after the first (the existence check came after it, so no snapshot can be missed).
+      String committed = timeline().committedWrite(settings.jobId(), write, microBatch,
+          state.timeline, () -> {
+            if (!exists && state == listed0) {
+              return Snapshots.load(store, table, state.timeline, List.of(), List.of());
+            }
+            if (state.snapshotsAfterTimeline) {
+              return Snapshots.load(store, table, state.timeline, state.snapshots, state.archive);
+            }
+            TableListing after = TableListing.list(store, table, settings.jobId());
+            return Snapshots.load(store, table, state.timeline, after.snapshots, after.archive);
+          });
       if (committed != null && !settings.rewriteOnRerun()) {
         // W1: write n of this job already committed (a rerun): the tasks write to local scratch
         // space, nothing reaches the table and no instant is opened (rerun=skip).
@@ -209,9 +245,24 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     }
   }
 
-  /** Whether the table's location exists (a directory, or on object stores any key under it). */
-  private boolean locationExists() throws IOException {
+  /**
+   * Whether the table's location exists (a directory, or on object stores any key under it):
+   * true when {@code listed} found a file under {@code _sparkguard/}; else on an object store one
+   * LIST of one key under it, elsewhere the filesystem's {@code exists}. Taken after {@code
+   * listed}: when it says no, nothing at all was under the location after that listing.
+   */
+  private boolean locationExists(TableListing listed) throws IOException {
+    if (listed.any) {
+      return true;
+    }
     Path location = new Path(path);
+    AtomicStore inner = store instanceof CountingAtomicStore counting ? counting.inner() : store;
+    if (inner instanceof ObjectStoreAtomicStore objects) {
+      Boolean any = objects.anyUnder(location);
+      if (any != null) {
+        return any;
+      }
+    }
     return location.getFileSystem(ProtocolSteps.hadoopConf()).exists(location);
   }
 
@@ -221,10 +272,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    * names); one of this owner (an earlier attempt) is claimed as rolled back, so it can never
    * commit. Deleting its files is left to {@code sparkguard rollback} (the operator's rollback
    * initContainer runs it before every driver start); the rerun rewrites the same names anyway.
+   * False when one of them was decided by someone else since {@code listedTimeline} was taken.
    */
-  private void fenceEarlierAttempts() throws IOException {
+  private boolean fenceEarlierAttempts(List<String> listedTimeline) throws IOException {
     Timeline timeline = timeline();
-    List<String> undecided = timeline.undecided(settings.jobId());
+    boolean allClaimed = true;
+    List<String> undecided = Timeline.undecided(settings.jobId(), listedTimeline);
     for (String other : undecided) {
       String owner = timeline.ownerOf(other);
       if (!owner.equals(settings.owner())) {
@@ -240,8 +293,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       if (timeline.claimRollback(own)) {
         LOG.warn("sparkguard: claimed earlier undecided write {} of job {} on {} as rolled back;"
             + " 'sparkguard rollback' deletes its files", own, settings.jobId(), path);
+      } else {
+        allClaimed = false;  // decided since the listing
       }
     }
+    return allClaimed;
   }
 
   private String tableUrl() {
@@ -533,7 +589,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       throw new UncheckedIOException("sparkguard: cannot commit the write to " + path, e);
     }
     // After W10, best effort (never fails the committed write): compaction C1-C7.
-    Compactor.afterCommit(store, new Path(path), settings);
+    Compactor.afterCommit(store, new Path(path), settings, hotAtSetup + 1);
   }
 
   /**

@@ -160,7 +160,12 @@ public final class Timeline implements Serializable {
    * oldest first, from one listing of the timeline.
    */
   public List<String> undecided(String jobId) throws IOException {
-    java.util.Set<String> names = new java.util.HashSet<>(store.listFiles(directory()));
+    return undecided(jobId, store.listFiles(directory()));
+  }
+
+  /** {@link #undecided(String)} from {@code listed}, a listing of the timeline already made. */
+  static List<String> undecided(String jobId, List<String> listed) {
+    java.util.Set<String> names = new java.util.HashSet<>(listed);
     List<String> instants = new java.util.ArrayList<>();
     for (String name : new java.util.TreeSet<>(names)) {
       if (!name.endsWith(".inflight")) {
@@ -198,7 +203,24 @@ public final class Timeline implements Serializable {
    * In a running query that is one read per write, however long the timeline.
    */
   String committedWrite(String jobId, int write, MicroBatch batch) throws IOException {
-    java.util.TreeSet<String> names = new java.util.TreeSet<>(store.listFiles(directory()));
+    return committedWrite(jobId, write, batch, store.listFiles(directory()),
+        () -> Snapshots.load(store, table));
+  }
+
+  /** What reads the snapshots for {@link #committedWrite}: called only when it gets there. */
+  interface ViewSource {
+    Snapshots.View load() throws IOException;
+  }
+
+  /**
+   * {@link #committedWrite(String, int, MicroBatch)} from {@code listed}, a listing of the
+   * timeline already made, with the archived part from {@code view}, which must list the
+   * snapshots after {@code listed} was taken (docs/storage-contract.md, "Reading with
+   * snapshots": the hot listing comes first).
+   */
+  String committedWrite(String jobId, int write, MicroBatch batch, List<String> listed,
+      ViewSource view) throws IOException {
+    java.util.TreeSet<String> names = new java.util.TreeSet<>(listed);
     for (String name : names.descendingSet()) {
       if (!name.endsWith(".outcome")) {
         continue;
@@ -235,7 +257,7 @@ public final class Timeline implements Serializable {
         return instant;
       }
     }
-    return archivedWrite(jobId, write, batch);
+    return archivedWrite(jobId, write, batch, view.load());
   }
 
   /**
@@ -244,8 +266,8 @@ public final class Timeline implements Serializable {
    * (docs/storage-contract.md, "Reading with snapshots"). One listing of {@code snapshots/}
    * (and one snapshot read when there is one).
    */
-  private String archivedWrite(String jobId, int write, MicroBatch batch) throws IOException {
-    Snapshots.View view = Snapshots.load(store, table);
+  private String archivedWrite(String jobId, int write, MicroBatch batch, Snapshots.View view)
+      throws IOException {
     String found = null;
     if (view.snapshot() != null) {
       for (com.fasterxml.jackson.databind.JsonNode entry

@@ -382,6 +382,42 @@ class CommitProtocolWriteTest {
         timeline(table, ".outcome").stream().map(d -> d.get("outcome").asText()).sorted().collect(Collectors.toList()));
   }
 
+  @Test
+  void anEarlierAttemptCommittedBetweenTheSetupListingAndItsClaimIsSeenByTheRerunCheck()
+      throws Exception {
+    // The setup lists the timeline once (TableListing); the fence then claims this owner's
+    // undecided instants. An earlier attempt whose driver is still alive can commit in between:
+    // its claim loses, and the rerun check must see that commit (write 0 is committed: skip),
+    // as it did when it listed the timeline after the fence.
+    Path table = dir.resolve("t");
+    ProtocolSettings same = ProtocolSettings.parse(Map.of("spark.sparkguard.jobId", "nightly-1")::get);
+    Timeline earlier = timelineOf(table);
+    String instant = earlier.start(same, "append", Map.of(), 0);
+    SparkguardCommitProtocol protocol =
+        new SparkguardCommitProtocol("spark-job-1", table.toString(), false);
+    AtomicStore racing = new ForwardingStore(new LocalAtomicStore()) {
+      private boolean committed;
+
+      @Override
+      void before(String op, org.apache.hadoop.fs.Path path) throws IOException {
+        if (!committed && op.equals("putIfAbsent") && path.getName().equals(instant + ".outcome")) {
+          committed = true;  // the earlier driver's W9, just before this run's claim
+          earlier.commit(instant, List.of(), Map.of("operation", "append"), 0);
+        }
+      }
+    };
+    java.lang.reflect.Field store = SparkguardCommitProtocol.class.getDeclaredField("store");
+    store.setAccessible(true);
+    store.set(protocol, racing);
+
+    protocol.setupJob(null);
+
+    assertEquals(null, protocol.instant(), "write 0 is committed: the rerun skips it");
+    assertEquals(List.of("committed"),
+        timeline(table, ".outcome").stream().map(d -> d.get("outcome").asText()).collect(Collectors.toList()));
+    assertEquals(1, timeline(table, ".inflight").size());  // no instant of its own was opened
+  }
+
   /** Which of two attempts of one task Spark's OutputCommitCoordinator lets commit, and when the other ends. */
   private enum LoserEnds { ABORTED_BEFORE_THE_WINNER_COMMITS, ABORTED_AFTER_THE_WINNER_COMMITS, NEVER_ABORTED }
 
