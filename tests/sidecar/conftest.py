@@ -25,6 +25,19 @@ INSTANT = "20261122120000000-job-1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def table(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, dict[str, Any], str]:
+    """(table URL, storage options, allowed root) on local disk or the S3 test server."""
+    if request.param == "local":
+        root = str(tmp_path / "warehouse")
+        options: dict[str, Any] = {}
+    else:
+        server: s3server.S3Server = request.getfixturevalue("s3_server")
+        root = f"s3://{server.create_bucket()}"
+        options = dict(server.storage_options)
+    return f"{root}/orders", options, root
+
+
 def marker_dir_under(
     root: str,
     table: str = "table",

@@ -19,7 +19,6 @@ import pytest
 from sparkguard.sidecar import batcher, config, errors, metrics, validation
 from sparkguard.spark_lib import errors as lib_errors
 from sparkguard.spark_lib import filemanager, markers, paths, rollback, timeline
-from tests.support import s3server
 
 TIMELINE_TYPE = markers.MarkerType.TIMELINE_SERVER_BASED.value
 
@@ -53,16 +52,9 @@ class Store:
         return paths.join(self.tl.table, name)
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Store:
-    if request.param == "local":
-        root = str(tmp_path / "warehouse")
-        options: dict[str, Any] = {}
-    else:
-        server: s3server.S3Server = request.getfixturevalue("s3_server")
-        root = f"s3://{server.create_bucket()}"
-        options = dict(server.storage_options)
-    url = f"{root}/orders"
+@pytest.fixture
+def store(table: tuple[str, dict[str, Any], str]) -> Store:
+    url, options, root = table  # tests/sidecar/conftest.py: local disk or the S3 test server
     tl = timeline.timeline_for(url, storage_options=options)
     instant = tl.start("job-1", attempt=1, marker_type=TIMELINE_TYPE)
     return Store(url, options, tl.manager, tl, instant, root)

@@ -15,7 +15,6 @@ from aiohttp.test_utils import TestClient
 from sparkguard.sidecar import app, batcher, config, metrics, validation
 from sparkguard.spark_lib import markers, paths, timeline
 from tests.sidecar.conftest import AUTH, marker_dir_under
-from tests.support import s3server
 
 Client = TestClient[Any, Any]
 FULL = batcher.FILE_FULL_BYTES
@@ -113,19 +112,6 @@ async def test_adaptive_flushes_a_lone_marker_and_fills_one_file(
     assert batch_files(directory) == {"MARKERS0"}
     content = (pathlib.Path(directory) / "MARKERS0").read_text().split()
     assert content == [f"part-{i:05d}.parquet.marker.CREATE" for i in range(6)]
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def table(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, dict[str, Any], str]:
-    """(table URL, storage options, allowed root) on local disk or the S3 test server."""
-    if request.param == "local":
-        root = str(tmp_path / "warehouse")
-        options: dict[str, Any] = {}
-    else:
-        server: s3server.S3Server = request.getfixturevalue("s3_server")
-        root = f"s3://{server.create_bucket()}"
-        options = dict(server.storage_options)
-    return f"{root}/orders", options, root
 
 
 async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreign_files(

@@ -16,22 +16,8 @@ from sparkguard.sidecar import app, batcher, config, errors, metrics, validation
 from sparkguard.spark_lib import filemanager, markers, timeline
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
 from tests.sidecar.conftest import AUTH, TOKEN, marker_dir_under
-from tests.support import s3server
 
 Client = TestClient[Any, Any]
-
-
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
-def table(request: pytest.FixtureRequest, tmp_path: Any) -> tuple[str, dict[str, Any], str]:
-    """(table URL, storage options, allowed root) on local disk or the S3 test server."""
-    if request.param == "local":
-        root = str(tmp_path / "warehouse")
-        options: dict[str, Any] = {}
-    else:
-        server: s3server.S3Server = request.getfixturevalue("s3_server")
-        root = f"s3://{server.create_bucket()}"
-        options = dict(server.storage_options)
-    return f"{root}/orders", options, root
 
 
 def started(
