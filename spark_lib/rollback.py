@@ -569,6 +569,7 @@ def _roll_back(
     markers_deleted = 0
     if snapshot.files:
         markers_deleted = markers.delete_snapshot(manager, snapshot, on_new_names=delete_late)
+    deleted.temp_files += _remove_outcome_temps(tl, instant)
     changed = (
         deleted.files
         or deleted.temp_files
@@ -597,6 +598,28 @@ def _roll_back(
         deleted.temp_files,
         tuple(warnings),
     )
+
+
+def _remove_outcome_temps(tl: timeline.Timeline, instant: str) -> int:
+    """Remove the temp files of ``instant``'s ``.outcome`` in ``timeline/`` (and their Hadoop
+    checksums), once the instant is decided rolled back; returns how many temp files went.
+
+    A committer killed while it published the outcome (W9: temp file, then a put-if-absent
+    rename) leaves its temp file beside the timeline. The instant is decided now, so such a put
+    can only lose: the temp file is garbage, and a kept table would keep it for ever. Stores
+    that publish with a conditional PUT write no temp file (no listing there). A temp file of a
+    ``.rolledback`` is left alone: another rollback pass may be replacing that record now."""
+    manager = tl.manager
+    if isinstance(manager, filemanager.DirectPutFileManager):
+        return 0
+    target = paths.join(tl.directory, instant + ".outcome")
+    own_checksum = "." + paths.basename(target) + ".crc"  # the outcome's own: it stays
+    leftovers = [
+        left
+        for left in manager.find_leftovers([target])
+        if paths.basename(left.path) != own_checksum
+    ]
+    return manager.remove_leftovers(leftovers)
 
 
 def _clean_committed(

@@ -198,6 +198,32 @@ def test_dry_run_changes_nothing_and_reports_progress(tmp_path: Path) -> None:
     assert json.loads(json.dumps(real.to_json()))["filesDeleted"] == 3
 
 
+def test_a_killed_commit_s_outcome_temp_file_goes_with_the_rollback(tmp_path: Path) -> None:
+    """A committer SIGKILLed while it published its ``.outcome`` (temp file, then the
+    put-if-absent rename) left the temp file in timeline/; the table is kept (an earlier commit),
+    so only the rollback can remove it. A ``.rolledback``'s temp file (a rollback pass may be
+    writing it) stays."""
+    url, journal = str(tmp_path / "t"), str(tmp_path / "j")
+    done = _start(url, journal, {}, "kept-1")
+    done.commit([_task(done, 0, PARTS[0])])
+    w = _start(url, journal, {}, "kept-2")
+    for p, ids in PARTS.items():
+        _task(w, p, ids)
+    directory = Path(url) / "_sparkguard" / "timeline"
+    outcome_temp = directory / f".{w.instant}.outcome.sg-tmp-0123456789ab"
+    outcome_temp.write_bytes(b'{"partial')
+    rolledback_temp = directory / f".{w.instant}.rolledback.sg-tmp-ba9876543210"
+    rolledback_temp.write_bytes(b"{")
+    summary = rollback.rollback_job("kept-2", journal)
+    assert summary.files_deleted == 3
+    assert summary.temp_files_removed == 1
+    names = sorted(p.name for p in directory.iterdir())
+    assert not [n for n in names if n.startswith(f".{w.instant}.outcome")], names
+    assert rolledback_temp.exists()
+    assert (directory / f"{w.instant}.outcome").exists()
+    assert timeline.timeline_for(url).status(w.instant).state is timeline.State.ROLLED_BACK
+
+
 def test_nothing_to_roll_back(tmp_path: Path) -> None:
     summary = rollback.rollback_job("never-ran", str(tmp_path / "journal"))
     assert summary.instants_rolled_back == ()
