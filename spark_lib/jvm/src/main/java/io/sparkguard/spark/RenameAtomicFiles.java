@@ -30,29 +30,14 @@ import org.apache.hadoop.fs.StreamCapabilities;
  */
 public final class RenameAtomicFiles implements AtomicFiles {
   private final FileContext fc;
-  /** The configuration its own {@code FileContext} was opened with; null over a given one. */
-  private final Configuration conf;
 
-  /**
-   * With a {@code FileContext} of its own, whose HDFS client polls a closed file's completion
-   * as the commit protocol's does ({@link HadoopRenameAtomicStore#promptClose}): a checkpoint
-   * writes a few small files per micro-batch (offsets, commits), and HDFS's client would wait
-   * 400 ms after most closes of a small file before it asked the NameNode again.
-   */
   RenameAtomicFiles(Path anyPath, Configuration conf) throws IOException {
-    this.conf = HadoopRenameAtomicStore.promptClose(conf);
-    this.fc = FileContext.getFileContext(anyPath.toUri(), this.conf);
+    this(FileContext.getFileContext(anyPath.toUri(), conf));
   }
 
   /** Over an open {@code FileContext} (the commit protocol's {@link HadoopRenameAtomicStore}). */
   RenameAtomicFiles(FileContext fc) {
     this.fc = fc;
-    this.conf = null;
-  }
-
-  /** The configuration of its own {@code FileContext} (null over a given one); for tests. */
-  Configuration conf() {
-    return conf;
   }
 
   /**

@@ -175,19 +175,6 @@ class SparkguardCheckpointFileManagerTest {
   }
 
   @Test
-  void theRenamePathsOwnHdfsClientPollsACompletedCloseSooner() throws IOException {
-    RenameAtomicFiles files = new RenameAtomicFiles(new Path(tmp.toUri()), new Configuration());
-    assertEquals(HadoopRenameAtomicStore.PROMPT_CLOSE_DELAY_MS,
-        files.conf().getInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, -1));
-    assertEquals(HadoopRenameAtomicStore.PROMPT_CLOSE_RETRIES,
-        files.conf().getInt(HadoopRenameAtomicStore.CLOSE_RETRIES_KEY, -1));
-    Configuration chosen = new Configuration();
-    chosen.setInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, 1000);
-    assertEquals(1000, new RenameAtomicFiles(new Path(tmp.toUri()), chosen).conf()
-        .getInt(HadoopRenameAtomicStore.CLOSE_DELAY_KEY, -1));
-  }
-
-  @Test
   void theRenamePathForHdfsKeepsTheSameVectors() throws IOException {
     // HDFS's mechanism (FileContext + rename), exercised on the local filesystem.
     AtomicFiles files = new RenameAtomicFiles(new Path(tmp.toUri()), new Configuration());
