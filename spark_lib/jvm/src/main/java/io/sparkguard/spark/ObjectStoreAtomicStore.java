@@ -269,19 +269,46 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   private static final class RawLister implements PageSource {
+    private static final String MODEL = "software.amazon.awssdk.services.s3.model.";
     private final Object client;
     private final String bucket;
-    private final java.lang.reflect.Method builder;
-    private final Class<?> builderType;
     private final java.lang.reflect.Method list;
+    // The SDK's methods, looked up once per lister (a page asks for them for every key).
+    private final java.lang.reflect.Method builder;
+    private final java.lang.reflect.Method bucketOf;
+    private final java.lang.reflect.Method prefixOf;
+    private final java.lang.reflect.Method tokenOf;
+    private final java.lang.reflect.Method startAfterOf;
+    private final java.lang.reflect.Method maxKeysOf;
+    private final java.lang.reflect.Method build;
+    private final java.lang.reflect.Method contents;
+    private final java.lang.reflect.Method isTruncated;
+    private final java.lang.reflect.Method nextToken;
+    private final java.lang.reflect.Method key;
+    private final java.lang.reflect.Method size;
 
-    private RawLister(Object client, String bucket, java.lang.reflect.Method builder,
-        Class<?> builderType, java.lang.reflect.Method list) {
+    private RawLister(Object client, String bucket, ClassLoader loader)
+        throws ReflectiveOperationException {
       this.client = client;
       this.bucket = bucket;
-      this.builder = builder;
-      this.builderType = builderType;
-      this.list = list;
+      Class<?> request = Class.forName(MODEL + "ListObjectsV2Request", true, loader);
+      Class<?> builderType = Class.forName(MODEL + "ListObjectsV2Request$Builder", true, loader);
+      Class<?> response = Class.forName(MODEL + "ListObjectsV2Response", true, loader);
+      Class<?> object = Class.forName(MODEL + "S3Object", true, loader);
+      this.list = Class.forName("software.amazon.awssdk.services.s3.S3Client", true, loader)
+          .getMethod("listObjectsV2", request);
+      this.builder = request.getMethod("builder");
+      this.bucketOf = builderType.getMethod("bucket", String.class);
+      this.prefixOf = builderType.getMethod("prefix", String.class);
+      this.tokenOf = builderType.getMethod("continuationToken", String.class);
+      this.startAfterOf = builderType.getMethod("startAfter", String.class);
+      this.maxKeysOf = builderType.getMethod("maxKeys", Integer.class);
+      this.build = builderType.getMethod("build");
+      this.contents = response.getMethod("contents");
+      this.isTruncated = response.getMethod("isTruncated");
+      this.nextToken = response.getMethod("nextContinuationToken");
+      this.key = object.getMethod("key");
+      this.size = object.getMethod("size");
     }
 
     static RawLister of(FileSystem fs, Configuration conf, URI root) {
@@ -296,15 +323,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
             "org.apache.hadoop.fs.s3a.S3AInternals", true, fs.getClass().getClassLoader());
         Object client = internalsType.getMethod("getAmazonS3Client", String.class)
             .invoke(internals, "sparkguard listing");
-        ClassLoader loader = client.getClass().getClassLoader();
-        Class<?> request = Class.forName(
-            "software.amazon.awssdk.services.s3.model.ListObjectsV2Request", true, loader);
-        Class<?> builderType = Class.forName(
-            "software.amazon.awssdk.services.s3.model.ListObjectsV2Request$Builder", true, loader);
-        Class<?> clientType =
-            Class.forName("software.amazon.awssdk.services.s3.S3Client", true, loader);
-        return new RawLister(client, bucket, request.getMethod("builder"), builderType,
-            clientType.getMethod("listObjectsV2", request));
+        return new RawLister(client, bucket, client.getClass().getClassLoader());
       } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
         return null;
       }
@@ -319,25 +338,22 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
         throws IOException {
       try {
         Object b = builder.invoke(null);
-        builderType.getMethod("bucket", String.class).invoke(b, bucket);
-        builderType.getMethod("prefix", String.class).invoke(b, prefix);
+        bucketOf.invoke(b, bucket);
+        prefixOf.invoke(b, prefix);
         if (token != null) {
-          builderType.getMethod("continuationToken", String.class).invoke(b, token);
+          tokenOf.invoke(b, token);
         } else if (startAfter != null) {
-          builderType.getMethod("startAfter", String.class).invoke(b, startAfter);
+          startAfterOf.invoke(b, startAfter);
         }
-        builderType.getMethod("maxKeys", Integer.class).invoke(b, maxKeys);
-        Object request = builderType.getMethod("build").invoke(b);
-        Object response = list.invoke(client, request);
-        Class<?> type = response.getClass();
+        maxKeysOf.invoke(b, maxKeys);
+        Object response = list.invoke(client, build.invoke(b));
         List<Listed> objects = new ArrayList<>();
-        for (Object object : (List<?>) type.getMethod("contents").invoke(response)) {
-          String key = (String) object.getClass().getMethod("key").invoke(object);
-          Long size = (Long) object.getClass().getMethod("size").invoke(object);
-          objects.add(new Listed(key, size == null ? 0 : size));
+        for (Object object : (List<?>) contents.invoke(response)) {
+          Long bytes = (Long) size.invoke(object);
+          objects.add(new Listed((String) key.invoke(object), bytes == null ? 0 : bytes));
         }
-        Boolean truncated = (Boolean) type.getMethod("isTruncated").invoke(response);
-        String next = (String) type.getMethod("nextContinuationToken").invoke(response);
+        Boolean truncated = (Boolean) isTruncated.invoke(response);
+        String next = (String) nextToken.invoke(response);
         return new Page(objects, Boolean.TRUE.equals(truncated) ? next : null);
       } catch (java.lang.reflect.InvocationTargetException e) {
         Throwable cause = e.getCause();

@@ -101,15 +101,9 @@ final class OwnerClaims {
 
   /**
    * This owner's claim: the current one when it is this owner's, else a new epoch (call it only
-   * after finding no undecided instant of another owner).
-   */
-  Claim acquire(String owner) throws IOException {
-    return acquire(owner, null);
-  }
-
-  /**
-   * {@link #acquire(String)}, its first round from {@code listed} (a listing of the job's claims
-   * made before, or null to list now); a lost put-if-absent lists again.
+   * after finding no undecided instant of another owner). Its first round reads the claims from
+   * {@code listed} (a listing of the job's claims made before, or null to list now); a lost
+   * put-if-absent lists again.
    */
   Claim acquire(String owner, List<String> listed) throws IOException {
     for (int round = 0; round < MAX_ROUNDS; round++) {
@@ -131,19 +125,8 @@ final class OwnerClaims {
         + MAX_ROUNDS + " rounds of racing owners; run the write again");
   }
 
-  /** The instant ids of {@code jobId} in the timeline (one listing). */
-  static Set<String> instantsOf(AtomicStore store, Timeline timeline, String jobId)
-      throws IOException {
-    return filesOf(store.listFiles(timeline.directory()), jobId).keySet();
-  }
-
-  /** Instant id of {@code jobId} -> the suffixes of its files, from one listing. */
-  static Map<String, Set<String>> filesOf(AtomicStore store, Timeline timeline, String jobId)
-      throws IOException {
-    return filesOf(store.listFiles(timeline.directory()), jobId);
-  }
-
-  /** {@link #filesOf(AtomicStore, Timeline, String)} from {@code listed}, a timeline listing. */
+  /** Instant id of {@code jobId} -> the suffixes of its files, from {@code listed}, a timeline
+   * listing. */
   static Map<String, Set<String>> filesOf(List<String> listed, String jobId) {
     Map<String, Set<String>> files = new TreeMap<>();
     for (String name : listed) {
@@ -158,14 +141,9 @@ final class OwnerClaims {
 
   /**
    * After the O4 check (which refused another owner's undecided instant and claimed this
-   * owner's), before the instant is opened: the instants that check saw, and this owner's claim.
+   * owner's), before the instant is opened: the instants that check saw, and this owner's claim;
+   * C2's first read of the claims from {@code claims} (null: list them).
    */
-  static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
-      Set<String> known) throws IOException {
-    return guard(store, timeline, jobId, owner, known, null);
-  }
-
-  /** {@link #guard}, C2's first read of the claims from {@code claims} (null: list them). */
   static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
       Set<String> known, List<String> claims) throws IOException {
     return new Guard(new OwnerClaims(store, timeline.table(), jobId).acquire(owner, claims), known);

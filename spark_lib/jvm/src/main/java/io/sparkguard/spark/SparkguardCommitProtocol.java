@@ -172,7 +172,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       if (!exists) {
         extra.put(CREATED_LOCATION, true);
       }
-      hotAtSetup = listed.decidedHot() + listed.undecided();
+      hotAtSetup = listed.hotInstants();
       // What the O4 check decides on: an instant of another owner not in here appeared after it.
       java.util.Set<String> known = OwnerClaims.filesOf(listed.timeline, settings.jobId()).keySet();
       if (!fenceEarlierAttempts(listed.timeline)) {

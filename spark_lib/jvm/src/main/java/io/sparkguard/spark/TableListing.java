@@ -2,7 +2,6 @@ package io.sparkguard.spark;
 
 import java.io.IOException;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
 import org.apache.hadoop.fs.Path;
 
@@ -156,40 +155,17 @@ final class TableListing {
     return null;
   }
 
-  /** The names of {@code timeline/} files directly in it (no temp or nested files). */
-  List<String> hot() {
-    List<String> hot = new ArrayList<>();
+  /**
+   * Instants in the timeline with an {@code .inflight} (decided or not, any job): at most how
+   * many hot instants compaction can count after this write, before its own.
+   */
+  int hotInstants() {
+    int hot = 0;
     for (String name : timeline) {
-      if (!name.startsWith(".") && !name.contains("/")) {
-        hot.add(name);
+      if (name.endsWith(".inflight")) {
+        hot++;
       }
     }
-    return Collections.unmodifiableList(hot);
-  }
-
-  /** Instants in the timeline with an {@code .outcome} and an {@code .inflight} (decided, hot). */
-  int decidedHot() {
-    java.util.Set<String> names = new java.util.HashSet<>(timeline);
-    int decided = 0;
-    for (String name : timeline) {
-      if (name.endsWith(".outcome") && names.contains(
-          name.substring(0, name.length() - ".outcome".length()) + ".inflight")) {
-        decided++;
-      }
-    }
-    return decided;
-  }
-
-  /** Instants in the timeline with an {@code .inflight} and no {@code .outcome} (any job). */
-  int undecided() {
-    java.util.Set<String> names = new java.util.HashSet<>(timeline);
-    int undecided = 0;
-    for (String name : timeline) {
-      if (name.endsWith(".inflight") && !names.contains(
-          name.substring(0, name.length() - ".inflight".length()) + ".outcome")) {
-        undecided++;
-      }
-    }
-    return undecided;
+    return hot;
   }
 }

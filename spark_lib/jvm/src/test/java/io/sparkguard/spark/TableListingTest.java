@@ -173,8 +173,7 @@ class TableListingTest {
     assertEquals(3, listed.timeline.size());
     assertEquals(List.of("000000000001.snapshot"), listed.snapshots);
     assertTrue(listed.streams);
-    assertEquals(1, listed.decidedHot());
-    assertEquals(1, listed.undecided());
+    assertEquals(2, listed.hotInstants());  // one decided, one undecided
     assertEquals(List.of("20260101000000001-job"), Timeline.undecided("job", listed.timeline));
   }
 
