@@ -26,7 +26,6 @@ import dataclasses
 import enum
 import json
 import os
-import re
 import secrets
 import shlex
 import shutil
@@ -295,9 +294,6 @@ def _data_files(manager: filemanager.FileManager, table: str) -> list[str]:
     return sorted(found)
 
 
-_CHECKSUM: Final = re.compile(r"\.(?P<target>.+)\.crc")
-
-
 def _temp_files(manager: filemanager.FileManager, table: str) -> list[str]:
     """What a killed writer may leave that no reader sees (relative paths or keys): temp files
     (``.<name>.sg-tmp-<hex>``), Hadoop checksums (``.<name>.crc``) of files that are gone, and
@@ -310,11 +306,11 @@ def _temp_files(manager: filemanager.FileManager, table: str) -> list[str]:
     found = []
     for relative in files:
         name = paths.basename(relative)
-        checksum = _CHECKSUM.fullmatch(name)
+        owner = filemanager.checksum_owner(name)
         if filemanager.is_temp_name(name):
             found.append(relative)
-        elif checksum and not relative.startswith(timeline.SPARKGUARD_DIR):
-            target = relative[: -len(name)] + checksum.group("target")
+        elif owner and not relative.startswith(timeline.SPARKGUARD_DIR):
+            target = relative[: -len(name)] + owner
             if target not in present:
                 found.append(relative)
     if isinstance(manager, filemanager.DirectPutFileManager):

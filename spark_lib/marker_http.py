@@ -109,11 +109,7 @@ class HttpMarkerClient:
 
     def all_marked(self, directory: str) -> set[str]:
         """Data files marked in ``directory``, as acknowledged by the sidecar."""
-        answer = self._call("GET", "all", {"markerdir": directory})
-        names = answer.get("markers")
-        if not isinstance(names, list):
-            raise errors.MarkerError(f"marker sidecar {self.endpoint} sent no marker list")
-        return {markers.parse_marker_name(str(name))[0] for name in names}
+        return self._marked(self._call("GET", "all", {"markerdir": directory}))
 
     def seal(self, directory: str) -> set[str]:
         """The commit's read (W8): data files marked in ``directory``, after which the sidecar
@@ -127,7 +123,11 @@ class HttpMarkerClient:
                 self.endpoint,
                 directory,
             )
-            answer = self._call("GET", "all", {"markerdir": directory})
+            return self.all_marked(directory)
+        return self._marked(answer)
+
+    def _marked(self, answer: dict[str, Any]) -> set[str]:
+        """The data files of an ``all`` or ``dir/seal`` answer's marker names."""
         names = answer.get("markers")
         if not isinstance(names, list):
             raise errors.MarkerError(f"marker sidecar {self.endpoint} sent no marker list")
