@@ -15,11 +15,15 @@ timeline), what any Python writer pays. Every writer first writes once untimed (
 workers and page cache warm for all of them), then R >= 3 timed rounds run, the order rotated
 each round so that every writer goes first, second and last; the best round of each is compared.
 
-Each round writes two sizes (``--rows`` N and N/2; ``--quick``: 1M and 300k rows, the same
-procedure on less data). A write costs a fixed part (job planning, commit) plus a part per row,
-and the writers differ in both, so a ratio at one size depends on the size. The headline ratio
-is therefore the *marginal* one: built-in seconds per extra row over sparkguard's, from the two
-sizes, which ``--quick`` and full runs both estimate; the ratio at each size is printed too.
+Each round writes three sizes (``--rows`` N, N/2 and N/4: 8M, 4M and 2M rows by default;
+``--quick``: 1M, 500k and 250k, the same procedure on less data). A write costs a fixed part
+(job planning, commit) plus a part per row, and the writers differ in both, so a ratio at one
+size depends on the size. The headline ratio is therefore the *marginal* one: built-in seconds
+per extra row over sparkguard's, each the least-squares slope through the writer's best time
+at each size; the ratio at each size is printed too. The sizes span 6M rows because on this
+kind of machine a write's time varies by 10-20 % from one round to the next: with the 1M/2M
+pair used before, the two best times of a writer differed by 0.15-0.2 s, about the noise, and
+ten runs of the same code printed marginal ratios from 0.45 to 4.97 (docs/benchmarks.md).
 
 ``--arrow-batch`` sets ``spark.sql.execution.arrow.maxRecordsPerBatch`` (Spark's default is
 10,000; it matters to the Python writers only); ``--fsync-bare`` (with ``--fsspec``) adds the
@@ -147,6 +151,16 @@ def require_jvm_front(spark: Any) -> None:
         )
 
 
+def slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares seconds per row through ``(rows, seconds)`` points (pure)."""
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        raise ValueError("slope: the points need at least two different sizes")
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
 def writers_of(*, fsspec: bool, fsync_bare: bool) -> tuple[str, ...]:
     """The writers a run compares (pure)."""
     if not fsspec:
@@ -156,8 +170,10 @@ def writers_of(*, fsspec: bool, fsync_bare: bool) -> tuple[str, ...]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="300k and 1M rows (same procedure)")
-    parser.add_argument("--rows", type=int, default=2_000_000, help="the large size")
+    parser.add_argument(
+        "--quick", action="store_true", help="250k, 500k and 1M rows (same procedure)"
+    )
+    parser.add_argument("--rows", type=int, default=8_000_000, help="the largest size")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, at least 3")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
@@ -172,7 +188,7 @@ def main() -> int:
     if args.rounds < 3:
         parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
     large = 1_000_000 if args.quick else args.rows
-    small = 300_000 if args.quick else large // 2
+    sizes = (large // 4, large // 2, large)
     if args.row_groups:
         return row_groups(large)
     if args.fsync_bare and not args.fsspec:
@@ -188,7 +204,7 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
+        .config("spark.driver.memory", "4g")  # 14M cached rows
         .config(sparkconf.JARS_KEY, str(sparkconf.jar_path()))  # format("sparkguard"): the JVM
     )
     if args.arrow_batch:
@@ -201,7 +217,7 @@ def main() -> int:
     spark.dataSource.register(bare_source(fsync=False))
     spark.dataSource.register(bare_source(fsync=True))
     frames = {}
-    for rows in (small, large):
+    for rows in sizes:
         frames[rows] = spark.range(0, rows, numPartitions=args.partitions).selectExpr(
             "id",
             "cast(id % 1000 as int) as a",
@@ -210,7 +226,8 @@ def main() -> int:
         )
         frames[rows].cache().count()
     print(
-        f"rows={small} and {large} partitions={args.partitions} rounds={args.rounds} "
+        f"rows={', '.join(str(r) for r in sizes)} partitions={args.partitions} "
+        f"rounds={args.rounds} "
         f"(+1 untimed warm-up) arrow-batch={args.arrow_batch or 'default'} dir={base}",
         flush=True,
     )
@@ -237,10 +254,10 @@ def main() -> int:
     for kind in kinds:
         elapsed = write(kind, large, f"{base}/warm-{kind}", "bench-warm")
         log(f"warm-up {kind:19s} {elapsed:7.2f}s (untimed)")
-    times: dict[tuple[str, int], list[float]] = {(k, r): [] for k in kinds for r in (small, large)}
+    times: dict[tuple[str, int], list[float]] = {(k, r): [] for k in kinds for r in sizes}
     for n in range(args.rounds):
         for kind in rotated(kinds, n):
-            for rows in (small, large):
+            for rows in sizes:
                 elapsed = write(kind, rows, f"{base}/{kind}-{rows}-{n}", f"bench-{rows}-{n}")
                 times[kind, rows].append(elapsed)
                 log(
@@ -253,9 +270,9 @@ def main() -> int:
 
     def marginal(kind: str) -> float:
         """Seconds per extra row: the cost of throughput, without the per-write fixed cost."""
-        return (best[kind, large] - best[kind, small]) / (large - small)
+        return slope([(rows, best[kind, rows]) for rows in sizes])
 
-    for rows in (small, large):
+    for rows in sizes:
         print(f"best at {rows} rows: " + ", ".join(f"{k} {best[k, rows]:.2f}s" for k in kinds))
         per_round = [
             b / g for b, g in zip(times["builtin", rows], times["sparkguard", rows], strict=True)
