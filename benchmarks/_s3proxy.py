@@ -144,10 +144,14 @@ def build_app(
         await asyncio.sleep(latency_s)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         url = upstream + request.rel_url.raw_path_qs
+        started = asyncio.get_running_loop().time()
         async with session_box[0].request(
             request.method, url, headers=headers, data=body if body else None
         ) as answer:
             data = await answer.read()
+            # The upstream's own time (moto's), apart from the added latency and the client's.
+            elapsed_us = int((asyncio.get_running_loop().time() - started) * 1e6)
+            stats["upstream_us:" + category] += elapsed_us
             requests.append(
                 {
                     "method": request.method,

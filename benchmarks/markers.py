@@ -3,14 +3,20 @@
 Storage is the moto S3 server behind benchmarks/_s3proxy.py, which adds per-request latency
 (default 20 ms) and throttles each prefix to 3,500 writes/s with 503 SlowDown, like S3.
 
-Job phase (four modes in one run): W writer threads write F small data files, creating a
+Job phase (four modes in one run): W writers write F small data files, creating a
 marker before each (direct: one object per marker through DirectMarkerClient; batched:
 HttpMarkerClient to a real sidecar process writing MARKERS files through the same proxy, once
 with the sidecar's shipped default flush mode ``adaptive`` and its defaults, once with
 ``interval`` at 50 ms (the default before, Hudi's) and once with ``group-commit``); then the
 commit removes the markers. Storage requests are counted at the proxy. R >= 2 rounds
 (default 3), the order of the modes rotated each round so each goes first; the best round of
-each mode is compared, and every round's job ratio is printed.
+each mode is compared, and every round's job ratio is printed. The writers are threads of
+``--writer-processes`` processes (default 4), as a job's tasks run in several executors: with
+all 64 threads in one Python process, 150-160 ms of a data PUT's 180 ms went by inside that
+process (its interpreter lock and its one S3 client loop) against 5-13 ms in moto and the
+proxy's 20 ms, so the job phase measured the load generator (docs/benchmarks.md). Each
+process warms its S3 client up untimed; the job's time runs from the start signal to the last
+process's end. The proxy also sums moto's own time per category, logged per job.
 
 Latency phase: marker ack latency p50/p99 of interval vs group-commit flushing, on the proxy.
 Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p50/p99 of
@@ -53,6 +59,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -145,11 +152,126 @@ def run_threads(count: int, target: Any) -> float:
     return time.monotonic() - started
 
 
+@dataclasses.dataclass(frozen=True)
+class WriterGroup:
+    """The writers one process runs: ``writers[index::processes]`` of the job's, each writing
+    files ``w, w + writers, ...`` with a marker before each."""
+
+    files: int
+    writers: int
+    index: int
+    processes: int
+    bucket: str
+    options: dict[str, Any]
+    endpoint: str | None
+
+    def run(self, done: Any) -> tuple[list[float], list[float]]:
+        """Run this group's writer threads; ``done`` counts written files (``.value``, with
+        ``.get_lock()``). Returns the marker and data PUT latencies, in seconds."""
+        manager, _ = filemanager.resolve(f"s3://{self.bucket}", storage_options=self.options)
+        table = f"{self.bucket}/tbl"
+        directory = f"s3://{table}/_sparkguard/markers/{INSTANT}"
+        latencies: list[float] = []
+        data_latencies: list[float] = []
+        lock = threading.Lock()
+        direct = markers.DirectMarkerClient(manager)
+
+        def writer(w: int) -> None:
+            client: markers.MarkerClient = (
+                direct
+                if self.endpoint is None
+                else HttpMarkerClient(self.endpoint, token=TOKEN, deadline_s=120)
+            )
+            for i in range(w, self.files, self.writers):
+                name = f"part-{i:06d}-bench-c000.parquet"
+                started = time.perf_counter()
+                client.create(directory, name)
+                elapsed = time.perf_counter() - started
+                manager.write_bytes(f"{table}/{name}", PAYLOAD)
+                data_elapsed = time.perf_counter() - started - elapsed
+                with lock:
+                    latencies.append(elapsed)
+                    data_latencies.append(data_elapsed)
+                with done.get_lock():
+                    done.value += 1
+            client.close()
+
+        ids = range(self.index, self.writers, self.processes)
+        run_threads(len(ids), lambda n: writer(ids[n]))
+        return latencies, data_latencies
+
+    def warm(self) -> None:
+        """Untimed: this process's first request loads the store's client and opens its
+        connections (seconds on a busy machine, once per process)."""
+        manager, _ = filemanager.resolve(f"s3://{self.bucket}", storage_options=self.options)
+        manager.write_bytes(f"{self.bucket}/warm-up/process-{self.index}", PAYLOAD)
+
+
+def _writer_process(group: WriterGroup, done: Any, ready: Any, go: Any, results: Any) -> None:
+    """A child process of the job phase: warm up, say so, wait for the start, write, report."""
+    try:
+        group.warm()
+        ready.put(group.index)
+        go.wait()
+        results.put(("ok", group.run(done)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
+        ready.put(group.index)
+        results.put(("error", repr(exc)))
+
+
+def run_writers(
+    groups: list[WriterGroup], done: Any, proxy: str
+) -> tuple[float, list[float], list[float]]:
+    """Run the job's writers (in this process for one group, else one process per group, as a
+    job's tasks run in several executors), timed from the start of the first write to the end
+    of the last; the proxy's counters are reset just before. Returns (seconds, marker
+    latencies, data PUT latencies)."""
+    if len(groups) == 1:
+        proxy_call(proxy, "/_proxy/reset", "POST")
+        started = time.monotonic()
+        latencies, data_latencies = groups[0].run(done)
+        return time.monotonic() - started, latencies, data_latencies
+    context = multiprocessing.get_context("spawn")  # no fork of this process's threads and loops
+    ready, results, go = context.Queue(), context.Queue(), context.Event()
+    children = [
+        context.Process(target=_writer_process, args=(group, done, ready, go, results))
+        for group in groups
+    ]
+    for child in children:
+        child.start()
+    try:
+        for _ in children:
+            ready.get(timeout=120)
+        proxy_call(proxy, "/_proxy/reset", "POST")
+        started = time.monotonic()
+        go.set()
+        latencies: list[float] = []
+        data_latencies: list[float] = []
+        errors: list[str] = []
+        for _ in children:
+            status, answer = results.get(timeout=1800)
+            if status == "ok":
+                latencies.extend(answer[0])
+                data_latencies.extend(answer[1])
+            else:
+                errors.append(answer)
+        elapsed = time.monotonic() - started
+        if errors:
+            raise RuntimeError(f"{len(errors)} writer processes failed; first: {errors[0]}")
+        return elapsed, latencies, data_latencies
+    finally:
+        for child in children:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
+
+
 def run_job(
     mode: str,
     *,
     files: int,
     writers: int,
+    processes: int,
     bucket: str,
     options: dict[str, Any],
     proxy: str,
@@ -160,25 +282,12 @@ def run_job(
     manager, _ = filemanager.resolve(f"s3://{bucket}", storage_options=options)
     table = f"{bucket}/tbl"
     directory = f"s3://{table}/_sparkguard/markers/{INSTANT}"
-    latencies: list[float] = []
-    done = [0]
-    lock = threading.Lock()
     direct = markers.DirectMarkerClient(manager)
-
-    def writer(w: int) -> None:
-        client: markers.MarkerClient = (
-            direct if endpoint is None else HttpMarkerClient(endpoint, token=TOKEN, deadline_s=120)
-        )
-        for i in range(w, files, writers):
-            name = f"part-{i:06d}-bench-c000.parquet"
-            started = time.perf_counter()
-            client.create(directory, name)
-            elapsed = time.perf_counter() - started
-            manager.write_bytes(f"{table}/{name}", PAYLOAD)
-            with lock:
-                latencies.append(elapsed)
-                done[0] += 1
-        client.close()
+    done = multiprocessing.get_context("spawn").Value("i", 0)
+    groups = [
+        WriterGroup(files, writers, index, processes, bucket, options, endpoint)
+        for index in range(processes)
+    ]
 
     # Untimed, uncounted warm-up of this mode's path to storage: the first marker of a fresh
     # sidecar (or of this process's direct client) loads the store's client library and opens
@@ -198,17 +307,18 @@ def run_job(
     manager.write_bytes(f"{bucket}/warm-up/part-warm-up.parquet", PAYLOAD)
     warm.delete_dir(warm_dir)
     warm.close()
-    proxy_call(proxy, "/_proxy/reset", "POST")
     stop = threading.Event()
 
     def progress() -> None:
         while not stop.wait(10):
-            log(f"  {mode}: {done[0]}/{files} files written")
+            log(f"  {mode}: {done.value}/{files} files written")
 
     reporter = threading.Thread(target=progress, daemon=True)
     reporter.start()
-    write_s = run_threads(writers, writer)
-    stop.set()
+    try:
+        write_s, latencies, data_latencies = run_writers(groups, done, proxy)
+    finally:
+        stop.set()
     written = proxy_call(proxy, "/_proxy/stats")
     # Check (uncounted) that every file is marked on storage.
     check, check_path = filemanager.resolve(directory, storage_options=options)
@@ -260,6 +370,19 @@ def run_job(
         "ack_p50_ms": percentile(latencies, 0.5) * 1000,
         "ack_p99_ms": percentile(latencies, 0.99) * 1000,
     }
+    upstream = {
+        category: written.get(f"upstream_us:{category}", 0)
+        / 1000
+        / max(written.get(category, 0), 1)
+        for category in ("data", "markers")
+    }
+    log(
+        f"{mode}: mean upstream (moto) time per request in the write phase: data "
+        f"{upstream['data']:.1f} ms, markers {upstream['markers']:.1f} ms (the proxy adds "
+        f"its latency on top); data PUT as the writers saw it: p50 "
+        f"{percentile(data_latencies, 0.5) * 1000:.1f} ms, p99 "
+        f"{percentile(data_latencies, 0.99) * 1000:.1f} ms"
+    )
     log(
         f"{mode}: write {write_s:.1f} s, commit read {read_s:.2f} s, cleanup {cleanup_s:.2f} s, "
         f"marker requests "
@@ -515,6 +638,14 @@ def main() -> int:
     )
     parser.add_argument("--files", type=int, default=3_000)
     parser.add_argument("--writers", type=int, default=16)
+    parser.add_argument(
+        "--writer-processes",
+        type=int,
+        default=4,
+        help="processes the job phase's writers run in (default 4, as a job's tasks run in "
+        "several executors; 1: every writer a thread of this process, whose interpreter lock "
+        "and S3 client then dominate each request's time)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every mode (>= 2)")
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--write-rate", type=float, default=3500.0)
@@ -534,6 +665,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error(f"--rounds {args.rounds}: use at least 2 (the order rotates by round)")
+    if not 1 <= args.writer_processes <= args.writers:
+        parser.error(
+            f"--writer-processes {args.writer_processes}: use 1 to --writers ({args.writers})"
+        )
     if args.quick:
         args.files, args.capacity_per_connection = 1_000, 20
     if args.capacity_only:
@@ -541,7 +676,8 @@ def main() -> int:
         return 0
     modes = ("direct", *BATCHED_MODES)
     log(
-        f"markers benchmark: {args.files} files, {args.writers} writers, {args.rounds} rounds "
+        f"markers benchmark: {args.files} files, {args.writers} writers in "
+        f"{args.writer_processes} processes, {args.rounds} rounds "
         f"(order rotated each round), proxy latency {args.latency_ms:g} ms, "
         f"{args.write_rate:g} writes/s per prefix; batched = the sidecar with flush mode "
         f"{' and '.join(BATCHED_MODES)} (shipped default: {SHIPPED})"
@@ -557,12 +693,14 @@ def main() -> int:
                 if mode == "direct":
                     result = run_job(
                         mode, files=args.files, writers=args.writers, bucket=bucket,
+                        processes=args.writer_processes,
                         options=options, proxy=proxy, endpoint=None,
                     )  # fmt: skip
                 else:
                     with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
                         result = run_job(
                             mode, files=args.files, writers=args.writers, bucket=bucket,
+                        processes=args.writer_processes,
                             options=options, proxy=proxy, endpoint=endpoint,
                         )  # fmt: skip
                 runs[mode].append(result)
