@@ -212,7 +212,9 @@ async def _create(request: web.Request, io_type: markers.IOType, *, any_io: bool
     params = await read_params(request)
     marker_dir = await _marker_dir(request, params)
     name = validation.validate_marker_name(params.get("markername"), io_type=io_type, any_io=any_io)
-    written = await request.app[BATCHER_KEY].create(marker_dir, name)
+    # The sender's connection: the adaptive policy flushes once every recent sender waits.
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    written = await request.app[BATCHER_KEY].create(marker_dir, name, client=peer)
     return web.json_response({"markername": name, "created": written})
 
 

@@ -28,8 +28,9 @@ no lookup per flush.
 
 Three flush policies (:class:`~sparkguard.sidecar.config.FlushMode`). ``adaptive`` (the
 default) starts a directory's flush once ``batch_size`` names are queued, once its oldest queued
-name has waited ``batch_interval_ms``, or once no name has arrived for a fifth of that (the
-arrivals paused: waiting longer would only delay the ones queued); ``interval`` starts a flush
+name has waited ``batch_interval_ms``, once no name has arrived for a fifth of that (the
+arrivals paused: waiting longer would only delay the ones queued), or once every client
+answered before that sent lately waits for an ack (no name is coming); ``interval`` starts a flush
 of every directory with queued names each ``batch_interval_ms``; ``group-commit`` starts a
 directory's flush as soon as a name is queued and none is running, so names that arrive during a
 write ride on the next one. Up to ``batch_threads`` flushes of one directory run at a time
@@ -73,6 +74,9 @@ FILE_FULL_BYTES: Final = 64 * 1024
 _PAUSE_DIVISOR: Final = 5
 #: adaptive mode: weight of the newest batch in the directory's arrival rate (names per second)
 _RATE_WEIGHT: Final = 0.25
+#: adaptive mode: a client that sent nothing for this many intervals no longer counts as one
+#: that may send the next name (forgotten at the next flush)
+_CLIENT_MEMORY_INTERVALS: Final = 2
 
 
 @dataclasses.dataclass
@@ -311,11 +315,45 @@ class _DirState:
         self.starting = False
         #: adaptive mode: names per second queued, a moving average over the recent batches
         self.rate = 0.0
+        #: adaptive mode: each client (connection) answered before that sent a marker lately ->
+        #: when it last did (a client's first marker does not count: at a job's start the
+        #: pause rule batches the arrivals)
+        self.clients: dict[object, float] = {}
+        #: adaptive mode: clients waiting for an ack now -> how many of their requests wait
+        self.blocked: dict[object, int] = {}
+        #: adaptive mode: how many of ``clients`` are in ``blocked``
+        self.clients_blocked = 0
         self.busy: set[int] = set()
         self.deleting = 0
         self.users = 0
         self.idle = asyncio.Event()
         self.idle.set()
+
+    def sent(self, client: object, now: float) -> None:
+        """Adaptive mode: ``client`` (``None``: not counted) sent a marker and waits for it."""
+        if client is None:
+            return
+        waiting = self.blocked.get(client, 0)
+        self.blocked[client] = waiting + 1
+        if client in self.clients:
+            self.clients[client] = now
+            self.clients_blocked += not waiting
+
+    def answered(self, client: object, now: float) -> None:
+        """Adaptive mode: one request of ``client`` (``None``: not counted) was answered."""
+        if client is None:
+            return
+        left = self.blocked.pop(client) - 1
+        if left:
+            self.blocked[client] = left
+        elif client in self.clients:
+            self.clients_blocked -= 1
+        self.clients[client] = now
+
+    def every_client_waits(self) -> bool:
+        """Adaptive mode: every client answered before that sent lately waits for an ack now,
+        so no name is coming that waiting longer would add to the batch."""
+        return 0 < len(self.clients) == self.clients_blocked
 
     def evictable(self) -> bool:
         return (
@@ -423,12 +461,16 @@ class MarkerBatcher:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- operations -----------------------------------------------------------------------------
-    async def create(self, marker_dir: validation.MarkerDir, name: str) -> bool:
+    async def create(
+        self, marker_dir: validation.MarkerDir, name: str, *, client: object = None
+    ) -> bool:
         """Return once ``name`` is durable in ``marker_dir``; whether this sidecar wrote it.
 
         ``False`` means the marker was already on storage (a retry, or a restarted sidecar):
         acknowledged without a new write. Raises :class:`~sparkguard.sidecar.errors.
         InstantDecidedError` when the instant's outcome exists (checked after the write).
+        ``client`` identifies the sender (its connection) for the adaptive policy's rule that
+        flushes once every recent sender is waiting; ``None``: not counted.
         """
         if self._draining:
             raise errors.ShuttingDownError("the sidecar is stopping; retry in a moment")
@@ -440,6 +482,8 @@ class MarkerBatcher:
         else:
             state = await self._state(marker_dir)
         state.users += 1
+        sender = client if self._adaptive else None
+        state.sent(sender, asyncio.get_running_loop().time())
         try:
             self._refuse_if_decided(state)
             # A known name is not written again, but it waits for the next flush all the same:
@@ -465,8 +509,8 @@ class MarkerBatcher:
                 self._pending += 1
                 if self._group_commit:
                     self._schedule(state)
-                elif self._adaptive:
-                    self._consider(state)
+            if self._adaptive:  # a new name, or one more client waiting (the rule may hold)
+                self._consider(state)
             written = await asyncio.shield(future)
             if written:
                 self._metrics.acknowledged_written.inc()
@@ -475,6 +519,7 @@ class MarkerBatcher:
             return written
         finally:
             state.users -= 1
+            state.answered(sender, asyncio.get_running_loop().time())
 
     async def all_names(self, marker_dir: validation.MarkerDir) -> list[str]:
         """Every acknowledged marker name of ``marker_dir`` (loaded from storage if needed)."""
@@ -722,7 +767,11 @@ class MarkerBatcher:
             interval_s=self._settings.batch_interval_ms / 1000,
             batch_size=self._settings.batch_size,
         )
-        if len(state.queue) >= self._settings.batch_size or now >= due:
+        if (
+            len(state.queue) >= self._settings.batch_size
+            or now >= due
+            or state.every_client_waits()
+        ):
             _disarm(state)
             # If no file is free (or a delete runs), the end of that flush (or delete) looks again.
             self._schedule(state)
@@ -755,8 +804,12 @@ class MarkerBatcher:
         # in between join this batch.
         batch = [(name, state.waiting[name]) for name in state.queue if name in state.waiting]
         if self._adaptive and state.queue:
-            window = max(asyncio.get_running_loop().time() - state.queued_at, 0.001)
+            now = asyncio.get_running_loop().time()
+            window = max(now - state.queued_at, 0.001)
             state.rate += _RATE_WEIGHT * (len(state.queue) / window - state.rate)
+            _forget_idle_clients(
+                state, now - _CLIENT_MEMORY_INTERVALS * self._settings.batch_interval_ms / 1000
+            )
         state.queue = []
         state.starting = False
         _disarm(state)
@@ -977,6 +1030,14 @@ class MarkerBatcher:
                 future.set_result(name in written)
             else:
                 future.set_exception(failure)
+
+
+def _forget_idle_clients(state: _DirState, since: float) -> None:
+    """Adaptive mode: forget the clients that sent nothing since ``since`` and wait for
+    nothing (a task that ended, or one writing a long file: it is not about to send)."""
+    for client in [c for c, seen in state.clients.items() if seen < since]:
+        if client not in state.blocked:
+            del state.clients[client]
 
 
 def _disarm(state: _DirState) -> None:

@@ -165,3 +165,63 @@ async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreig
     finally:
         await sidecar.drain(5)
         await sidecar.close()
+
+
+def test_every_client_waits_counts_only_clients_answered_before() -> None:
+    """The adaptive rule's bookkeeping: a client's first marker does not make it one that may
+    send the next name (at a job's start the pause rule batches arrivals); once answered it
+    counts, and the rule holds while every such client waits."""
+    state = batcher._DirState.__new__(batcher._DirState)
+    state.clients, state.blocked, state.clients_blocked = {}, {}, 0
+    state.sent("a", 1.0)
+    state.sent("b", 1.0)
+    assert not state.every_client_waits()  # nobody answered yet: no rule
+    state.answered("a", 1.1)
+    state.answered("b", 1.1)
+    state.sent("a", 1.2)
+    assert not state.every_client_waits()  # b is not waiting: it may send soon
+    state.sent("a", 1.2)  # a second request of a's, still one waiting client
+    state.sent("b", 1.3)
+    assert state.every_client_waits()
+    state.sent("c", 1.3)  # a newcomer does not hold the flush back
+    assert state.every_client_waits()
+    state.answered("a", 1.4)
+    assert state.every_client_waits()  # a still has a request waiting
+    state.answered("a", 1.4)
+    assert not state.every_client_waits()
+    batcher._forget_idle_clients(state, since=2.0)  # a idle, gone; b and c still waiting
+    assert state.every_client_waits()
+    assert set(state.clients) == {"b"}
+
+
+async def test_adaptive_flushes_at_once_when_every_client_answered_before_waits(
+    make_config: Callable[..., config.SidecarConfig], root: str
+) -> None:
+    """With a batch of 2 and a minute's interval (whose fifth, 12 s, is far beyond the guards
+    below): a name from one of two known clients waits, as the other may send the next one;
+    once both wait (the second asks for the same name: still one queued) it flushes at once."""
+    settings = make_config(
+        flush_mode=config.FlushMode.ADAPTIVE, batch_size=2, batch_interval_ms=60_000
+    )
+    sidecar = batcher.MarkerBatcher(settings, metrics.build_metrics())
+    sidecar.start()
+    marker_dir = validation.validate_marker_dir(marker_dir_under(root), allowed_roots=(root,))
+    try:
+        await asyncio.wait_for(  # a full batch: both clients answered once
+            asyncio.gather(
+                sidecar.create(marker_dir, "part-00000.parquet", client="a"),
+                sidecar.create(marker_dir, "part-00001.parquet", client="b"),
+            ),
+            10,
+        )
+        first = asyncio.ensure_future(sidecar.create(marker_dir, "part-00002.parquet", client="a"))
+        done, _ = await asyncio.wait({first}, timeout=0.5)
+        assert not done, "flushed while client b could still send a name"
+        second = sidecar.create(marker_dir, "part-00002.parquet", client="b")
+        assert await asyncio.wait_for(asyncio.gather(first, second), 5) == [True, True]
+        assert (pathlib.Path(marker_dir.path) / "MARKERS0").read_text().split() == [
+            f"part-{i:05d}.parquet" for i in range(3)
+        ]
+    finally:
+        await sidecar.drain(5)
+        await sidecar.close()
