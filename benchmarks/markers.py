@@ -16,7 +16,10 @@ all 64 threads in one Python process, 150-160 ms of a data PUT's 180 ms went by 
 process (its interpreter lock and its one S3 client loop) against 5-13 ms in moto and the
 proxy's 20 ms, so the job phase measured the load generator (docs/benchmarks.md). Each
 process warms its S3 client up untimed; the job's time runs from the start signal to the last
-process's end. The proxy also sums moto's own time per category, logged per job.
+process's end. The proxy also sums moto's own time per category, logged per job. The cleanup
+is the time the commit waits for its W10 request: the sidecar deletes a directory its commit
+sealed after answering (docs/sidecar.md), so the benchmark then waits, untimed and asking moto
+directly, until no marker is left, logs when that was, and counts the delete's requests.
 
 Latency phase: marker ack latency p50/p99 of interval vs group-commit flushing, on the proxy.
 Capacity phase: acknowledged markers/s of one sidecar on the local filesystem, and p50/p99 of
@@ -274,6 +277,7 @@ def run_job(
     processes: int,
     bucket: str,
     options: dict[str, Any],
+    raw_options: dict[str, Any],
     proxy: str,
     endpoint: str | None,
 ) -> dict[str, float]:
@@ -346,8 +350,19 @@ def run_job(
     cleaner.delete_dir(directory)
     cleanup_s = time.monotonic() - started
     cleaner.close()
+    # The sidecar deletes a sealed directory after its answer (the commit does not wait for
+    # W10): untimed, wait until storage has no marker left (asked of moto directly, past the
+    # proxy, so the polls are not counted), then count the delete's requests.
+    raw, raw_path = filemanager.resolve(directory, storage_options=raw_options)
+    deadline = started + 120
+    while True:
+        raw.fs.invalidate_cache()
+        if not markers.read_marked_files(raw, raw_path):
+            break
+        assert time.monotonic() < deadline, f"{mode}: markers still on storage after 120 s"
+        time.sleep(0.01)
+    gone_s = time.monotonic() - started
     after = proxy_call(proxy, "/_proxy/stats")
-    assert not markers.read_marked_files(check, check_path)
     # Marker requests include the marker service's own reads of the table's _sparkguard files
     # (the sidecar's fence: is the instant still undecided?), counted apart by the proxy.
     read_requests = sum(before_outcome.get(k, 0) - before_read.get(k, 0) for k in MARKER_CATEGORIES)
@@ -360,6 +375,7 @@ def run_job(
         "write_s": write_s,
         "read_s": read_s,
         "cleanup_s": cleanup_s,
+        "gone_s": gone_s,
         "job_s": write_s + cleanup_s,
         "marker_requests": sum(written.get(k, 0) for k in MARKER_CATEGORIES)
         + read_requests
@@ -384,7 +400,8 @@ def run_job(
         f"{percentile(data_latencies, 0.99) * 1000:.1f} ms"
     )
     log(
-        f"{mode}: write {write_s:.1f} s, commit read {read_s:.2f} s, cleanup {cleanup_s:.2f} s, "
+        f"{mode}: write {write_s:.1f} s, commit read {read_s:.2f} s, cleanup {cleanup_s:.3f} s "
+        f"(markers gone from storage after {gone_s:.2f} s), "
         f"marker requests "
         f"{result['marker_requests']:.0f} (of which timeline reads {result['fence_requests']:.0f}; "
         f"data {result['data_requests']:.0f}, throttled 503s "
@@ -596,7 +613,7 @@ def report(runs: dict[str, list[dict[str, float]]], latency: dict[str, list[floa
         r = best[mode]
         print(
             f"  {mode:12s} write {r['write_s']:.1f} s, commit read {r['read_s']:.2f} s, "
-            f"cleanup {r['cleanup_s']:.2f} s, "
+            f"cleanup {r['cleanup_s']:.3f} s (gone after {r['gone_s']:.2f} s), "
             f"marker requests {r['marker_requests']:.0f} (outcome/inflight reads "
             f"{r['fence_requests']:.0f}), ack p50 {r['ack_p50_ms']:.1f} / "
             f"p99 {r['ack_p99_ms']:.1f} ms, throttled {r['throttled']:.0f}"
@@ -694,14 +711,16 @@ def main() -> int:
                     result = run_job(
                         mode, files=args.files, writers=args.writers, bucket=bucket,
                         processes=args.writer_processes,
-                        options=options, proxy=proxy, endpoint=None,
+                        options=options, raw_options=s3.storage_options, proxy=proxy,
+                        endpoint=None,
                     )  # fmt: skip
                 else:
                     with sidecar(free_port(), f"s3://{bucket}", proxy_env, mode) as endpoint:
                         result = run_job(
                             mode, files=args.files, writers=args.writers, bucket=bucket,
-                        processes=args.writer_processes,
-                            options=options, proxy=proxy, endpoint=endpoint,
+                            processes=args.writer_processes,
+                            options=options, raw_options=s3.storage_options, proxy=proxy,
+                            endpoint=endpoint,
                         )  # fmt: skip
                 runs[mode].append(result)
 

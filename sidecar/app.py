@@ -263,10 +263,17 @@ async def dir_exists(request: web.Request) -> web.Response:
 
 @routes.post(PREFIX + "dir/delete", name="dir_delete")
 async def dir_delete(request: web.Request) -> web.Response:
-    """Delete the marker directory (idempotent)."""
+    """Delete the marker directory (idempotent). A sealed one (its commit read the markers)
+    is deleted after the answer (``"background": true``, ``"deleted": null``): the commit does
+    not wait for W10."""
     params = await read_params(request)
-    deleted = await request.app[BATCHER_KEY].delete_dir(await _marker_dir(request, params))
-    return web.json_response({"deleted": deleted})
+    batcher_ = request.app[BATCHER_KEY]
+    marker_dir = await _marker_dir(request, params)
+    if batcher_.deletes_in_background(marker_dir):
+        batcher_.start_delete(marker_dir)
+        return web.json_response({"deleted": None, "background": True})
+    deleted = await batcher_.delete_dir(marker_dir)
+    return web.json_response({"deleted": deleted, "background": False})
 
 
 # -- operational routes -----------------------------------------------------------------------

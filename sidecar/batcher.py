@@ -568,6 +568,35 @@ class MarkerBatcher:
         state = await self._state(marker_dir, load=False)
         return await self._run(state.manager.exists, state.path)
 
+    def deletes_in_background(self, marker_dir: validation.MarkerDir) -> bool:
+        """Whether a delete of ``marker_dir`` goes on after its answer: the directory is sealed
+        (its commit read the markers, W8), so the delete is W10 after the outcome, or an abort's
+        after a failed commit, and a directory left behind is what a driver killed before W10
+        leaves (the next rollback pass removes it). Not while the sidecar stops."""
+        return marker_dir.key in self._sealed and not self._draining
+
+    def start_delete(self, marker_dir: validation.MarkerDir) -> None:
+        """Delete ``marker_dir`` in the background (see :meth:`deletes_in_background`); the
+        sidecar's stop waits for it (:meth:`close`)."""
+        task = asyncio.get_running_loop().create_task(self._delete_quietly(marker_dir))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _delete_quietly(self, marker_dir: validation.MarkerDir) -> None:
+        try:
+            deleted = await self.delete_dir(marker_dir)
+        except Exception as exc:  # noqa: BLE001 - logged: the directory stays, as documented
+            logger.warning(
+                "could not delete the sealed marker directory %s (%s): it stays until the next "
+                "rollback pass of its table, as after a driver killed before W10",
+                marker_dir.key,
+                exc,
+            )
+        else:
+            logger.debug(
+                "deleted %s files of the sealed marker directory %s", deleted, marker_dir.key
+            )
+
     async def delete_dir(self, marker_dir: validation.MarkerDir) -> int:
         """Delete the directory's files once running flushes end; returns how many were deleted.
 

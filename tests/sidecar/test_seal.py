@@ -172,6 +172,50 @@ async def test_seal_route_answers_the_markers_then_409(
     assert (await client.post("/v1/markers/dir/seal", json={}, headers=AUTH)).status == 400
 
 
+async def test_a_sealed_directory_is_deleted_after_the_answer_and_before_the_sidecar_stops(
+    make_config: Callable[..., config.SidecarConfig], root: str
+) -> None:
+    """W10 of a sealed directory does not hold the commit: the route answers at once
+    (``background``) and the delete runs on; a directory that is not sealed is deleted before
+    the answer; the sidecar's stop waits for a delete still running."""
+    settings = make_config()
+    application = app.create_app(settings)
+    server = TestServer(application)
+    client: Client = TestClient(server)
+    await client.start_server()
+    sealed_dir = marker_dir_under(root, table="sealed")
+    plain_dir = marker_dir_under(root, table="plain")
+    manager, sealed_path = filemanager.resolve(sealed_dir)
+    release = asyncio.Event()
+    real_delete = application[app.BATCHER_KEY].delete_dir
+
+    async def held_delete(marker_dir: validation.MarkerDir) -> int:
+        if marker_dir.path == sealed_path:
+            await release.wait()  # the delete is still running when the answer is sent
+        return await real_delete(marker_dir)
+
+    application[app.BATCHER_KEY].delete_dir = held_delete  # type: ignore[method-assign]
+    try:
+        for directory in (sealed_dir, plain_dir):
+            body = {"markerdir": directory, "markername": "part-0.parquet"}
+            assert (await client.post("/v1/markers/create", json=body, headers=AUTH)).status == 200
+        params = {"markerdir": sealed_dir}
+        assert (await client.post("/v1/markers/dir/seal", json=params, headers=AUTH)).status == 200
+        answer = await client.post("/v1/markers/dir/delete", json=params, headers=AUTH)
+        assert answer.status == 200
+        assert await answer.json() == {"deleted": None, "background": True}
+        assert markers.read_marked_files(manager, sealed_path) == {"part-0.parquet"}
+        answer = await client.post(
+            "/v1/markers/dir/delete", json={"markerdir": plain_dir}, headers=AUTH
+        )
+        assert await answer.json() == {"deleted": 2, "background": False}
+        assert not filemanager.resolve(plain_dir)[0].exists(plain_dir)
+    finally:
+        asyncio.get_running_loop().call_later(0.2, release.set)
+        await client.close()  # the app's cleanup: drain, then close waits for the delete
+    assert not markers.read_marked_files(manager, sealed_path)
+
+
 async def test_client_seal_and_its_fallback_on_an_older_sidecar(
     aiohttp_server: Callable[..., Any], make_config: Callable[..., config.SidecarConfig], root: str
 ) -> None:
