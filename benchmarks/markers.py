@@ -155,6 +155,12 @@ def run_threads(count: int, target: Any) -> float:
     return time.monotonic() - started
 
 
+def job_paths(bucket: str) -> tuple[str, str]:
+    """A job's table (bucket-relative) and its instant's marker directory (URL)."""
+    table = f"{bucket}/tbl"
+    return table, f"s3://{table}/_sparkguard/markers/{INSTANT}"
+
+
 @dataclasses.dataclass(frozen=True)
 class WriterGroup:
     """The writers one process runs: ``writers[index::processes]`` of the job's, each writing
@@ -172,8 +178,7 @@ class WriterGroup:
         """Run this group's writer threads; ``done`` counts written files (``.value``, with
         ``.get_lock()``). Returns the marker and data PUT latencies, in seconds."""
         manager, _ = filemanager.resolve(f"s3://{self.bucket}", storage_options=self.options)
-        table = f"{self.bucket}/tbl"
-        directory = f"s3://{table}/_sparkguard/markers/{INSTANT}"
+        table, directory = job_paths(self.bucket)
         latencies: list[float] = []
         data_latencies: list[float] = []
         lock = threading.Lock()
@@ -284,8 +289,7 @@ def run_job(
     """One write job: markers + data files, then the commit's markers: its read (W8) and, once
     it has decided (W9), the cleanup (W10)."""
     manager, _ = filemanager.resolve(f"s3://{bucket}", storage_options=options)
-    table = f"{bucket}/tbl"
-    directory = f"s3://{table}/_sparkguard/markers/{INSTANT}"
+    table, directory = job_paths(bucket)
     direct = markers.DirectMarkerClient(manager)
     done = multiprocessing.get_context("spawn").Value("i", 0)
     groups = [

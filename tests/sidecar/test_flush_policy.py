@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from sparkguard.sidecar import app, batcher, config, metrics, validation
-from sparkguard.spark_lib import markers, paths, timeline
+from sparkguard.spark_lib import filemanager, markers, paths, timeline
 from tests.sidecar.conftest import AUTH, marker_dir_under
 
 Client = TestClient[Any, Any]
@@ -167,12 +167,12 @@ async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreig
         await sidecar.close()
 
 
-def test_every_client_waits_counts_only_clients_answered_before() -> None:
+def test_every_client_waits_counts_only_clients_answered_before(root: str) -> None:
     """The adaptive rule's bookkeeping: a client's first marker does not make it one that may
     send the next name (at a job's start the pause rule batches arrivals); once answered it
     counts, and the rule holds while every such client waits."""
-    state = batcher._DirState.__new__(batcher._DirState)
-    state.clients, state.blocked, state.clients_blocked = {}, {}, 0
+    marker_dir = validation.validate_marker_dir(marker_dir_under(root), allowed_roots=(root,))
+    state = batcher._DirState(marker_dir, filemanager.resolve(marker_dir.path)[0])
     state.sent("a", 1.0)
     state.sent("b", 1.0)
     assert not state.every_client_waits()  # nobody answered yet: no rule

@@ -173,7 +173,7 @@ async def test_seal_route_answers_the_markers_then_409(
 
 
 async def test_a_sealed_directory_is_deleted_after_the_answer_and_before_the_sidecar_stops(
-    make_config: Callable[..., config.SidecarConfig], root: str
+    make_config: Callable[..., config.SidecarConfig], root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """W10 of a sealed directory does not hold the commit: the route answers at once
     (``background``) and the delete runs on; a directory that is not sealed is deleted before
@@ -194,7 +194,7 @@ async def test_a_sealed_directory_is_deleted_after_the_answer_and_before_the_sid
             await release.wait()  # the delete is still running when the answer is sent
         return await real_delete(marker_dir)
 
-    application[app.BATCHER_KEY].delete_dir = held_delete  # type: ignore[method-assign]
+    monkeypatch.setattr(application[app.BATCHER_KEY], "delete_dir", held_delete)
     try:
         for directory in (sealed_dir, plain_dir):
             body = {"markerdir": directory, "markername": "part-0.parquet"}
