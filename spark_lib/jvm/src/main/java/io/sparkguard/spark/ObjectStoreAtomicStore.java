@@ -256,6 +256,11 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
     return raw;
   }
 
+  /** One page of a listing of the keys under {@code prefix}: see {@link RawLister#page}. */
+  interface PageSource {
+    Page page(String prefix, String startAfter, String token, int maxKeys) throws IOException;
+  }
+
   /**
    * S3 ListObjectsV2 through S3A's own client ({@code getS3AInternals().getAmazonS3Client()}),
    * by reflection (the jar does not compile against hadoop-aws): one request per page of 1000
@@ -263,11 +268,6 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    * second LIST to learn whether the path is a file; a raw listing learns absence from the
    * listing itself. S3's listings are strongly consistent (a LIST after a PUT or DELETE sees it).
    */
-  /** One page of a listing of the keys under {@code prefix}: see {@link RawLister#page}. */
-  interface PageSource {
-    Page page(String prefix, String startAfter, String token, int maxKeys) throws IOException;
-  }
-
   private static final class RawLister implements PageSource {
     private static final String MODEL = "software.amazon.awssdk.services.s3.model.";
     private final Object client;
