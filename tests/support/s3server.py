@@ -73,22 +73,26 @@ class S3Server:
 
 @contextlib.contextmanager
 def run_s3_server(
-    port: int | None = None, *, conditional_deletes: bool = False
+    port: int | None = None,
+    *,
+    conditional_deletes: bool = False,
+    server_flags: tuple[str, ...] = (),
 ) -> Iterator[S3Server]:
-    """Start moto's server on 127.0.0.1 and stop it afterwards. ``conditional_deletes``: one
-    that honours ``ETag`` per key of ``DeleteObjects`` as AWS S3 does
-    (``tests/support/moto_conditional.py``; moto alone reports every key deleted)."""
+    """Start moto's server on 127.0.0.1 and stop it afterwards. Its conditional writes are
+    atomic, as AWS S3's are (moto alone can let two racing creates both succeed);
+    ``conditional_deletes``: it also honours ``ETag`` per key of ``DeleteObjects`` as AWS S3
+    does (moto alone reports every key deleted). Both: ``tests/support/moto_conditional.py``;
+    ``server_flags``: more of its flags (its own tests' switches)."""
     port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     # moto logs every request: to a file, never to a pipe nobody drains (a full pipe blocks
     # the server after a few hundred requests).
     log = tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=False)  # noqa: SIM115
-    server = (
-        [str(Path(__file__).with_name("moto_conditional.py"))]
-        if conditional_deletes
-        else ["-m", "moto.server"]
-    )
+    server = [str(Path(__file__).with_name("moto_conditional.py"))]
+    if conditional_deletes:
+        server.append("--conditional-deletes")
+    server.extend(server_flags)
     process = subprocess.Popen(
         [sys.executable, *server, "-H", "127.0.0.1", "-p", str(port)],
         stdout=log,
