@@ -1,7 +1,8 @@
 """Throughput of the sparkguard writer against Spark's built-in parquet writer, same run.
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py [--quick] [--rows N] [--rounds R]
-        [--fsspec] [--arrow-batch ROWS] [--fsync-bare]
+        [--repeats K] [--warm-ups W] [--partitions P] [--fsspec] [--arrow-batch ROWS]
+        [--fsync-bare]
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/writer.py --row-groups [--quick]
 
 The same cached DataFrame (int, long, double and string columns) is written with
@@ -11,9 +12,12 @@ front (Spark's parquet writer through sparkguard's commit protocol, chosen for t
 docs/writer.md, "Which path writes"). ``--fsspec`` adds the Python writer
 (``format("sparkguard-fsspec")``) and a bare PySpark Arrow data source (one parquet file per
 task, written straight to its final name: no markers, no atomic publication, no fsync, no
-timeline), what any Python writer pays. Every writer first writes once untimed (JVM, Python
-workers and page cache warm for all of them), then R >= 3 timed rounds run, the order rotated
-each round so that every writer goes first, second and last; the best round of each is compared.
+timeline), what any Python writer pays. Every writer first writes W times untimed at the largest
+size (``--warm-ups``, 3 by default: the JIT settles after five to eight writes of 8M rows, and
+the writers share Spark's parquet code, so it settles for all of them), then R >= 3 timed rounds
+run. In a round, each size is written K times by every writer (``--repeats``, 2 by default),
+the writers alternating write by write, their order rotated each round so that every writer goes
+first, second and last; the best of the R x K writes of each writer at each size is compared.
 
 Each round writes three sizes (``--rows`` N, N/2 and N/4: 8M, 4M and 2M rows by default;
 ``--quick``: 1M, 500k and 250k, the same procedure on less data). A write costs a fixed part
@@ -168,13 +172,16 @@ def writers_of(*, fsspec: bool, fsync_bare: bool) -> tuple[str, ...]:
     return (*KINDS, *FSSPEC_KINDS, *((FSYNC_KIND,) if fsync_bare else ()))
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line, checked: a bad flag ends the run before Spark starts, naming it."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--quick", action="store_true", help="250k, 500k and 1M rows (same procedure)"
     )
     parser.add_argument("--rows", type=int, default=8_000_000, help="the largest size")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, at least 3")
+    parser.add_argument("--repeats", type=int, default=2, help="writes of each size per round")
+    parser.add_argument("--warm-ups", type=int, default=3, help="untimed writes per writer")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
         "--arrow-batch", type=int, default=0, help="maxRecordsPerBatch (0: Spark's)"
@@ -187,12 +194,19 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
+    if args.repeats < 1 or args.warm_ups < 1:
+        parser.error(f"--repeats {args.repeats} --warm-ups {args.warm_ups}: use at least 1 of each")
+    if args.fsync_bare and not args.fsspec:
+        parser.error("--fsync-bare needs --fsspec (it is the bare Python source plus fsync)")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     large = 1_000_000 if args.quick else args.rows
     sizes = (large // 4, large // 2, large)
     if args.row_groups:
         return row_groups(large)
-    if args.fsync_bare and not args.fsspec:
-        parser.error("--fsync-bare needs --fsspec (it is the bare Python source plus fsync)")
     kinds = writers_of(fsspec=args.fsspec, fsync_bare=args.fsync_bare)
 
     from pyspark.sql import SparkSession
@@ -227,8 +241,8 @@ def main() -> int:
         frames[rows].cache().count()
     print(
         f"rows={', '.join(str(r) for r in sizes)} partitions={args.partitions} "
-        f"rounds={args.rounds} "
-        f"(+1 untimed warm-up) arrow-batch={args.arrow_batch or 'default'} dir={base}",
+        f"rounds={args.rounds} repeats={args.repeats} (+{args.warm_ups} untimed warm-ups) "
+        f"arrow-batch={args.arrow_batch or 'default'} dir={base}",
         flush=True,
     )
 
@@ -251,19 +265,22 @@ def main() -> int:
         shutil.rmtree(target, ignore_errors=True)
         return elapsed
 
-    for kind in kinds:
-        elapsed = write(kind, large, f"{base}/warm-{kind}", "bench-warm")
-        log(f"warm-up {kind:19s} {elapsed:7.2f}s (untimed)")
+    for w in range(args.warm_ups):
+        for kind in rotated(kinds, w):
+            elapsed = write(kind, large, f"{base}/warm-{kind}-{w}", f"bench-warm-{w}")
+            log(f"warm-up {w} {kind:17s} {elapsed:7.2f}s (untimed)")
     times: dict[tuple[str, int], list[float]] = {(k, r): [] for k in kinds for r in sizes}
     for n in range(args.rounds):
-        for kind in rotated(kinds, n):
-            for rows in sizes:
-                elapsed = write(kind, rows, f"{base}/{kind}-{rows}-{n}", f"bench-{rows}-{n}")
-                times[kind, rows].append(elapsed)
-                log(
-                    f"round {n} {kind:19s} {rows:8d} rows {elapsed:7.2f}s  "
-                    f"{rows / elapsed / 1e6:6.2f} M rows/s"
-                )
+        for rows in sizes:
+            for k in range(args.repeats):
+                for kind in rotated(kinds, n + k):
+                    job = f"bench-{rows}-{n}-{k}"
+                    elapsed = write(kind, rows, f"{base}/{kind}-{rows}-{n}-{k}", job)
+                    times[kind, rows].append(elapsed)
+                    log(
+                        f"round {n} {kind:19s} {rows:8d} rows {elapsed:7.2f}s  "
+                        f"{rows / elapsed / 1e6:6.2f} M rows/s"
+                    )
     spark.stop()
     shutil.rmtree(base, ignore_errors=True)
     best = {key: min(values) for key, values in times.items()}
@@ -279,7 +296,7 @@ def main() -> int:
         ]
         print(
             f"  sparkguard/builtin throughput at {rows} rows: "
-            f"{best['builtin', rows] / best['sparkguard', rows]:.2f} (per round: "
+            f"{best['builtin', rows] / best['sparkguard', rows]:.2f} (per pair of writes: "
             + ", ".join(f"{r:.2f}" for r in per_round)
             + ")"
         )

@@ -1,11 +1,15 @@
 """benchmarks/writer.py's estimator: the marginal cost is the least-squares slope through each
-writer's best time at each size. Functional only: nothing here is timed."""
+writer's best time at each size; and its flags of the procedure. Functional only: nothing here
+is timed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.test_benchmark_commit_protocol import load
+from tests.test_benchmark_commit_protocol import BENCHMARKS, load
 
 
 def test_slope_of_exact_points_is_their_cost_per_row() -> None:
@@ -26,3 +30,17 @@ def test_slope_needs_two_sizes() -> None:
     writer = load("writer")
     with pytest.raises(ValueError, match="two different sizes"):
         writer.slope([(1_000, 1.0), (1_000, 2.0)])
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--repeats", "0"), ("--warm-ups", "0")])
+def test_repeats_and_warm_ups_below_one_are_refused_naming_the_flag(flag: str, value: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "writer.py"), flag, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"{flag} {value}" in result.stderr
+    assert "use at least 1 of each" in result.stderr
