@@ -41,6 +41,18 @@ public interface AtomicStore extends Serializable {
   void publish(Path work, Path target) throws IOException;
 
   /**
+   * Whether the job's driver publishes the tasks' data files instead of the tasks themselves
+   * ({@link SparkguardCommitProtocol#onTaskCommit}: each task's files as its commit reaches the
+   * driver, in the background; all of them before W7). True where {@link #publish} is a local
+   * fsync and rename: the fsync then overlaps the tasks still running instead of holding up the
+   * task that wrote the file, and a file is still whole or absent under its name at every
+   * moment. The driver sees the tasks' files on such a store (W7 reads their sizes there).
+   */
+  default boolean publishesOnDriver() {
+    return false;
+  }
+
+  /**
    * Called by a task after the marker and before Spark's writer opens {@link #workPath}{@code
    * (target)} with {@code create(path, overwrite=false)}: make that create succeed. Nothing on
    * rename stores (the temp name is fresh); on object stores that probe before creating, delete

@@ -117,6 +117,11 @@ public final class CountingAtomicStore implements AtomicStore {
   }
 
   @Override
+  public boolean publishesOnDriver() {
+    return inner.publishesOnDriver();
+  }
+
+  @Override
   public void prepareWrite(Path target) throws IOException {
     inner.prepareWrite(target);
   }

@@ -91,6 +91,11 @@ public final class LocalAtomicStore implements AtomicStore {
   }
 
   @Override
+  public boolean publishesOnDriver() {
+    return true;
+  }
+
+  @Override
   public void publish(Path work, Path target) throws IOException {
     java.nio.file.Path from = local(work);
     try (FileChannel channel = FileChannel.open(from, StandardOpenOption.WRITE)) {

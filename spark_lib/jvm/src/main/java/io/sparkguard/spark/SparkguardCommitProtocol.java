@@ -2,6 +2,7 @@ package io.sparkguard.spark;
 
 import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
+import java.io.InterruptedIOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
@@ -13,6 +14,10 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -44,7 +49,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <tr><td>W3</td><td>driver, {@link #setupJob}</td><td>put-if-absent the journal entry (when {@code spark.sparkguard.journal} is set) and {@code MARKERS.type}</td></tr>
  *   <tr><td>W4</td><td>task, {@link #newTaskTempFile}</td><td>the direct marker {@code <file>.marker.CREATE}, before the file is opened</td></tr>
  *   <tr><td>W5</td><td>task</td><td>Spark's writer writes the file under a temp name in its final directory</td></tr>
- *   <tr><td>W6</td><td>task, {@link #commitTask}</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>}</td></tr>
+ *   <tr><td>W6</td><td>task, {@link #commitTask}; local disk: driver, {@link #onTaskCommit} (all done in {@link #commitJob} before W7)</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>}</td></tr>
  *   <tr><td>W7/W8</td><td>driver, {@link #commitJob}</td><td>verify every reported file; delete marked files no task reported and leftovers of marked names</td></tr>
  *   <tr><td>W9</td><td>driver, {@link #commitJob}</td><td>put-if-absent {@code <instant>.outcome} = committed with files, sizes, rows</td></tr>
  *   <tr><td>W9b</td><td>driver, {@link #commitJob}</td><td>{@code overwrite}/{@code overwrite-partitions}: delete the files the commit superseded ({@link SupersededFiles})</td></tr>
@@ -55,7 +60,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>W5/W6 per store ({@link AtomicStore}): on local disk ({@link LocalAtomicStore}) and on
  * HDFS ({@code hdfs://}, {@code viewfs://}: {@link HadoopRenameAtomicStore}, {@code
  * FileContext.rename}) the task writes a temp name and publishes by rename in {@link
- * #commitTask}; on object stores ({@code s3a://}, {@link ObjectStoreAtomicStore}) it writes the
+ * #commitTask}, except that on local disk the driver publishes (fsync, rename, fsync of the
+ * directory) as each task's commit reaches it, in the background, so that the fsyncs overlap
+ * the tasks still running instead of holding up the task that wrote the file ({@link
+ * AtomicStore#publishesOnDriver}); on object stores ({@code s3a://}, {@link ObjectStoreAtomicStore}) it writes the
  * final name directly (the object appears whole when its upload completes) and there is nothing
  * to publish.
  *
@@ -115,6 +123,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   /** Per task attempt (never serialized): the files it opened, by relative path. */
   private transient Map<String, Path> pending;
+  /** Driver only: the publications {@link #onTaskCommit} started, by temp file. */
+  private transient Map<String, Future<?>> publishing;
   /**
    * Tasks open data files through {@link OwnedFileSystem} ({@code sg-s3a://}, {@code
    * sg-file://}), which records their length and rows (and on S3A creates them without the
@@ -419,19 +429,24 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       return new TaskCommitMessage(files);
     }
     Configuration conf = taskContext.getConfiguration();
+    boolean driverPublishes = store.publishesOnDriver();
     try {
       for (Map.Entry<String, Path> entry : pending.entrySet()) {
         Path target = new Path(path, entry.getKey());
-        if (!entry.getValue().equals(target)) {
-          store.publish(entry.getValue(), target);
+        Path work = entry.getValue();
+        // W6 here, or by the driver as this commit reaches it (AtomicStore#publishesOnDriver).
+        boolean byDriver = driverPublishes && !work.equals(target);
+        if (!work.equals(target) && !byDriver) {
+          store.publish(work, target);
         }
+        Path file = byDriver ? work : target;
         // The owned stream's record (no request, no file open); else the store's size and the
         // footer.
-        OwnedFileSystem.Written written = OwnedFileSystem.take(entry.getValue());
-        long size = written != null ? written.length() : store.size(target);
+        OwnedFileSystem.Written written = OwnedFileSystem.take(work);
+        long size = written != null ? written.length() : store.size(file);
         long rows = written != null && (written.rows() >= 0 || !isParquet(target))
-            ? written.rows() : countRows(target, conf);
-        files.add(new CommittedFile(entry.getKey(), size, rows));
+            ? written.rows() : isParquet(target) ? countRows(file, conf) : -1;
+        files.add(new CommittedFile(entry.getKey(), size, rows, byDriver ? work.toString() : null));
       }
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot publish the files of a task of " + path, e);
@@ -444,11 +459,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     return file.getName().endsWith(".parquet");
   }
 
-  /** Rows of a data file, from the Parquet footer; -1 for formats that do not record them. */
+  /** Rows of the Parquet file {@code file}, from its footer. */
   static long countRows(Path file, Configuration conf) throws IOException {
-    if (!isParquet(file)) {
-      return -1;
-    }
     // Read options from the task's conf: ParquetFileReader.open(file) alone builds them from a
     // new Configuration, which parses Hadoop's default XML resources again for every file.
     try (ParquetFileReader reader = ParquetFileReader.open(
@@ -557,6 +569,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     Timeline timeline = timeline();
     Path markers = timeline.markerDirectory(instant);
     try {
+      publishReported(reported.values());  // W6 of the files the driver publishes
       // W7: every reported file is there, with the size its task saw. W8: marked names no
       // task reported (a failed attempt's names), and leftovers of all.
       Map<String, Long> sizes = new TreeMap<>();
@@ -643,11 +656,96 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     return null;
   }
 
+  /**
+   * Driver, as each task's commit reaches it (Spark's writer calls this once per partition, for
+   * the commit that {@link #commitJob} then gets): W6 of the task's files where the driver
+   * publishes them ({@link AtomicStore#publishesOnDriver}), started in the background so that
+   * the fsyncs overlap the tasks still running.
+   */
+  @Override
+  public void onTaskCommit(TaskCommitMessage message) {
+    @SuppressWarnings("unchecked")
+    List<CommittedFile> files = (List<CommittedFile>) message.obj();
+    for (CommittedFile file : files) {
+      if (file.work != null) {
+        startPublishing(file);
+      }
+    }
+  }
+
+  private synchronized Future<?> startPublishing(CommittedFile file) {
+    if (publishing == null) {
+      publishing = new HashMap<>();
+    }
+    return publishing.computeIfAbsent(file.work, work -> Publisher.POOL.submit(() -> {
+      store.publish(new Path(work), new Path(path, file.path));
+      return null;
+    }));
+  }
+
+  /**
+   * W6 of every reported file the driver publishes: waits for those {@link #onTaskCommit}
+   * started and publishes the rest (the same pool, concurrently); throws the first failure.
+   */
+  private void publishReported(java.util.Collection<CommittedFile> files) throws IOException {
+    List<CommittedFile> byDriver = new ArrayList<>();
+    List<Future<?>> publications = new ArrayList<>();
+    for (CommittedFile file : files) {
+      if (file.work != null) {
+        byDriver.add(file);
+        publications.add(startPublishing(file));
+      }
+    }
+    IOException failure = null;
+    for (int i = 0; i < publications.size(); i++) {
+      try {
+        publications.get(i).get();
+      } catch (ExecutionException e) {
+        IOException io = new IOException("sparkguard: cannot publish " + byDriver.get(i).path
+            + " of " + path + " (the write is not committed; rerun it)", e.getCause());
+        if (failure == null) {
+          failure = io;
+        } else {
+          failure.addSuppressed(io);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new InterruptedIOException("sparkguard: interrupted publishing the files of " + path);
+      }
+    }
+    if (failure != null) {
+      throw failure;
+    }
+  }
+
+  /** Before an abort's claim: no publication of this job may rename a file after it. */
+  private void stopPublishing() {
+    List<Future<?>> started;
+    synchronized (this) {
+      if (publishing == null) {
+        return;
+      }
+      started = new ArrayList<>(publishing.values());
+    }
+    for (Future<?> publication : started) {
+      publication.cancel(false);  // not begun: never begins; running: ends on its own
+      try {
+        publication.get();
+      } catch (ExecutionException | java.util.concurrent.CancellationException e) {
+        // An abort: the rollback removes whatever the publication left (temp file or name).
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+    }
+  }
+
   @Override
   public void abortJob(JobContext jobContext) {
     if (instant == null) {
       return;
     }
+    stopPublishing();
     try {
       boolean claimed = timeline().claimRollback(instant);
       LOG.warn(
@@ -659,17 +757,30 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     }
   }
 
-  /** What a task reports for one published file. */
+  /** The driver's publications (W6, {@link AtomicStore#publishesOnDriver}): a few fsyncs and
+   * renames at once, daemon threads; built on first use, so only where the driver publishes. */
+  private static final class Publisher {
+    static final ExecutorService POOL = Executors.newFixedThreadPool(4, runnable -> {
+      Thread thread = new Thread(runnable, "sparkguard-publish");
+      thread.setDaemon(true);
+      return thread;
+    });
+  }
+
+  /** What a task reports for one file it wrote. */
   static final class CommittedFile implements Serializable {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
     final String path;
     final long size;
     final long rows;
+    /** The temp file the driver publishes as {@code path} (W6), or null: the task published. */
+    final String work;
 
-    CommittedFile(String path, long size, long rows) {
+    CommittedFile(String path, long size, long rows, String work) {
       this.path = path;
       this.size = size;
       this.rows = rows;
+      this.work = work;
     }
 
     Map<String, Object> toJson() {

@@ -485,8 +485,9 @@ class CommitProtocolWriteTest {
     if (loserEnds == LoserEnds.ABORTED_AFTER_THE_WINNER_COMMITS) {
       protocols[0].abortTask(contexts[0]);
     }
-    assertTrue(java.util.Arrays.equals(winnerBytes, Files.readAllBytes(table.resolve(name))),
-        "the published file is the winner's, whole, before the job commits");
+    // On local disk the driver publishes (W6), as the task's commit reaches it: not the task.
+    assertFalse(Files.exists(table.resolve(name)), "the task itself publishes nothing on local disk");
+    driver.onTaskCommit(winner);
     driver.commitJob(job, scala.jdk.javaapi.CollectionConverters.asScala(List.of(winner)).toList());
 
     assertTrue(java.util.Arrays.equals(winnerBytes, Files.readAllBytes(table.resolve(name))),
@@ -510,6 +511,47 @@ class CommitProtocolWriteTest {
     // Read through Hadoop's checksummed FS and Spark: the checksum beside it is the winner's.
     assertEquals(3, spark.read().parquet(table.toString()).count());
     assertEquals(3, spark.read().parquet(table.toString()).select("n").distinct().count());
+  }
+
+  /**
+   * The driver publishes a local task's file (W6) before W7; a temp file that is gone by then
+   * (deleted under the job) fails the commit naming the file, and nothing is committed.
+   */
+  @Test
+  void aTempFileGoneBeforeTheDriverPublishesItFailsTheCommitNamingTheFile() throws Exception {
+    Path table = dir.resolve("t");
+    org.apache.hadoop.conf.Configuration conf = spark.sparkContext().hadoopConfiguration();
+    SparkguardCommitProtocol driver = (SparkguardCommitProtocol) org.apache.spark.internal.io.FileCommitProtocol
+        .instantiate(SparkguardCommitProtocol.class.getName(), "0", table.toString(), false);
+    org.apache.hadoop.mapreduce.JobContext job = new org.apache.hadoop.mapreduce.task.JobContextImpl(
+        conf, new org.apache.hadoop.mapreduce.JobID("20250101000000", 0));
+    driver.setupJob(job);
+    org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage[] commits =
+        new org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage[2];
+    String[] work = new String[2];
+    for (int task = 0; task < 2; task++) {
+      SparkguardCommitProtocol protocol = TestSpark.shipped(driver);
+      org.apache.hadoop.mapreduce.TaskAttemptContext context = new org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl(conf,
+          new org.apache.hadoop.mapreduce.TaskAttemptID("20250101000000", 0,
+              org.apache.hadoop.mapreduce.TaskType.MAP, task, 0));
+      protocol.setupTask(context);
+      work[task] = protocol.newTaskTempFile(
+          context, scala.Option.empty(), new org.apache.spark.internal.io.FileNameSpec("", ".parquet"));
+      writeThroughHadoop(work[task], parquetOf(2, "scratch-" + task), conf);
+      commits[task] = protocol.commitTask(context);
+    }
+    String gone = "part-00001-nightly-1-w000.parquet";
+    assertTrue(work[1].contains("." + gone + ".sg-tmp-"), work[1]);
+    driver.onTaskCommit(commits[0]);  // published in the background; task 1's commit is the job's
+    Files.delete(Path.of(new org.apache.hadoop.fs.Path(work[1]).toUri().getPath()));
+    Exception error = assertThrows(Exception.class, () -> driver.commitJob(
+        job, scala.jdk.javaapi.CollectionConverters.asScala(List.of(commits)).toList()));
+    String message = rootMessage(error) + " / " + error.getMessage();
+    assertTrue(error.getCause() != null && error.getCause().getMessage().contains(
+        "cannot publish " + gone) && error.getCause().getMessage().contains("rerun it"), message);
+    assertTrue(timeline(table, ".outcome").isEmpty(), "nothing committed");
+    assertTrue(Files.exists(table.resolve("part-00000-nightly-1-w000.parquet")),
+        "the file whose task's commit reached the driver first was published (a rollback deletes it)");
   }
 
   @Test
