@@ -29,14 +29,19 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def test_help_runs_without_spark() -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "commit_protocol.py"), "--help"],
+def run_benchmark(name: str, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/<name>.py`` with ``flags`` to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), *flags],
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=timeout,
     )
+
+
+def test_help_runs_without_spark() -> None:
+    result = run_benchmark("commit_protocol", "--help")
     assert result.returncode == 0, result.stderr
     assert "--quick" in result.stdout
     assert "local,s3,hdfs,both,all" in result.stdout.replace(" ", "").replace("\n", "")

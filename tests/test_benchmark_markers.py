@@ -3,23 +3,14 @@ the flag and the range, before it starts any server. Functional only: nothing he
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.test_benchmark_commit_protocol import BENCHMARKS, load
+from tests.test_benchmark_commit_protocol import load, run_benchmark
 
 
 @pytest.mark.parametrize("processes", ["0", "17"])
 def test_writer_processes_out_of_range_is_refused_naming_the_flag(processes: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "markers.py"), "--writer-processes", processes],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_benchmark("markers", "--writer-processes", processes)
     assert result.returncode == 2
     assert f"--writer-processes {processes}: use 1 to --writers (16)" in result.stderr
 

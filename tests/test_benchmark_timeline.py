@@ -5,28 +5,12 @@ write and a rollback of a table ten times as old cost the same requests."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.test_benchmark_commit_protocol import run_benchmark
 
 
 def test_timeline_benchmark_runs_at_a_tiny_size() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(BENCHMARKS / "timeline.py"),
-            "--quick",
-            "--sizes",
-            "30,300",
-            "--no-s3",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    result = run_benchmark("timeline", "--quick", "--sizes", "30,300", "--no-s3", timeout=300)
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]
     match = re.fullmatch(

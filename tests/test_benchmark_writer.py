@@ -4,12 +4,9 @@ is timed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.test_benchmark_commit_protocol import BENCHMARKS, load
+from tests.test_benchmark_commit_protocol import load, run_benchmark
 
 
 def test_slope_of_exact_points_is_their_cost_per_row() -> None:
@@ -34,13 +31,7 @@ def test_slope_needs_two_sizes() -> None:
 
 @pytest.mark.parametrize(("flag", "value"), [("--repeats", "0"), ("--warm-ups", "0")])
 def test_repeats_and_warm_ups_below_one_are_refused_naming_the_flag(flag: str, value: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "writer.py"), flag, value],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_benchmark("writer", flag, value)
     assert result.returncode == 2
     assert f"{flag} {value}" in result.stderr
     assert "use at least 1 of each" in result.stderr

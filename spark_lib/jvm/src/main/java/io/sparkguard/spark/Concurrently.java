@@ -27,8 +27,8 @@ final class Concurrently {
    */
   static <T, R> List<R> map(List<T> items, int threads, String name, Request<T, R> request)
       throws IOException {
-    List<R> answers = new ArrayList<>(items.size());
     if (items.size() < 2) {
+      List<R> answers = new ArrayList<>(items.size());
       for (T item : items) {
         answers.add(request.apply(item));
       }
@@ -45,29 +45,47 @@ final class Concurrently {
       for (T item : items) {
         futures.add(pool.submit(() -> request.apply(item)));
       }
-      IOException failure = null;
-      for (Future<R> future : futures) {
-        try {
-          answers.add(future.get());
-        } catch (ExecutionException e) {
-          IOException io = e.getCause() instanceof IOException cause ? cause
-              : new IOException("sparkguard: " + name + " failed", e.getCause());
-          if (failure == null) {
-            failure = io;
-          } else {
-            failure.addSuppressed(io);
-          }
-        } catch (InterruptedException e) {
-          Thread.currentThread().interrupt();
-          throw new InterruptedIOException("sparkguard: interrupted in " + name);
-        }
-      }
-      if (failure != null) {
-        throw failure;
-      }
-      return answers;
+      return awaitAll(futures, name, (i, cause) -> cause instanceof IOException io ? io
+          : new IOException("sparkguard: " + name + " failed", cause));
     } finally {
       pool.shutdownNow();
     }
+  }
+
+  /** What the failure of the {@code index}-th of several futures is reported as. */
+  @FunctionalInterface
+  interface Failure {
+    IOException of(int index, Throwable cause);
+  }
+
+  /**
+   * Waits for every one of {@code futures} (begun elsewhere, as {@code name}); their answers in
+   * order. The first failure (as {@code failure} words it) is thrown once all have ended, later
+   * ones suppressed in it.
+   */
+  static <R> List<R> awaitAll(
+      List<? extends Future<? extends R>> futures, String name, Failure failure)
+      throws IOException {
+    List<R> answers = new ArrayList<>(futures.size());
+    IOException first = null;
+    for (int i = 0; i < futures.size(); i++) {
+      try {
+        answers.add(futures.get(i).get());
+      } catch (ExecutionException e) {
+        IOException io = failure.of(i, e.getCause());
+        if (first == null) {
+          first = io;
+        } else {
+          first.addSuppressed(io);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new InterruptedIOException("sparkguard: interrupted in " + name);
+      }
+    }
+    if (first != null) {
+      throw first;
+    }
+    return answers;
   }
 }

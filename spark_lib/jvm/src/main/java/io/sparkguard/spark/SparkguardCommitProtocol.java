@@ -2,7 +2,6 @@ package io.sparkguard.spark;
 
 import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
-import java.io.InterruptedIOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
@@ -696,26 +695,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         publications.add(startPublishing(file));
       }
     }
-    IOException failure = null;
-    for (int i = 0; i < publications.size(); i++) {
-      try {
-        publications.get(i).get();
-      } catch (ExecutionException e) {
-        IOException io = new IOException("sparkguard: cannot publish " + byDriver.get(i).path
-            + " of " + path + " (the write is not committed; rerun it)", e.getCause());
-        if (failure == null) {
-          failure = io;
-        } else {
-          failure.addSuppressed(io);
-        }
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new InterruptedIOException("sparkguard: interrupted publishing the files of " + path);
-      }
-    }
-    if (failure != null) {
-      throw failure;
-    }
+    Concurrently.awaitAll(publications, "publishing the files of " + path, (i, cause) ->
+        new IOException("sparkguard: cannot publish " + byDriver.get(i).path + " of " + path
+            + " (the write is not committed; rerun it)", cause));
   }
 
   /** Before an abort's claim: no publication of this job may rename a file after it. */

@@ -438,6 +438,18 @@ class CommitProtocolWriteTest {
     }
   }
 
+  /** A driver's protocol of {@code table} and its job, set up (W2, W3) as Spark's writer does. */
+  private record DriverJob(SparkguardCommitProtocol driver, org.apache.hadoop.mapreduce.JobContext job) {
+    static DriverJob setUp(Path table, org.apache.hadoop.conf.Configuration conf) {
+      SparkguardCommitProtocol driver = (SparkguardCommitProtocol) org.apache.spark.internal.io.FileCommitProtocol
+          .instantiate(SparkguardCommitProtocol.class.getName(), "0", table.toString(), false);
+      org.apache.hadoop.mapreduce.JobContext job = new org.apache.hadoop.mapreduce.task.JobContextImpl(
+          conf, new org.apache.hadoop.mapreduce.JobID("20250101000000", 0));
+      driver.setupJob(job);
+      return new DriverJob(driver, job);
+    }
+  }
+
   /**
    * Two attempts of task 0 (speculation): both write the same deterministic name under their
    * own temp names, the coordinator lets one commit, the other is aborted (or its executor is
@@ -450,11 +462,9 @@ class CommitProtocolWriteTest {
     Path table = dir.resolve("t");
     org.apache.hadoop.conf.Configuration conf = spark.sparkContext().hadoopConfiguration();
 
-    SparkguardCommitProtocol driver = (SparkguardCommitProtocol) org.apache.spark.internal.io.FileCommitProtocol
-        .instantiate(SparkguardCommitProtocol.class.getName(), "0", table.toString(), false);
-    org.apache.hadoop.mapreduce.JobContext job = new org.apache.hadoop.mapreduce.task.JobContextImpl(
-        conf, new org.apache.hadoop.mapreduce.JobID("20250101000000", 0));
-    driver.setupJob(job);
+    DriverJob started = DriverJob.setUp(table, conf);
+    SparkguardCommitProtocol driver = started.driver();
+    org.apache.hadoop.mapreduce.JobContext job = started.job();
     assertTrue(driver.instant() != null, "setupJob opened an instant");
 
     SparkguardCommitProtocol[] protocols = new SparkguardCommitProtocol[2];
@@ -521,11 +531,9 @@ class CommitProtocolWriteTest {
   void aTempFileGoneBeforeTheDriverPublishesItFailsTheCommitNamingTheFile() throws Exception {
     Path table = dir.resolve("t");
     org.apache.hadoop.conf.Configuration conf = spark.sparkContext().hadoopConfiguration();
-    SparkguardCommitProtocol driver = (SparkguardCommitProtocol) org.apache.spark.internal.io.FileCommitProtocol
-        .instantiate(SparkguardCommitProtocol.class.getName(), "0", table.toString(), false);
-    org.apache.hadoop.mapreduce.JobContext job = new org.apache.hadoop.mapreduce.task.JobContextImpl(
-        conf, new org.apache.hadoop.mapreduce.JobID("20250101000000", 0));
-    driver.setupJob(job);
+    DriverJob started = DriverJob.setUp(table, conf);
+    SparkguardCommitProtocol driver = started.driver();
+    org.apache.hadoop.mapreduce.JobContext job = started.job();
     org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage[] commits =
         new org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage[2];
     String[] work = new String[2];
