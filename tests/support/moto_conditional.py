@@ -13,8 +13,9 @@ Atomic conditional writes (always). AWS S3 decides a conditional write (``If-Non
 every other write of the key: of racing creates exactly one succeeds. moto checks the condition
 and then stores, with nothing between the two, in a threaded server, so two racing creates can
 both succeed (``moto/s3/responses.py``, ``S3Response.put_object``: the ``if_none_match == "*"``
-check before the store). Here every key write runs under one lock, so the check and the store
-are one step as S3 makes them; reads are not held.
+check before the store). Here every write of a key runs under that key's lock, so the check and
+the store are one step against the key's other writes, as S3 makes them; writes of different
+keys and all reads run alongside, as before.
 
 Conditional bulk deletes (``--conditional-deletes``). AWS S3 (general purpose buckets, since
 2025) honours an ``ETag`` per key of ``DeleteObjects``: ``*`` deletes the key only if it exists,
@@ -26,7 +27,9 @@ is patched when a request carries an ``ETag``; requests without one go to moto u
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import sys
 import threading
 import time
@@ -39,25 +42,55 @@ from moto.core.responses import ActionResult
 from moto.s3.models import S3Backend
 from moto.s3.responses import S3Response
 
-_WRITES = threading.Lock()
+_GUARD = threading.Lock()
+_KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 
 
-def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` run under the one write lock."""
+def _key_lock(bucket: str, key: str) -> threading.Lock:
+    """The one lock of ``bucket``/``key`` (made on first use; a test server's keys are few)."""
+    with _GUARD:
+        return _KEY_LOCKS.setdefault((bucket, key), threading.Lock())
+
+
+def _one_key(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, a write of one key, run under that key's lock."""
+    signature = inspect.signature(method)
 
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _WRITES:
+        bound = signature.bind(self, *args, **kwargs).arguments
+        bucket = str(bound.get("bucket_name") or self.bucket_name)
+        with _key_lock(bucket, str(bound["key_name"])):
             return method(self, *args, **kwargs)
 
     return run
 
 
+def _many_keys(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, a DeleteObjects, run under the locks of all its keys (taken in sorted order,
+    the only place that holds more than one: no two requests wait for each other)."""
+
+    @functools.wraps(method)
+    def run(self: Any, bucket_name: str, *args: Any, **kwargs: Any) -> Any:
+        body = xmltodict.parse(self.body, strip_whitespace=False)
+        objects = body.get("Delete", {}).get("Object", [])
+        if not isinstance(objects, list):
+            objects = [objects]
+        keys = sorted({str(o["Key"]) for o in objects if isinstance(o, dict) and "Key" in o})
+        with contextlib.ExitStack() as held:
+            for key in keys:
+                held.enter_context(_key_lock(bucket_name, key))
+            return method(self, bucket_name, *args, **kwargs)
+
+    return run
+
+
 def serialize_writes() -> None:
-    """Make every key write of moto's S3 (put, copy, multipart completion, deletes) one step."""
+    """Make every key write of moto's S3 (put, copy, multipart completion, deletes) one step
+    against the other writes of the same key, as S3 does; writes of other keys run alongside."""
     for name in ("_key_response_put", "_key_response_post", "_key_response_delete"):
-        setattr(S3Response, name, _serialized(getattr(S3Response, name)))
-    S3Response._bucket_response_delete_keys = _serialized(  # type: ignore[method-assign]
+        setattr(S3Response, name, _one_key(getattr(S3Response, name)))
+    S3Response._bucket_response_delete_keys = _many_keys(  # type: ignore[method-assign]
         S3Response._bucket_response_delete_keys
     )
 
