@@ -102,10 +102,15 @@ public final class LocalAtomicStore implements AtomicStore {
       channel.force(true);
     }
     // Hadoop's local filesystem writes a checksum beside each file (.<name>.crc) and verifies
-    // it on read: it moves with the file, and a checksum of an older file of the name goes.
+    // it on read: it moves with the file (durable first, as the file is), and a checksum of an
+    // older file of the name goes. The tasks' owned streams write none (OwnedFileSystem); a
+    // task given plain paths (a setting naming another owned class) does.
     java.nio.file.Path fromCrc = checksumOf(from);
     java.nio.file.Path toCrc = checksumOf(local(target));
     if (Files.exists(fromCrc)) {
+      try (FileChannel channel = FileChannel.open(fromCrc, StandardOpenOption.WRITE)) {
+        channel.force(true);
+      }
       Files.move(fromCrc, toCrc, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
     } else {
       Files.deleteIfExists(toCrc);

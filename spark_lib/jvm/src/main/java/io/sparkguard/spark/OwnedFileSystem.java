@@ -6,8 +6,15 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.nio.channels.FileChannel;
+import java.nio.file.StandardOpenOption;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Abortable;
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -52,7 +59,20 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  * <p>On rename stores the tasks write their temp files through it too ({@link
  * OwnedLocalFileSystem}, {@code sg-file://}; {@link OwnedHdfsFileSystem}, {@code sg-hdfs://},
  * whose HDFS client is its own, polling a closed file's completion promptly: {@link
- * HadoopRenameAtomicStore#promptClose}), for the record of the written length and rows.
+ * HadoopRenameAtomicStore#promptClose}), for the record of the written length and rows. On
+ * local disk the stream also starts the file's writeback as it goes ({@link Writeback}): every
+ * {@link #WRITEBACK_BYTES} written, a background thread flushes what the kernel holds of the
+ * file, so that the fsync of its publication (W6) finds little left to write instead of the
+ * whole file after the task has ended.
+ *
+ * <p>Local data files are written without Hadoop's checksum sidecar ({@code .<name>.crc}, which
+ * {@code LocalFileSystem} writes beside every file): the owned scheme wraps {@code
+ * RawLocalFileSystem}. The sidecar is a second file that cannot be published atomically with its
+ * data file, so after a power loss a committed file could sit beside a checksum that does not
+ * match it, which Hadoop's reader refuses ({@code ChecksumException}); and it costs the task a
+ * CRC and a write call per 4.5 KiB of data. Parquet's own page checksums (written by default
+ * since parquet-mr 1.12; {@code parquet.page.verify-checksum.enabled} checks them on read) cover
+ * the data instead. The publication removes a checksum left by an older file of the name.
  *
  * <p>Found by Hadoop through its {@code fs.sg-<scheme>.impl} setting ({@code sparkguard
  * spark-conf} sets {@code spark.hadoop.fs.sg-s3a.impl}, {@code sg-file}, {@code sg-hdfs}) or the
@@ -72,6 +92,8 @@ public class OwnedFileSystem extends FileSystem {
   static final String CREATE_PERFORMANCE = "fs.s3a.create.performance";
   /** How much of a stream's end is kept to read a Parquet footer from. */
   static final int TAIL_BYTES = 256 * 1024;
+  /** A local data file's writeback is started each time this much more of it was written. */
+  static final long WRITEBACK_BYTES = 8L << 20;
 
   /** Parquet's defaults for reading a footer (the no-argument converter has no size limit set);
    * built on first use (it loads a Hadoop configuration once per JVM). */
@@ -136,6 +158,10 @@ public class OwnedFileSystem extends FileSystem {
       // promptly (HadoopRenameAtomicStore#promptClose); Hadoop's cached one keeps its settings.
       inner = FileSystem.newInstance(innerUri, HadoopRenameAtomicStore.promptClose(conf));
       ownsInner = true;
+    } else if ("file".equals(innerScheme)) {
+      // Hadoop's local filesystem without its checksum layer: no .<name>.crc beside the data
+      // file (see the class comment).
+      inner = FileSystem.getLocal(conf).getRawFileSystem();
     } else {
       inner = FileSystem.get(innerUri, conf);
     }
@@ -143,20 +169,50 @@ public class OwnedFileSystem extends FileSystem {
     setConf(conf);
   }
 
+  /** The jar's owned class for each store scheme it has one for. */
+  private static final Map<String, Class<? extends OwnedFileSystem>> CLASSES = Map.of(
+      "s3a", OwnedFileSystem.class,
+      "file", OwnedLocalFileSystem.class,
+      "hdfs", OwnedHdfsFileSystem.class);
+
+  /** {@code fs.sg-<scheme>.impl}: Hadoop's setting of the owned scheme's class. */
+  static String implKey(String scheme) {
+    return "fs." + PREFIX + scheme + ".impl";
+  }
+
   /**
-   * True when Hadoop resolves {@code sg-<scheme of table>} to this class with {@code conf}
-   * (its setting or the service entry): the protocol may hand out owned paths for the table.
+   * True when the protocol may hand out owned paths for {@code table}: Hadoop resolves {@code
+   * sg-<scheme of table>} to this class with {@code conf} (its setting or the service entry), or
+   * nothing sets it and the jar has a class for the scheme, which {@link #configure} then puts
+   * in the job's configuration. The second case is a session that has the jar in {@code
+   * spark.jars} only: Hadoop reads the service entries once per JVM, from the class loader of
+   * the moment, which is not the one that loads {@code spark.jars}. A setting of the user's that
+   * names another class is kept, and the protocol writes plain paths.
    */
   static boolean available(Path table, Configuration conf) {
     String scheme = table.toUri().getScheme();
     if (scheme == null) {
       return false;
     }
+    if (conf.get(implKey(scheme)) == null && CLASSES.containsKey(scheme)) {
+      return true;
+    }
     try {
       return OwnedFileSystem.class.isAssignableFrom(
           FileSystem.getFileSystemClass(PREFIX + scheme, conf));
     } catch (IOException | RuntimeException e) {
       return false;
+    }
+  }
+
+  /**
+   * Name the owned class of {@code table}'s scheme in a job's configuration, the one its tasks
+   * open their files with, unless a setting names one already ({@link #available}).
+   */
+  static void configure(Configuration jobConf, Path table) {
+    String scheme = table.toUri().getScheme();
+    if (scheme != null && jobConf.get(implKey(scheme)) == null && CLASSES.containsKey(scheme)) {
+      jobConf.set(implKey(scheme), CLASSES.get(scheme).getName());
     }
   }
 
@@ -244,7 +300,9 @@ public class OwnedFileSystem extends FileSystem {
     }
     FSDataOutputStream out = (FSDataOutputStream) builder.build();
     WRITTEN.remove(key(target));  // an earlier attempt's record is not this file's
-    return new FSDataOutputStream(new Recording(target, out), statistics);
+    Writeback writeback = "file".equals(innerScheme)
+        ? new Writeback(LocalAtomicStore.local(target)) : null;  // local: see Recording
+    return new FSDataOutputStream(new Recording(target, out, writeback), statistics);
   }
 
   @Override
@@ -352,38 +410,60 @@ public class OwnedFileSystem extends FileSystem {
     }
   }
 
-  /** Counts the bytes, keeps the last {@link #TAIL_BYTES}, records them at a successful close. */
+  /**
+   * Counts the bytes and records them, with the rows of the footer in the last {@link
+   * #TAIL_BYTES}, at a successful close. Where the file is remote the stream keeps those last
+   * bytes as they pass (a ring; the commit would otherwise GET the footer back). Where it is
+   * local ({@code writeback} set) it reads them back from the file at the close instead: one
+   * read of the page cache rather than a copy of every byte the task writes.
+   */
   private static final class Recording extends OutputStream
       implements Syncable, StreamCapabilities, Abortable {
     private final Path target;
     private final FSDataOutputStream out;
-    private final byte[] ring = new byte[TAIL_BYTES];
+    private final Writeback writeback;
+    private final byte[] ring;
     private long count;
+    private long writebackAt = WRITEBACK_BYTES;
     private boolean closed;
 
-    Recording(Path target, FSDataOutputStream out) {
+    Recording(Path target, FSDataOutputStream out, Writeback writeback) {
       this.target = target;
       this.out = out;
+      this.writeback = writeback;
+      this.ring = writeback == null ? new byte[TAIL_BYTES] : null;
+    }
+
+    private void wrote(long bytes) throws IOException {
+      count += bytes;
+      if (writeback != null && count >= writebackAt) {
+        writebackAt = count + WRITEBACK_BYTES;
+        // No flush of the streams above: a checksummed stream's flush would cut a chunk short.
+        // What they buffer (a few KiB) goes with the next flush or the publication's fsync.
+        writeback.start();
+      }
     }
 
     @Override
     public void write(int b) throws IOException {
       out.write(b);
-      ring[(int) (count % TAIL_BYTES)] = (byte) b;
-      count++;
+      if (ring != null) {
+        ring[(int) (count % TAIL_BYTES)] = (byte) b;
+      }
+      wrote(1);
     }
 
     @Override
     public void write(byte[] b, int off, int len) throws IOException {
       out.write(b, off, len);
-      int skip = Math.max(0, len - TAIL_BYTES);  // only the last TAIL_BYTES can matter
+      int skip = ring == null ? len : Math.max(0, len - TAIL_BYTES);  // the last TAIL_BYTES
       for (int done = skip; done < len; ) {
         int at = (int) ((count + done) % TAIL_BYTES);
         int n = Math.min(len - done, TAIL_BYTES - at);
         System.arraycopy(b, off + done, ring, at, n);
         done += n;
       }
-      count += len;
+      wrote(len);
     }
 
     @Override
@@ -404,6 +484,9 @@ public class OwnedFileSystem extends FileSystem {
     private long rows() {
       int length = (int) Math.min(count, TAIL_BYTES);
       byte[] tail = new byte[length];
+      if (ring == null) {
+        return writeback.readTail(tail, count) ? parquetRows(tail, length) : -1;
+      }
       int start = (int) ((count - length) % TAIL_BYTES);
       int first = Math.min(length, TAIL_BYTES - start);
       System.arraycopy(ring, start, tail, 0, first);
@@ -430,6 +513,75 @@ public class OwnedFileSystem extends FileSystem {
     public AbortableResult abort() {
       closed = true;
       return out.abort();
+    }
+  }
+
+  /**
+   * The early writeback of one local file: {@link #start} asks a background thread to flush
+   * what the kernel holds of the file ({@code fdatasync} through a channel of its own), unless
+   * such a flush is already waiting. Only a head start for the kernel: the publication's fsync
+   * (W6) is what makes the file durable, so a flush that fails (the file renamed or deleted
+   * meanwhile, a filesystem that refuses it) is ignored. The task's CPU goes on encoding while
+   * the disk writes, which it would otherwise do only after the task's last byte.
+   */
+  static final class Writeback {
+    /** One thread for the JVM: the disk, not the CPU, is what a flush waits for. */
+    private static final ExecutorService THREAD = Executors.newSingleThreadExecutor(runnable -> {
+      Thread thread = new Thread(runnable, "sparkguard-writeback");
+      thread.setDaemon(true);
+      return thread;
+    });
+
+    /** Flushes done and flushes that failed (ignored), in this JVM: for the tests. */
+    static final AtomicLong FLUSHED = new AtomicLong();
+    static final AtomicLong IGNORED = new AtomicLong();
+
+    private final java.nio.file.Path file;
+    private final AtomicBoolean waiting = new AtomicBoolean();
+
+    Writeback(java.nio.file.Path file) {
+      this.file = file;
+    }
+
+    void start() {
+      if (waiting.compareAndSet(false, true)) {
+        THREAD.execute(this::flush);
+      }
+    }
+
+    private void flush() {
+      waiting.set(false);
+      try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ)) {
+        channel.force(false);
+        FLUSHED.incrementAndGet();
+      } catch (IOException | RuntimeException e) {
+        IGNORED.incrementAndGet();  // a head start only (see above)
+      }
+    }
+
+    /**
+     * Fill {@code tail} with the bytes that end at {@code length} in the file; false when they
+     * cannot be read (the commit then reads the footer itself).
+     */
+    boolean readTail(byte[] tail, long length) {
+      java.nio.ByteBuffer buffer = java.nio.ByteBuffer.wrap(tail);
+      try (FileChannel channel = FileChannel.open(file, StandardOpenOption.READ)) {
+        long at = length - tail.length;
+        while (buffer.hasRemaining()) {
+          int n = channel.read(buffer, at + buffer.position());
+          if (n < 0) {
+            return false;
+          }
+        }
+        return true;
+      } catch (IOException | RuntimeException e) {
+        return false;
+      }
+    }
+
+    /** Wait until the flushes asked for so far are done (tests). */
+    static void drain() throws InterruptedException, ExecutionException {
+      THREAD.submit(() -> { }).get();
     }
   }
 }

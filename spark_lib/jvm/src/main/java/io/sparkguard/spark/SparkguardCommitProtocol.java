@@ -127,8 +127,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   /**
    * Tasks open data files through {@link OwnedFileSystem} ({@code sg-s3a://}, {@code
    * sg-file://}), which records their length and rows (and on S3A creates them without the
-   * probes); decided on the driver (false when Hadoop does not resolve the scheme there: plain
-   * paths, and the task reads each file's size and footer back).
+   * probes); decided on the driver ({@link OwnedFileSystem#available}: false when a setting of
+   * the user's names another class for the owned scheme, or the jar has none for the table's
+   * scheme: plain paths, and the task reads each file's size and footer back).
    */
   private final boolean ownedCreate;
 
@@ -175,6 +176,10 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       // C0's known instants, O4's fence (W1), C2's current claim, W1's rerun check over the hot
       // timeline and whether compaction will be due. Nothing is written before it.
       Path table = new Path(path);
+      if (ownedCreate) {
+        // The tasks open their files with the job's configuration (OwnedFileSystem#available).
+        OwnedFileSystem.configure(jobContext.getConfiguration(), table);
+      }
       final TableListing listed0 = TableListing.list(store, table, settings.jobId());
       TableListing listed = listed0;
       boolean exists = locationExists(listed);

@@ -71,6 +71,28 @@ class LocalAtomicStoreTest {
   }
 
   @Test
+  void aChecksumMovesWithItsFileAndAnOlderFilesChecksumGoes() throws Exception {
+    // Hadoop's .<name>.crc: a plain path's task writes one beside its temp file (it moves with
+    // the file); the owned stream writes none, and the old file's one must not stay beside the
+    // new file (Hadoop's reader would refuse it).
+    Path target = path("part-00000-j-c000.parquet");
+    Files.writeString(dir.resolve("part-00000-j-c000.parquet"), "old run");
+    Files.writeString(dir.resolve(".part-00000-j-c000.parquet.crc"), "old run's checksum");
+    Path work = store.workPath(target);
+    Files.writeString(dir.resolve(work.getName()), "new run");
+    Files.writeString(dir.resolve("." + work.getName() + ".crc"), "new run's checksum");
+    store.publish(work, target);
+    assertEquals("new run's checksum", Files.readString(dir.resolve(".part-00000-j-c000.parquet.crc")));
+    assertFalse(Files.exists(dir.resolve("." + work.getName() + ".crc")));
+
+    Path again = store.workPath(target);
+    Files.writeString(dir.resolve(again.getName()), "a run through the owned stream");
+    store.publish(again, target);
+    assertEquals("a run through the owned stream", Files.readString(dir.resolve(target.getName())));
+    assertFalse(Files.exists(dir.resolve(".part-00000-j-c000.parquet.crc")));
+  }
+
+  @Test
   void aMarkerMayBeCreatedTwice() throws Exception {
     Path marker = path("m/sub/part-00000-j-c000.parquet.marker.CREATE");
     store.createMarker(marker);

@@ -73,6 +73,8 @@ class OwnedFileSystemTest {
     writeParquet(owned, conf, 50_000);  // several row groups
 
     long length = Files.size(dir.resolve("part-00000-j-w000-c000.parquet"));
+    assertFalse(Files.exists(dir.resolve(".part-00000-j-w000-c000.parquet.crc")),
+        "no checksum sidecar beside a local data file");
     FileSystem fs = owned.getFileSystem(conf);
     assertEquals(length, fs.getFileStatus(owned).getLen(), "the written length, before the commit");
     OwnedFileSystem.Written written = OwnedFileSystem.take(target);
@@ -116,6 +118,36 @@ class OwnedFileSystemTest {
   }
 
   @Test
+  void aLocalFileStartsItsWritebackAsItIsWrittenAndAGoneFileIsNoError() throws Exception {
+    Configuration conf = conf();
+    Path target = real("part-00003-j-w000-c000.bin");
+    FileSystem fs = OwnedFileSystem.owned(target).getFileSystem(conf);
+    long flushed = OwnedFileSystem.Writeback.FLUSHED.get();
+    byte[] chunk = new byte[1 << 20];
+    long length = 3 * OwnedFileSystem.WRITEBACK_BYTES + 5;
+    try (FSDataOutputStream out = fs.create(OwnedFileSystem.owned(target), false)) {
+      for (long done = 0; done < length; ) {
+        int n = (int) Math.min(chunk.length, length - done);
+        Arrays.fill(chunk, 0, n, (byte) (done >>> 20));
+        out.write(chunk, 0, n);
+        done += n;
+      }
+      OwnedFileSystem.Writeback.drain();
+      assertTrue(OwnedFileSystem.Writeback.FLUSHED.get() > flushed,
+          "a flush started while the file was still being written");
+    }
+    byte[] back = Files.readAllBytes(dir.resolve("part-00003-j-w000-c000.bin"));
+    assertEquals(length, back.length, "the flushes do not touch the bytes");
+    assertEquals(2, back[2 << 20]);
+    assertEquals(length, OwnedFileSystem.take(target).length());
+
+    long ignored = OwnedFileSystem.Writeback.IGNORED.get();
+    new OwnedFileSystem.Writeback(dir.resolve("renamed-or-deleted-meanwhile")).start();
+    OwnedFileSystem.Writeback.drain();
+    assertEquals(ignored + 1, OwnedFileSystem.Writeback.IGNORED.get(), "ignored, not thrown");
+  }
+
+  @Test
   void footerRowsNeedTheWholeFooterInTheTail() throws Exception {
     Configuration conf = new Configuration();
     Path file = real("whole.parquet");
@@ -138,6 +170,26 @@ class OwnedFileSystemTest {
     assertFalse(OwnedFileSystem.available(new Path("nothing:///t"), new Configuration()));
     // The jar's service entry registers sg-s3a without any setting.
     assertTrue(OwnedFileSystem.available(new Path("s3a://bucket/t"), new Configuration()));
+    // A scheme the jar has no class for: only a setting makes it available.
+    assertFalse(OwnedFileSystem.available(new Path("abfs://c@a/t"), new Configuration()));
+  }
+
+  @Test
+  void aJobsConfigurationGetsTheOwnedClassOnlyWhereNothingNamesOne() {
+    // A session with the jar in spark.jars only: Hadoop's service entries are read from another
+    // class loader, so the protocol names the class in the job's configuration for its tasks.
+    Configuration job = new Configuration(false);
+    OwnedFileSystem.configure(job, new Path("file:///t"));
+    assertEquals(OwnedLocalFileSystem.class.getName(), job.get("fs.sg-file.impl"));
+    OwnedFileSystem.configure(job, new Path("hdfs://nn:8020/t"));
+    assertEquals(OwnedHdfsFileSystem.class.getName(), job.get("fs.sg-hdfs.impl"));
+    Configuration users = new Configuration(false);
+    users.set("fs.sg-s3a.impl", "com.example.TheirOwn");
+    OwnedFileSystem.configure(users, new Path("s3a://bucket/t"));
+    assertEquals("com.example.TheirOwn", users.get("fs.sg-s3a.impl"), "the user's setting stays");
+    Configuration other = new Configuration(false);
+    OwnedFileSystem.configure(other, new Path("abfs://c@a/t"));
+    assertNull(other.get("fs.sg-abfs.impl"));
   }
 
   @Test
