@@ -70,7 +70,7 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  * RawLocalFileSystem}. The sidecar is a second file that cannot be published atomically with its
  * data file, so after a power loss a committed file could sit beside a checksum that does not
  * match it, which Hadoop's reader refuses ({@code ChecksumException}); and it costs the task a
- * CRC and a write call per 4.5 KiB of data. Parquet's own page checksums (written by default
+ * CRC of every byte and twice the write calls. Parquet's own page checksums (written by default
  * since parquet-mr 1.12; {@code parquet.page.verify-checksum.enabled} checks them on read) cover
  * the data instead. The publication removes a checksum left by an older file of the name.
  *
