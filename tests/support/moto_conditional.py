@@ -77,16 +77,19 @@ def _one_key(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _deleted_objects(body: Any) -> list[Any]:
+    """The ``<Object>`` entries of a DeleteObjects request's body (one entry is not a list)."""
+    objects = xmltodict.parse(body, strip_whitespace=False).get("Delete", {}).get("Object", [])
+    return objects if isinstance(objects, list) else [objects]
+
+
 def _many_keys(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method``, a DeleteObjects, run under the locks of all its keys (taken in sorted order,
     the only place that holds more than one: no two requests wait for each other)."""
 
     @functools.wraps(method)
     def run(self: Any, bucket_name: str, *args: Any, **kwargs: Any) -> Any:
-        body = xmltodict.parse(self.body, strip_whitespace=False)
-        objects = body.get("Delete", {}).get("Object", [])
-        if not isinstance(objects, list):
-            objects = [objects]
+        objects = _deleted_objects(self.body)
         keys = sorted({str(o["Key"]) for o in objects if isinstance(o, dict) and "Key" in o})
         with contextlib.ExitStack() as held:
             for key in keys:
@@ -111,10 +114,7 @@ _original_delete_keys = S3Response._bucket_response_delete_keys
 
 def _delete_keys(self: Any, bucket_name: str, authenticated: bool = True) -> Any:
     """DeleteObjects; keys with an ``ETag`` are deleted only if their condition holds."""
-    body = xmltodict.parse(self.body, strip_whitespace=False)
-    objects = body.get("Delete", {}).get("Object", [])
-    if not isinstance(objects, list):
-        objects = [objects]
+    objects = _deleted_objects(self.body)
     if not authenticated or not any(isinstance(o, dict) and "ETag" in o for o in objects):
         return _original_delete_keys(self, bucket_name, authenticated)
     deleted: list[dict[str, Any]] = []

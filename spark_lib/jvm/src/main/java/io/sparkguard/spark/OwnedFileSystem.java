@@ -60,7 +60,7 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  * OwnedLocalFileSystem}, {@code sg-file://}; {@link OwnedHdfsFileSystem}, {@code sg-hdfs://},
  * whose HDFS client is its own, polling a closed file's completion promptly: {@link
  * HadoopRenameAtomicStore#promptClose}), for the record of the written length and rows. On
- * local disk the stream also starts the file's writeback as it goes ({@link Writeback}): every
+ * local disk the stream also starts the file's writeback as it goes ({@link LocalFile}): every
  * {@link #WRITEBACK_BYTES} written, a background thread flushes what the kernel holds of the
  * file, so that the fsync of its publication (W6) finds little left to write instead of the
  * whole file after the task has ended.
@@ -194,7 +194,7 @@ public class OwnedFileSystem extends FileSystem {
     if (scheme == null) {
       return false;
     }
-    if (conf.get(implKey(scheme)) == null && CLASSES.containsKey(scheme)) {
+    if (unset(conf, scheme) != null) {
       return true;
     }
     try {
@@ -211,9 +211,15 @@ public class OwnedFileSystem extends FileSystem {
    */
   static void configure(Configuration jobConf, Path table) {
     String scheme = table.toUri().getScheme();
-    if (scheme != null && jobConf.get(implKey(scheme)) == null && CLASSES.containsKey(scheme)) {
-      jobConf.set(implKey(scheme), CLASSES.get(scheme).getName());
+    Class<? extends OwnedFileSystem> owned = unset(jobConf, scheme);
+    if (owned != null) {
+      jobConf.set(implKey(scheme), owned.getName());
     }
+  }
+
+  /** The jar's owned class for {@code scheme} when no setting names one; else {@code null}. */
+  private static Class<? extends OwnedFileSystem> unset(Configuration conf, String scheme) {
+    return scheme == null || conf.get(implKey(scheme)) != null ? null : CLASSES.get(scheme);
   }
 
   /** {@code s3a://b/k} as {@code sg-s3a://b/k}. */
@@ -300,9 +306,9 @@ public class OwnedFileSystem extends FileSystem {
     }
     FSDataOutputStream out = (FSDataOutputStream) builder.build();
     WRITTEN.remove(key(target));  // an earlier attempt's record is not this file's
-    Writeback writeback = "file".equals(innerScheme)
-        ? new Writeback(LocalAtomicStore.local(target)) : null;  // local: see Recording
-    return new FSDataOutputStream(new Recording(target, out, writeback), statistics);
+    LocalFile local = "file".equals(innerScheme)
+        ? new LocalFile(LocalAtomicStore.local(target)) : null;  // see Recording
+    return new FSDataOutputStream(new Recording(target, out, local), statistics);
   }
 
   @Override
@@ -414,33 +420,33 @@ public class OwnedFileSystem extends FileSystem {
    * Counts the bytes and records them, with the rows of the footer in the last {@link
    * #TAIL_BYTES}, at a successful close. Where the file is remote the stream keeps those last
    * bytes as they pass (a ring; the commit would otherwise GET the footer back). Where it is
-   * local ({@code writeback} set) it reads them back from the file at the close instead: one
+   * local ({@code local} set) it reads them back from the file at the close instead: one
    * read of the page cache rather than a copy of every byte the task writes.
    */
   private static final class Recording extends OutputStream
       implements Syncable, StreamCapabilities, Abortable {
     private final Path target;
     private final FSDataOutputStream out;
-    private final Writeback writeback;
+    private final LocalFile local;
     private final byte[] ring;
     private long count;
     private long writebackAt = WRITEBACK_BYTES;
     private boolean closed;
 
-    Recording(Path target, FSDataOutputStream out, Writeback writeback) {
+    Recording(Path target, FSDataOutputStream out, LocalFile local) {
       this.target = target;
       this.out = out;
-      this.writeback = writeback;
-      this.ring = writeback == null ? new byte[TAIL_BYTES] : null;
+      this.local = local;
+      this.ring = local == null ? new byte[TAIL_BYTES] : null;
     }
 
     private void wrote(long bytes) throws IOException {
       count += bytes;
-      if (writeback != null && count >= writebackAt) {
+      if (local != null && count >= writebackAt) {
         writebackAt = count + WRITEBACK_BYTES;
-        // No flush of the streams above: a checksummed stream's flush would cut a chunk short.
-        // What they buffer (a few KiB) goes with the next flush or the publication's fsync.
-        writeback.start();
+        // No flush of the streams above: what they buffer (a few KiB) goes with the next
+        // writeback or the publication's fsync.
+        local.startWriteback();
       }
     }
 
@@ -485,7 +491,7 @@ public class OwnedFileSystem extends FileSystem {
       int length = (int) Math.min(count, TAIL_BYTES);
       byte[] tail = new byte[length];
       if (ring == null) {
-        return writeback.readTail(tail, count) ? parquetRows(tail, length) : -1;
+        return local.readTail(tail, count) ? parquetRows(tail, length) : -1;
       }
       int start = (int) ((count - length) % TAIL_BYTES);
       int first = Math.min(length, TAIL_BYTES - start);
@@ -517,14 +523,16 @@ public class OwnedFileSystem extends FileSystem {
   }
 
   /**
-   * The early writeback of one local file: {@link #start} asks a background thread to flush
-   * what the kernel holds of the file ({@code fdatasync} through a channel of its own), unless
-   * such a flush is already waiting. Only a head start for the kernel: the publication's fsync
-   * (W6) is what makes the file durable, so a flush that fails (the file renamed or deleted
-   * meanwhile, a filesystem that refuses it) is ignored. The task's CPU goes on encoding while
-   * the disk writes, which it would otherwise do only after the task's last byte.
+   * A local file being written through a {@link Recording}, reached by its path on the side.
+   * {@link #startWriteback} asks a background thread to flush what the kernel holds of the file
+   * ({@code fdatasync} through a channel of its own), unless such a flush is already waiting.
+   * Only a head start for the kernel: the publication's fsync (W6) is what makes the file
+   * durable, so a flush that fails (the file renamed or deleted meanwhile, a filesystem that
+   * refuses it) is ignored. The task's CPU goes on encoding while the disk writes, which it
+   * would otherwise do only after the task's last byte. {@link #readTail} reads the footer's
+   * bytes back at the close.
    */
-  static final class Writeback {
+  static final class LocalFile {
     /** One thread for the JVM: the disk, not the CPU, is what a flush waits for. */
     private static final ExecutorService THREAD = Executors.newSingleThreadExecutor(runnable -> {
       Thread thread = new Thread(runnable, "sparkguard-writeback");
@@ -539,11 +547,11 @@ public class OwnedFileSystem extends FileSystem {
     private final java.nio.file.Path file;
     private final AtomicBoolean waiting = new AtomicBoolean();
 
-    Writeback(java.nio.file.Path file) {
+    LocalFile(java.nio.file.Path file) {
       this.file = file;
     }
 
-    void start() {
+    void startWriteback() {
       if (waiting.compareAndSet(false, true)) {
         THREAD.execute(this::flush);
       }

@@ -122,7 +122,7 @@ class OwnedFileSystemTest {
     Configuration conf = conf();
     Path target = real("part-00003-j-w000-c000.bin");
     FileSystem fs = OwnedFileSystem.owned(target).getFileSystem(conf);
-    long flushed = OwnedFileSystem.Writeback.FLUSHED.get();
+    long flushed = OwnedFileSystem.LocalFile.FLUSHED.get();
     byte[] chunk = new byte[1 << 20];
     long length = 3 * OwnedFileSystem.WRITEBACK_BYTES + 5;
     try (FSDataOutputStream out = fs.create(OwnedFileSystem.owned(target), false)) {
@@ -132,8 +132,8 @@ class OwnedFileSystemTest {
         out.write(chunk, 0, n);
         done += n;
       }
-      OwnedFileSystem.Writeback.drain();
-      assertTrue(OwnedFileSystem.Writeback.FLUSHED.get() > flushed,
+      OwnedFileSystem.LocalFile.drain();
+      assertTrue(OwnedFileSystem.LocalFile.FLUSHED.get() > flushed,
           "a flush started while the file was still being written");
     }
     byte[] back = Files.readAllBytes(dir.resolve("part-00003-j-w000-c000.bin"));
@@ -141,10 +141,10 @@ class OwnedFileSystemTest {
     assertEquals(2, back[2 << 20]);
     assertEquals(length, OwnedFileSystem.take(target).length());
 
-    long ignored = OwnedFileSystem.Writeback.IGNORED.get();
-    new OwnedFileSystem.Writeback(dir.resolve("renamed-or-deleted-meanwhile")).start();
-    OwnedFileSystem.Writeback.drain();
-    assertEquals(ignored + 1, OwnedFileSystem.Writeback.IGNORED.get(), "ignored, not thrown");
+    long ignored = OwnedFileSystem.LocalFile.IGNORED.get();
+    new OwnedFileSystem.LocalFile(dir.resolve("renamed-or-deleted-meanwhile")).startWriteback();
+    OwnedFileSystem.LocalFile.drain();
+    assertEquals(ignored + 1, OwnedFileSystem.LocalFile.IGNORED.get(), "ignored, not thrown");
   }
 
   @Test
