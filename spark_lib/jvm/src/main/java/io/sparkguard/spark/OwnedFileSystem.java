@@ -63,7 +63,8 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  * local disk the stream also starts the file's writeback as it goes ({@link LocalFile}): every
  * {@link #WRITEBACK_BYTES} written, a background thread flushes what the kernel holds of the
  * file, so that the fsync of its publication (W6) finds little left to write instead of the
- * whole file after the task has ended.
+ * whole file after the task has ended. A local file's stream buffers at least {@link
+ * #LOCAL_BUFFER_BYTES}, so that Parquet's many small writes reach the kernel as few calls.
  *
  * <p>Local data files are written without Hadoop's checksum sidecar ({@code .<name>.crc}, which
  * {@code LocalFileSystem} writes beside every file): the owned scheme wraps {@code
@@ -94,6 +95,13 @@ public class OwnedFileSystem extends FileSystem {
   static final int TAIL_BYTES = 256 * 1024;
   /** A local data file's writeback is started each time this much more of it was written. */
   static final long WRITEBACK_BYTES = 8L << 20;
+  /**
+   * The least buffer of a local data file's stream. Spark hands {@code create} Hadoop's {@code
+   * io.file.buffer.size} (4 KiB by default), and Parquet writes a row group as many small
+   * pieces (a page header, then its page, ...), so a 26 MiB file took about 3,500 {@code
+   * write} calls; with 1 MiB, about 30. docs/benchmarks.md, "Issue 23: fewer write calls".
+   */
+  static final int LOCAL_BUFFER_BYTES = 1 << 20;
 
   /** Parquet's defaults for reading a footer (the no-argument converter has no size limit set);
    * built on first use (it loads a Hadoop configuration once per JVM). */
@@ -291,7 +299,10 @@ public class OwnedFileSystem extends FileSystem {
       throws IOException {
     Path target = real(f);
     FSDataOutputStreamBuilder<?, ?> builder = inner.createFile(target);
-    builder.overwrite(true).recursive().bufferSize(bufferSize).replication(replication)
+    boolean local = "file".equals(innerScheme);
+    builder.overwrite(true).recursive()
+        .bufferSize(local ? Math.max(bufferSize, LOCAL_BUFFER_BYTES) : bufferSize)
+        .replication(replication)
         .blockSize(blockSize);
     if (permission != null) {
       builder.permission(permission);
@@ -306,9 +317,8 @@ public class OwnedFileSystem extends FileSystem {
     }
     FSDataOutputStream out = (FSDataOutputStream) builder.build();
     WRITTEN.remove(key(target));  // an earlier attempt's record is not this file's
-    LocalFile local = "file".equals(innerScheme)
-        ? new LocalFile(LocalAtomicStore.local(target)) : null;  // see Recording
-    return new FSDataOutputStream(new Recording(target, out, local), statistics);
+    LocalFile file = local ? new LocalFile(LocalAtomicStore.local(target)) : null;  // Recording
+    return new FSDataOutputStream(new Recording(target, out, file), statistics);
   }
 
   @Override
@@ -444,8 +454,8 @@ public class OwnedFileSystem extends FileSystem {
       count += bytes;
       if (local != null && count >= writebackAt) {
         writebackAt = count + WRITEBACK_BYTES;
-        // No flush of the streams above: what they buffer (a few KiB) goes with the next
-        // writeback or the publication's fsync.
+        // No flush of the streams below: what they buffer (up to LOCAL_BUFFER_BYTES) goes
+        // with the next writeback or the publication's fsync.
         local.startWriteback();
       }
     }

@@ -148,6 +148,28 @@ class OwnedFileSystemTest {
   }
 
   @Test
+  void aLocalFileReachesTheKernelInLargeWritesWhateverBufferSparkAsksFor() throws Exception {
+    Configuration conf = conf();
+    Path target = real("part-00004-j-w000-c000.bin");
+    java.nio.file.Path file = dir.resolve("part-00004-j-w000-c000.bin");
+    FileSystem fs = OwnedFileSystem.owned(target).getFileSystem(conf);
+    byte[] piece = new byte[100];  // a Parquet page header's size
+    int pieces = (OwnedFileSystem.LOCAL_BUFFER_BYTES - 1) / piece.length;
+    // Spark passes io.file.buffer.size (4 KiB): the stream buffers LOCAL_BUFFER_BYTES anyway.
+    try (FSDataOutputStream out = fs.create(OwnedFileSystem.owned(target), true, 4096)) {
+      for (int i = 0; i < pieces; i++) {
+        Arrays.fill(piece, (byte) i);
+        out.write(piece);
+      }
+      assertEquals(0, Files.size(file), "nothing reached the file before the buffer filled");
+      out.write(new byte[piece.length]);
+      assertTrue(Files.size(file) > 0, "a full buffer reaches the file in one write");
+    }
+    assertEquals((pieces + 1L) * piece.length, Files.size(file));
+    assertEquals((pieces + 1L) * piece.length, OwnedFileSystem.take(target).length());
+  }
+
+  @Test
   void footerRowsNeedTheWholeFooterInTheTail() throws Exception {
     Configuration conf = new Configuration();
     Path file = real("whole.parquet");
