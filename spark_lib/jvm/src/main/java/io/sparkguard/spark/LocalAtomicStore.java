@@ -98,9 +98,7 @@ public final class LocalAtomicStore implements AtomicStore {
   @Override
   public void publish(Path work, Path target) throws IOException {
     java.nio.file.Path from = local(work);
-    try (FileChannel channel = FileChannel.open(from, StandardOpenOption.WRITE)) {
-      channel.force(true);
-    }
+    sync(from);
     // Hadoop's local filesystem writes a checksum beside each file (.<name>.crc) and verifies
     // it on read: it moves with the file (durable first, as the file is), and a checksum of an
     // older file of the name goes. The tasks' owned streams write none (OwnedFileSystem); a
@@ -108,9 +106,7 @@ public final class LocalAtomicStore implements AtomicStore {
     java.nio.file.Path fromCrc = checksumOf(from);
     java.nio.file.Path toCrc = checksumOf(local(target));
     if (Files.exists(fromCrc)) {
-      try (FileChannel channel = FileChannel.open(fromCrc, StandardOpenOption.WRITE)) {
-        channel.force(true);
-      }
+      sync(fromCrc);
       Files.move(fromCrc, toCrc, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
     } else {
       Files.deleteIfExists(toCrc);
@@ -218,6 +214,13 @@ public final class LocalAtomicStore implements AtomicStore {
     try (FileChannel channel =
         FileChannel.open(path, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
       channel.write(java.nio.ByteBuffer.wrap(data));
+      channel.force(true);
+    }
+  }
+
+  /** fsync of an existing file, its data and metadata. */
+  private static void sync(java.nio.file.Path file) throws IOException {
+    try (FileChannel channel = FileChannel.open(file, StandardOpenOption.WRITE)) {
       channel.force(true);
     }
   }
