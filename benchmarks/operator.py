@@ -60,6 +60,7 @@ from kubernetes import client, watch
 from sparkguard.operator.finalizers import FINALIZER
 from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION, failed_status, spark_app
+from tests.support import netguard
 
 REPLICA = REPO / "tests" / "operator" / "replica.py"
 NAMESPACE = "bench-apps"
@@ -563,6 +564,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.apps = 100
+    # The kube bench runs only inside the network guard: re-run this command there.
+    netguard.reexec_inside()
     if not 0 < args.failing_fraction <= 1 or args.apps < 10:
         print("operator benchmark: --apps must be >= 10 and --failing-fraction in (0, 1]")
         return 2

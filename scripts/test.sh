@@ -73,6 +73,22 @@ selection=()
 if [[ $fast -eq 1 ]]; then
   selection=(-m "not spark and not kube and not hdfs and not slow")
 fi
+if [[ $fast -eq 0 ]]; then
+  # What the tests fetch from package registries is fetched here, before the network guard:
+  # inside it nothing reaches a registry (each is a no-op once cached).
+  echo "== registries: jars and Go modules the tests use (cached under ~/.cache)"
+  scripts/fetch-jars.sh s3a >/dev/null
+  scripts/fetch-jars.sh s3a --magic-committer >/dev/null
+  scripts/fetch-jars.sh hdfs-minicluster >/dev/null
+  if command -v go >/dev/null 2>&1; then
+    (cd tests/kubebench/go && GOFLAGS=-mod=readonly go mod download)
+  fi
+fi
 echo "== pytest${selection:+ ${selection[*]}}"
+# Every test runs inside the network guard (tests/support/netguard.py): a network namespace
+# where only loopback and a namespace of the guard's own exist, so nothing the tests start can
+# reach an address off this machine; the run fails if a packet tried, and prints where the
+# tests connected (tests/kubebench/README.md, "Loopback only").
 # pytest exits 5 when it collected no tests: that fails this script like any other failure.
-exec python -m pytest "${xdist[@]}" "${selection[@]}" "$@"
+exec python tests/support/netguard.py run -- \
+  python -m pytest "${xdist[@]}" "${selection[@]}" "$@"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import jvm_options, s3server, xdist_groups
+from tests.support import jvm_options, netguard, s3server, xdist_groups
 
 # Spark's Python workers run `python -m pyspark.daemon` in the driver's cwd; the repo's
 # top-level operator/ folder would shadow the stdlib module there. Never prepend the cwd.
@@ -44,6 +44,33 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if reporter is not None:
             reporter.write_line(f"tests: Spark JVMs run without a class-data archive ({how})")
     os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The network guard's verdict (tests/support/netguard.py): a packet that tried to leave the
+    bench namespace, and that no test announced, fails the run, whatever the tests said."""
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller judges the whole run
+    where = netguard.guard_dir()
+    if where is not None and netguard.unexpected(where):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Where the run connected: loopback, the guard's own namespace, and anything else."""
+    where = netguard.guard_dir()
+    if where is None:
+        terminalreporter.write_line(
+            "network guard: off (run through scripts/test.sh, or "
+            "`python tests/support/netguard.py run -- python -m pytest ...`)"
+        )
+        return
+    for line in netguard.report(where):
+        terminalreporter.write_line(line)
+    if netguard.unexpected(where):
+        terminalreporter.write_line(
+            "network guard: a packet tried to leave the bench namespace: the run fails", red=True
+        )
 
 
 @pytest.fixture(scope="session")

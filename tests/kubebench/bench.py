@@ -48,6 +48,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+from tests.support import netguard
+
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
 
@@ -498,6 +500,10 @@ class KubeBench:
         """Build (if needed) and start etcd + kube-apiserver; install the CRDs. Idempotent."""
         if self.started:
             return self
+        try:
+            netguard.require_guard("the kube bench (kube-apiserver and etcd)")
+        except netguard.NetGuardError as exc:
+            raise KubeBenchError(str(exc)) from None
         if not self._atexit_registered:
             atexit.register(self.stop)
             self._atexit_registered = True
@@ -539,6 +545,11 @@ class KubeBench:
             self._atexit_registered = False
         workdir, self._workdir = self._workdir, None
         if workdir is not None:
+            # The components' own word on what they dialled, beside the guard's packet record.
+            for log in sorted(workdir.glob("*.log")):
+                netguard.record_log_dials(
+                    log.read_text(encoding="utf-8", errors="replace"), source=log.name
+                )
             if os.environ.get(KEEP_ENV) == "1":
                 print(f"kubebench: kept {workdir} (${KEEP_ENV}=1)", file=sys.stderr)
             else:
@@ -633,6 +644,12 @@ class KubeBench:
             "--enable-priority-and-fairness=false",
             "--profiling=false",
             "--endpoint-reconciler-type=none",
+            # A webhook (admission or CRD conversion) or APIService named by a Service is called
+            # at the Service's endpoints (its EndpointSlices), never at its cluster IP: a Service
+            # without endpoints fails before anything is dialled ("no endpoints available for
+            # service"). Without this the API server dials the cluster IP, an address in
+            # SERVICE_CIDR, which no route of this machine may carry (README: "Loopback only").
+            "--enable-aggregator-routing=true",
             # Every request, at Metadata level: lets tests list which verbs an identity used
             # (the chart test compares them with what its RBAC grants).
             f"--audit-policy-file={self._write_audit_policy()}",
