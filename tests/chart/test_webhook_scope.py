@@ -1,4 +1,4 @@
-"""The chart's webhook never blocks what sparkguard does not protect (issue 11, item 4).
+"""The chart's webhook never blocks what sparkguard does not protect.
 
 The chart is installed with helm on the kube-apiserver bench with ``failurePolicy: Fail`` and
 no operator behind its webhook Service: exactly "the operator is down". Apps that did not opt
