@@ -44,7 +44,7 @@ same writers (16), same rounds, same warm-up. Each timed job is preceded by an u
 through the same client or sidecar (the store's client library and connections are loaded by
 the first marker, a cost per job, not per file). The full size is 3,000 files: the direct mode
 writes 15-100 files/s through moto on the shared 2-core machine (depending on its load), so
-the issue's 100,000 files x 3 modes x 3 rounds would take hours; run that size explicitly (last
+100,000 files x 3 modes x 3 rounds would take hours; run that size explicitly (last
 command above) where it fits.
 The marker cleanup ratio grows with the size by construction (direct: one listing page and one
 DeleteObjects per 1,000 markers; batched: the sidecar's few MARKERS files), so only the request

@@ -1,6 +1,6 @@
 """A streaming file sink through sparkguard's JVM protocol on local disk, 2,000 micro-batches:
 storage operations, names listed, S3-style requests and latency per batch, batches 100-200
-against the last 100 (issue 19's must-show; docs/benchmarks.md).
+against the last 100: the per-batch cost must stay flat (docs/benchmarks.md).
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/stream_timeline.py [--batches 2000] [--off]
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, architecture contracts, the JVM layer's JUnit tests, then
-# pytest (every tier) on two xdist workers.
+# The whole test suite: lint, types, architecture contracts, the docs site's strict build, the
+# JVM layer's JUnit tests, then pytest (every tier) on two xdist workers.
 #
 #   scripts/test.sh                 everything (what CI runs)
-#   scripts/test.sh --fast          lint, types, contracts, JUnit, and the unit tiers only
+#   scripts/test.sh --fast          lint, types, contracts, docs, JUnit, and the unit tiers only
 #                                   (no PySpark job, no kube-apiserver, no slow fault loop)
 #   scripts/test.sh [--fast] ARGS   extra arguments go to pytest, e.g.
 #                                   scripts/test.sh tests/spark_lib -k atomic
@@ -53,6 +53,12 @@ for pkg in spark_lib sidecar operator; do
 done
 # Run from inside the layout: lint-imports puts the cwd first on sys.path.
 (cd "$layout" && PYTHONPATH="$PWD" lint-imports --no-cache --config ../../.importlinter)
+echo "== docs: mkdocs build --strict"
+# The site (mkdocs.yml) fails on a broken link, anchor or nav entry, and on a link to a
+# repository file that does not exist (scripts/mkdocs_hooks.py). Never -q: quiet mode stops
+# strict mode from counting warnings. NO_MKDOCS_2_WARNING silences the theme's end-of-life
+# banner (docs/decisions.md, "Documentation").
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir .cache/site
 echo "== jvm: maven build + surefire (scripts/build-jvm.sh; a no-op when nothing changed)"
 # The JVM layer's jar ships inside the package (spark_lib/jars/) and the pytest tiers use it.
 # The stamp covers the sources, the pom, the PySpark jars and the JDK: when it matches, this

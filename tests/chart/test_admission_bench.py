@@ -1,11 +1,11 @@
-"""Admission on the kube-apiserver bench, through the chart's webhook configuration (issue 11).
+"""Admission on the kube-apiserver bench, through the chart's webhook configuration.
 
 The chart is installed with helm watching two namespaces; its operator runs in-process as the
 chart's ServiceAccount with the Deployment's environment, and the chart's webhook configuration
 (namespaceSelector, matchConditions) is re-pointed at it on 127.0.0.1. Shown here: a job id
-that another live app uses is denied naming that app (item 3); runs of a
+that another live app uses is denied naming that app; runs of a
 ScheduledSparkApplication, which carry its labels but no annotations, are opted in, each with
-its own job id and owner, and recovered (item 9); the owner written at CREATE is immutable.
+its own job id and owner, and recovered; the owner written at CREATE is immutable.
 """
 
 from __future__ import annotations

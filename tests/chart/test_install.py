@@ -54,7 +54,7 @@ def test_install_creates_every_object(installed: dict[str, Any]) -> None:
     apps = client.AppsV1Api(api)
     deployment = apps.read_namespaced_deployment("sg-sparkguard", ns)
     assert deployment.spec is not None
-    # HA by default (issue 11): two replicas, rolled one at a time, never both down.
+    # HA by default: two replicas, rolled one at a time, never both down.
     assert deployment.spec.replicas == 2
     assert deployment.spec.strategy is not None
     assert deployment.spec.strategy.type == "RollingUpdate"

@@ -1,4 +1,4 @@
-"""The chart's RBAC is sufficient and minimal (issue 6).
+"""The chart's RBAC is sufficient and minimal.
 
 The chart is installed with helm onto the kube-apiserver bench; the operator then runs
 in-process *as the chart's ServiceAccount*, with the environment of the chart's Deployment, and

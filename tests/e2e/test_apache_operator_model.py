@@ -1,4 +1,4 @@
-"""The Apache Spark Kubernetes Operator's stand-in on the kube-apiserver bench (issue 21).
+"""The Apache Spark Kubernetes Operator's stand-in on the kube-apiserver bench.
 
 The stand-in (``tests/e2e/apache_standin.py``) models ``apache/spark-kubernetes-operator``
 (``tests/e2e/apache-model.md``); here it runs against the real apiserver with the bench's

@@ -1,4 +1,4 @@
-"""Recovery of Apache Spark operator apps, end to end on the kube bench (issue 21).
+"""Recovery of Apache Spark operator apps, end to end on the kube bench.
 
 The chart is installed, its operator runs as the chart's ServiceAccount; the Apache operator's
 CRD is installed only **after** the operator started (the operator serves it without a restart,

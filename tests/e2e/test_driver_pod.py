@@ -1,4 +1,4 @@
-"""The marker sidecar never keeps the driver pod alive (issue 11, item 8).
+"""The marker sidecar never keeps the driver pod alive.
 
 The chart's operator admits an opted-in app on the kube-apiserver bench (v1.37, so the marker
 sidecar is injected as a native sidecar, or, with ``SPARKGUARD_SIDECAR_NATIVE=false``, as the

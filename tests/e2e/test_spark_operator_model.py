@@ -1,4 +1,4 @@
-"""sparkguard against spark-operator as it really behaves (issue 22), on the kube-apiserver bench.
+"""sparkguard against spark-operator as it really behaves, on the kube-apiserver bench.
 
 The stand-in (``tests/e2e/standin.py``) models spark-operator v2 transition by transition (the
 fidelity table: ``tests/e2e/README.md``); the light driver writes through sparkguard's Python

@@ -1,4 +1,4 @@
-"""The streaming file sink's cost per micro-batch as its timeline ages (issue 19's must-show).
+"""The streaming file sink's cost per micro-batch as its timeline ages.
 
 Shared by ``tests/jvm/test_stream_timeline_cost.py`` (a short run) and
 ``benchmarks/stream_timeline.py`` (2,000 batches). Runs ``tests/jvm/jobs/stream_requests.py``:

@@ -1,5 +1,5 @@
-"""Issue 13: "a concurrent second query on the same checkpoint fails at once with Spark's usual
-concurrent-update error (the conditional PUT is doing its job), on S3 as on HDFS" — proven
+"""A concurrent second query on the same checkpoint fails at once with Spark's usual
+concurrent-update error (the conditional PUT is doing its job), on S3 as on HDFS: proven
 deterministically for the race that only sparkguard's put-if-absent can decide.
 
 Why not two real queries: Spark's ``HDFSMetadataLog.add`` asks ``exists(<log>/<n>)`` before it

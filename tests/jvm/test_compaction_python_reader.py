@@ -1,5 +1,5 @@
 """A table written through the JVM protocol with compaction on, read by the Python
-committed-only reader (issue 19: both languages read the same snapshot format)."""
+committed-only reader (both languages read the same snapshot format)."""
 
 from __future__ import annotations
 

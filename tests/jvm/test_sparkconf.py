@@ -66,7 +66,8 @@ def test_sidecar_markers_owner_journal_and_jar_location() -> None:
 def test_the_streaming_file_sink_protocol_is_on_by_default(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Both streaming classes by default (issue 13); --no-streaming-sink leaves the sink to
+    """Both streaming classes by default (the file sink's protocol and the checkpoint
+    manager); --no-streaming-sink leaves the sink to
     Spark's own protocol and keeps the checkpoint manager."""
     key = "spark.sql.streaming.commitProtocolClass"
     assert sparkconf.build_spark_conf("stream-1")[key] == STREAMING

@@ -1,4 +1,4 @@
-"""A streaming file sink's per-batch cost stays flat as its timeline ages (issue 19).
+"""A streaming file sink's per-batch cost stays flat as its timeline ages.
 
 Without compaction every batch lists the whole timeline (``undecided``), so the names listed per
 batch grow with the batches run; with ``snapshotEvery`` the hot timeline holds at most a few

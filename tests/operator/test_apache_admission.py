@@ -1,4 +1,4 @@
-"""Admission of Apache Spark operator apps (``spark.apache.org/v1``, issue 21): the same
+"""Admission of Apache Spark operator apps (``spark.apache.org/v1``): the same
 options, validation and conf as Kubeflow apps, with containers and volumes in the pod
 templates (tests/e2e/apache-model.md §9a). Pure: :func:`mutation.mutate` / :func:`review`."""
 

@@ -1,4 +1,4 @@
-"""Recovery of Apache Spark operator apps (issue 21), pure: final-failure detection from
+"""Recovery of Apache Spark operator apps, pure: final-failure detection from
 ``status.currentState`` and its history, the retry budget across the operator's restarts and
 sparkguard's recreations, the resubmission record and its steps, the finalizer's reading."""
 

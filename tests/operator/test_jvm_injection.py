@@ -56,7 +56,7 @@ def test_on_by_default_with_the_conf_of_build_spark_conf(
     )
     assert {k: conf[k] for k in expected} == expected  # every key, every value
     assert conf[PROTOCOL] == sparkconf.PROTOCOL_CLASS
-    # Both streaming classes too (issue 13): the file sink's protocol and the checkpoint manager.
+    # Both streaming classes too: the file sink's protocol and the checkpoint manager.
     assert conf[sparkconf.STREAMING_COMMIT_PROTOCOL_KEY] == sparkconf.STREAMING_PROTOCOL_CLASS
     assert conf[sparkconf.CHECKPOINT_MANAGER_KEY] == sparkconf.CHECKPOINT_MANAGER_CLASS
     assert conf["spark.jars"] == JAR

@@ -56,7 +56,7 @@ async def test_failed_app_is_rolled_back_and_resubmitted(
 async def test_a_recovery_without_backoff_is_two_patches_and_no_read(
     k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
 ) -> None:
-    """The requests of one recovery (issue 20): the watch event's body is the first read, the
+    """The requests of one recovery: the watch event's body is the first read, the
     claim one patch, the conclusion and the resubmission (backoff 0) one more; the three
     Events follow, in order, without holding up the patches."""
     runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=kmocking.FakeRollback())

@@ -52,7 +52,7 @@ def _exists(url: str, options: dict[str, Any], relative: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Item 2: late files of zombie tasks.
+# Late files of zombie tasks.
 # --------------------------------------------------------------------------------------------
 
 
@@ -127,7 +127,7 @@ def test_file_published_after_rollback_is_removed_before_the_next_commit(
 
 
 # --------------------------------------------------------------------------------------------
-# Item 3: a sidecar-format append racing rollback's delete.
+# A sidecar-format append racing rollback's delete.
 # --------------------------------------------------------------------------------------------
 
 
@@ -186,7 +186,7 @@ def test_sidecar_append_after_rollback_read_the_batch_file_is_not_lost(
 
 
 # --------------------------------------------------------------------------------------------
-# Item 4: damaged marker files.
+# Damaged marker files.
 # --------------------------------------------------------------------------------------------
 
 
@@ -322,7 +322,7 @@ def test_marker_type_garbage_or_disagreement_is_a_warning(
 
 
 # --------------------------------------------------------------------------------------------
-# Item 5: temp leftovers of a killed writer.
+# Temp leftovers of a killed writer.
 # --------------------------------------------------------------------------------------------
 
 _CHILD = """
@@ -405,7 +405,7 @@ def test_rollback_aborts_incomplete_upload_of_a_marked_name(
 
 
 # --------------------------------------------------------------------------------------------
-# Item 7: counts that are true; a deleted table stays deleted.
+# Counts that are true; a deleted table stays deleted.
 # --------------------------------------------------------------------------------------------
 
 
