@@ -7,7 +7,7 @@ flight for ever, and a new app with the same job id would be refused by the stor
 O4 rule. With it, the API server keeps the app (``deletionTimestamp`` set) until the operator
 has rolled the job back and removed the finalizer.
 
-Pure decisions live here (no I/O); :mod:`handlers` acts on them. Every patch this module
+Pure decisions live here (no I/O); :mod:`deletions` acts on them. Every patch this module
 builds is a JSON merge patch that the caller conditions on the app's uid and resourceVersion,
 so another controller's finalizer written meanwhile is never dropped (a stale read conflicts
 and is read again).

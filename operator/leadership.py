@@ -11,7 +11,7 @@ it releases the Lease so the other replica takes over at once.
 
 A lease is no fence: a leader paused longer than the lease (GC, a frozen node) may act after
 another took over. Recovery steps therefore never rely on it: see :mod:`recovery` (claims) and
-the preconditions in :mod:`handlers`.
+the preconditions in :mod:`patches`.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ of the same name and spec. Every step is resumable after a crash, by whichever r
    alone: the record is dropped with a Warning.
 4. **Done.** The record is deleted.
 
-The record worker (:func:`step`) is driven by the records' watch, so a restarted operator
-finds them in its initial listing and goes on.
+:func:`next_step` decides each step of a record; its worker
+(:func:`~sparkguard.operator.recreation.finish_resubmission`) is driven by the records' watch,
+so a restarted operator finds them in its initial listing and goes on.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from sparkguard.operator import errors
+from sparkguard.operator import appmeta, errors, kube
 
 
 class RollbackSummary(Protocol):
@@ -119,3 +119,21 @@ def storage_options_from_secret(values: Mapping[str, str]) -> dict[str, Any]:
     if region:
         options["client_kwargs"] = {"region_name": region}
     return options
+
+
+async def read_storage_options(
+    client: kube.KubeClient, namespace: str, options: appmeta.Options
+) -> dict[str, Any] | None:
+    """The storage options of the Secret ``sparkguard.io/storage-secret`` names (``None``: none).
+
+    Raises :class:`errors.OperatorError` when that Secret does not exist in ``namespace``.
+    """
+    if not options.storage_secret:
+        return None
+    data = await client.read_secret(namespace, options.storage_secret)
+    if data is None:
+        raise errors.OperatorError(
+            f"Secret {namespace}/{options.storage_secret} named by "
+            f"{appmeta.STORAGE_SECRET} does not exist; create it or fix the annotation"
+        )
+    return storage_options_from_secret(decode_secret_data(data))

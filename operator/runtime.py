@@ -6,9 +6,10 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import datetime
+import logging
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
 from sparkguard.operator import config as config_
@@ -17,6 +18,9 @@ from sparkguard.operator import kube, leadership, metrics, rollbacks
 #: apps whose Events are posted at once: Events are informational, and in a burst of
 #: failures the patches that make the recoveries should not queue behind them at the API server
 EVENT_POSTS: Final = 4
+
+#: the loggers the handlers pass on: kopf's per-object adapter, or a module's own logger
+Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
 def utcnow() -> datetime.datetime:
@@ -114,6 +118,16 @@ class Runtime:
     def leading(self) -> bool:
         """Whether this process runs recoveries now (always, without leader election)."""
         return self.elector is None or self.elector.is_leader
+
+    def spawn(
+        self, work: Coroutine[Any, Any, None], *, name: str | None = None
+    ) -> asyncio.Task[None]:
+        """Run ``work`` as a background task of this process (in :attr:`tasks`, which the
+        operator's stop cancels)."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     def rollback_slots(self) -> asyncio.Semaphore:
         """The semaphore that bounds concurrent rollbacks (created on first use)."""

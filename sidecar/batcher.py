@@ -1,24 +1,27 @@
 """The marker batcher: queues marker requests and writes them durably in batches.
 
 Per marker directory it keeps the acknowledged names and the content of each ``MARKERS<i>``
-file. A flush takes every queued name of a directory, appends them to a free ``MARKERS<i>``
-(one of ``batch_threads`` files, see :func:`pick_batch_file`) and rewrites that file atomically
-through the file manager; ``MARKERS.type`` is written before the first batch file. Only once the
-write has returned are the requests answered, so an acknowledged marker is on storage.
+file (:mod:`~sparkguard.sidecar.dirstate`). A flush takes every queued name of a directory,
+appends them to a free ``MARKERS<i>`` (one of ``batch_threads`` files, see
+:func:`~sparkguard.sidecar.flushpolicy.pick_batch_file`) and rewrites that file atomically
+through the file manager; ``MARKERS.type`` is written before the first batch file
+(:mod:`~sparkguard.sidecar.batchfiles`). Only once the write has returned are the requests
+answered, so an acknowledged marker is on storage.
 
 The state of a directory loads lazily from its files on first use: a restarted sidecar appends
 to what its predecessor wrote and acknowledges a re-created marker without writing it again.
 
 **Decided instants are fenced.** Markers of an instant whose ``<instant>.outcome`` exists
 (committed, or claimed by a rollback) are refused with :class:`~sparkguard.sidecar.errors.
-InstantDecidedError` (409). The sidecar reads the outcome when it loads a directory, before and
-after it creates a batch file, and after a conditional rewrite lost. Rewriting a batch file it
-created or read is conditional on that version (S3 ``If-Match``; local disk an atomic exchange,
-see :meth:`~sparkguard.spark_lib.filemanager.FileManager.write_versioned`) and needs no read: a
-rollback that claimed the instant since lists that file (R4) and deletes it only conditionally
-on a version it read (R7), so either it reads the new version or the rewrite fails and the
-outcome is read. On stores without versioned writes the outcome is read before and after every
-flush, as before. A re-sent, already durable marker is checked once before its 200.
+InstantDecidedError` (409). The sidecar reads the outcome (:mod:`~sparkguard.sidecar.outcomes`)
+when it loads a directory, before and after it creates a batch file, and after a conditional
+rewrite lost. Rewriting a batch file it created or read is conditional on that version (S3
+``If-Match``; local disk an atomic exchange, see :meth:`~sparkguard.spark_lib.filemanager.
+FileManager.write_versioned`) and needs no read: a rollback that claimed the instant since
+lists that file (R4) and deletes it only conditionally on a version it read (R7), so either it
+reads the new version or the rewrite fails and the outcome is read. On stores without
+versioned writes the outcome is read before and after every flush, as before. A re-sent,
+already durable marker is checked once before its 200.
 
 **The commit seals its directory.** The commit's read of its markers (W8, :meth:`MarkerBatcher.
 seal`) is the last moment a marker can count: from then on the sidecar acknowledges none for
@@ -26,17 +29,8 @@ that directory (409 at once, no storage read; queued names and flushes still run
 refused too), so a straggler of a committed write fails before it writes its data file, with
 no lookup per flush.
 
-Three flush policies (:class:`~sparkguard.sidecar.config.FlushMode`). ``adaptive`` (the
-default) starts a directory's flush once ``batch_size`` names are queued, once its oldest queued
-name has waited ``batch_interval_ms``, once no name has arrived for a fifth of that (the
-arrivals paused: waiting longer would only delay the ones queued), or once every client
-answered before that sent lately waits for an ack (no name is coming); ``interval`` starts a flush
-of every directory with queued names each ``batch_interval_ms``; ``group-commit`` starts a
-directory's flush as soon as a name is queued and none is running, so names that arrive during a
-write ride on the next one. Up to ``batch_threads`` flushes of one directory run at a time
-(group-commit: one), each on its own file: the first free file still under
-:data:`FILE_FULL_BYTES`, so a directory holds few files and few are created (each creation
-costs two outcome reads).
+When a directory's flush starts (three flush policies) and which batch file it appends to:
+:mod:`~sparkguard.sidecar.flushpolicy`.
 """
 
 from __future__ import annotations
@@ -47,36 +41,30 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
-import re
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
-from sparkguard.sidecar import config, errors, metrics, validation
+from sparkguard.sidecar import (
+    batchfiles,
+    config,
+    dirstate,
+    errors,
+    flushpolicy,
+    metrics,
+    outcomes,
+    validation,
+)
 from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, paths, timeline
+from sparkguard.spark_lib import filemanager, markers, paths
 
 logger = logging.getLogger(__name__)
 
-_BATCH_FILE: Final = re.compile(r"^MARKERS(0|[1-9][0-9]{0,5})$")
-_DIRECT_MARKER: Final = re.compile(r"\.marker\.(CREATE|MERGE|APPEND)$")
-_TYPE_CONTENT: Final = markers.MarkerType.TIMELINE_SERVER_BASED.value.encode()
 _LOCAL_PROTOCOLS: Final = frozenset({"file", "local", "memory"})
 _T = TypeVar("_T")
 #: conditional writes of one flush before it gives up (each loss re-reads the file)
 _WRITE_ATTEMPTS: Final = 3
-#: a batch file this large takes no more appends while another file can (bounds each rewrite)
-FILE_FULL_BYTES: Final = 64 * 1024
-#: adaptive mode: a queue that got no new name for ``batch_interval_ms / _PAUSE_DIVISOR`` flushes
-#: (unless names come fast enough to fill a batch within the interval: then a gap is a stall)
-_PAUSE_DIVISOR: Final = 5
-#: adaptive mode: weight of the newest batch in the directory's arrival rate (names per second)
-_RATE_WEIGHT: Final = 0.25
-#: adaptive mode: a client that sent nothing for this many intervals no longer counts as one
-#: that may send the next name (forgotten at the next flush)
-_CLIENT_MEMORY_INTERVALS: Final = 2
 
 
 @dataclasses.dataclass
@@ -84,285 +72,6 @@ class _Progress:
     """What a flush got done before it ended (answered or failed)."""
 
     wrote: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadedDir:
-    """What a marker directory holds on storage."""
-
-    names: set[str]
-    files: dict[int, bytes]
-    type_written: bool
-    #: the version of each batch file as read (``None`` where the store has no versions)
-    versions: dict[int, str | None] = dataclasses.field(default_factory=dict)
-
-
-def load_marker_dir(manager: filemanager.FileManager, path: str) -> LoadedDir:
-    """Read a marker directory's batch files (and any direct markers) from storage.
-
-    Temp files of an interrupted rewrite are ignored: the rewrite never published, so its
-    requests were never acknowledged. Raises :class:`CorruptMarkerDirError` on unknown files.
-    """
-    names: set[str] = set()
-    files: dict[int, bytes] = {}
-    versions: dict[int, str | None] = {}
-    type_written = False
-    nested = False
-    try:
-        for info in manager.list(path):
-            base = info.name
-            if info.is_dir:
-                nested = True  # direct markers of nested data files
-            elif filemanager.is_temp_name(base):
-                continue
-            elif base == markers.TYPE_FILE:
-                type_written = bool(manager.read_bytes(info.path).strip())
-            elif match := _BATCH_FILE.match(base):
-                content, version = manager.read_versioned(info.path)
-                parsed = markers.parse_batch_content(content, source=info.path)
-                names.update(parsed.names)
-                if parsed.torn is not None:
-                    # A crash mid-append left a partial last line: it was never acknowledged.
-                    # Drop it, or the next append would bury it as a garbage middle line.
-                    logger.warning("dropping the torn last line of %s", info.path)
-                content = _whole_lines(content)
-                files[int(match.group(1))] = content
-                versions[int(match.group(1))] = version
-            elif _DIRECT_MARKER.search(base):
-                names.add(base)
-            else:
-                raise lib_errors.CorruptFileError(f"unexpected file {info.path}")
-        if nested:
-            names |= markers.read_marker_names(manager, path)
-    except lib_errors.CorruptFileError as exc:
-        raise errors.CorruptMarkerDirError(
-            f"marker directory {path} cannot be read ({exc}); the sidecar will not append to "
-            "it. Move the offending file away, or roll the instant back"
-        ) from None
-    return LoadedDir(names=names, files=files, type_written=type_written, versions=versions)
-
-
-def _whole_lines(content: bytes) -> bytes:
-    """``content`` without a torn last line (never acknowledged), and ending in a newline."""
-    lines = content.split(b"\n")
-    tail = lines.pop()
-    if tail and markers.parse_batch_content(tail, source="", lenient=True).names:
-        lines.append(tail)  # a whole name whose newline is missing
-    return b"".join(line + b"\n" for line in lines)
-
-
-def read_batch_file(
-    manager: filemanager.FileManager, path: str, index: int
-) -> tuple[bytes, str | None] | None:
-    """``MARKERS<index>``'s whole lines and version, or ``None`` when it does not exist."""
-    try:
-        content, version = manager.read_versioned(
-            paths.join(path, f"{markers.BATCH_PREFIX}{index}")
-        )
-    except FileNotFoundError:
-        return None
-    return _whole_lines(content), version
-
-
-def merge_batch(current: bytes, previous: bytes) -> bytes:
-    """``current`` followed by the lines of ``previous`` it lacks (names this sidecar
-    acknowledged in a version that someone removed without deciding the instant)."""
-    have = set(markers.parse_batch_content(current, source="", lenient=True).names)
-    lost = [
-        name
-        for name in markers.parse_batch_content(previous, source="", lenient=True).names
-        if name not in have
-    ]
-    return current + markers.render_batch_file(lost)
-
-
-def write_type_file(manager: filemanager.FileManager, path: str) -> None:
-    """Write ``MARKERS.type`` = ``TIMELINE_SERVER_BASED`` atomically (rewriting is harmless)."""
-    manager.mkdirs(path)
-    manager.write_bytes(paths.join(path, markers.TYPE_FILE), _TYPE_CONTENT, overwrite=True)
-
-
-def outcome_path(marker_dir_path: str, instant: str) -> str:
-    """``<table>/_sparkguard/timeline/<instant>.outcome`` for a marker directory's path."""
-    table = marker_dir_path.rstrip("/").rsplit("/", 3)[0]
-    return paths.join(table, timeline.SPARKGUARD_DIR, timeline.TIMELINE_DIR, instant + ".outcome")
-
-
-def is_decided(manager: filemanager.FileManager, path: str) -> bool:
-    """Whether the outcome file at ``path`` exists, asked of the store (no listing cache).
-
-    A one-byte ranged read: one request on object stores whether the file exists or not
-    (``info`` would add a listing on a miss, to look for a directory of that name).
-    """
-    try:
-        manager.fs.cat_file(path, start=0, end=1)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def read_outcome(manager: filemanager.FileManager, path: str) -> str | None:
-    """The ``outcome`` field of the outcome file at ``path`` (``None`` when it is missing;
-    ``"unreadable"`` when it cannot be parsed, which callers treat as not committed)."""
-    try:
-        raw = manager.read_bytes(path)
-    except FileNotFoundError:
-        return None
-    try:
-        return str(json.loads(raw)["outcome"])
-    except (ValueError, KeyError, TypeError):
-        return "unreadable"
-
-
-def is_gone(manager: filemanager.FileManager, path: str) -> bool:
-    """Whether the instant of the outcome file at ``path`` was decided and then removed: its
-    ``.inflight`` does not exist. A writer puts ``.inflight`` before any marker (W2), and only a
-    rollback that removed the location its decided write created deletes it
-    (docs/storage-contract.md, "The life of a table"; a compactor archiving a decided instant
-    too). One read, when a directory's state is loaded."""
-    return not is_decided(manager, path[: -len(".outcome")] + ".inflight")
-
-
-def pick_batch_file(sizes: Mapping[int, int], busy: Collection[int], threads: int) -> int:
-    """The index of the batch file a flush appends to, among ``threads`` files of which those in
-    ``busy`` are being written; ``sizes`` maps the files that exist (or are known) to their size.
-
-    The lowest free file under :data:`FILE_FULL_BYTES`, else the lowest free index not created
-    yet, else the smallest free file. A purely computational function with no side-effects; at
-    least one index must be free.
-    """
-    free = [index for index in range(threads) if index not in busy]
-    for index in free:
-        if index in sizes and sizes[index] < FILE_FULL_BYTES:
-            return index
-    for index in free:
-        if index not in sizes:
-            return index
-    return min(free, key=lambda index: (sizes[index], index))
-
-
-def flush_due(
-    *, queued_at: float, arrived_at: float, rate: float, interval_s: float, batch_size: int
-) -> float:
-    """Adaptive mode: when a queue whose oldest name came at ``queued_at`` and newest at
-    ``arrived_at`` is due for a flush (unless it reaches ``batch_size`` first).
-
-    At ``queued_at + interval_s`` at the latest; at a pause of a fifth of the interval after the
-    newest name while ``rate`` (names per second) is too slow to fill a batch within the
-    interval. A purely computational function with no side-effects.
-    """
-    due = queued_at + interval_s
-    if rate * interval_s < batch_size:
-        due = min(due, arrived_at + interval_s / _PAUSE_DIVISOR)
-    return due
-
-
-def write_batch_file(  # noqa: PLR0917 - positional, as _run(func, *args) passes them
-    manager: filemanager.FileManager,
-    path: str,
-    index: int,
-    content: bytes,
-    versioned: bool = False,
-    expected: str | None = None,
-) -> str | None:
-    """Rewrite ``MARKERS<index>`` with ``content`` atomically; returns its new version.
-
-    With ``versioned``, only if it is still version ``expected`` (``None``: create it only if
-    absent), see :meth:`~sparkguard.spark_lib.filemanager.FileManager.write_versioned`;
-    without, unconditionally (and the version is ``None``).
-    """
-    target = paths.join(path, f"{markers.BATCH_PREFIX}{index}")
-    if versioned:
-        return manager.write_versioned(target, content, expected)
-    manager.write_bytes(target, content, overwrite=True)
-    return None
-
-
-class _DirState:
-    """In-memory state of one marker directory. Touched only from the event loop."""
-
-    def __init__(self, marker_dir: validation.MarkerDir, manager: filemanager.FileManager) -> None:
-        self.dir = marker_dir
-        self.manager = manager
-        self.path = marker_dir.path
-        self.outcome_path = outcome_path(marker_dir.path, marker_dir.instant)
-        #: the instant's outcome exists (sticky: an instant is decided once and for all)
-        self.decided = False
-        #: the commit read the markers (W8): no marker is acknowledged from then on (sticky)
-        self.sealed = False
-        self.loaded = False
-        self.load_lock = asyncio.Lock()
-        self.type_lock = asyncio.Lock()
-        self.type_written = False
-        self.known: set[str] = set()
-        self.files: dict[int, bytes] = {}
-        #: index -> the version of ``MARKERS<index>`` this sidecar last wrote or read (absent:
-        #: no such file known, the next flush to it creates it)
-        self.versions: dict[int, str | None] = {}
-        #: indices rewritten without a check since the last check that found the instant
-        #: undecided (their newest markers may postdate a claim; see delete_dir)
-        self.unchecked: set[int] = set()
-        #: name -> future resolved when acknowledged (result: whether this sidecar wrote it);
-        #: names queued or being written
-        self.waiting: dict[str, asyncio.Future[bool]] = {}
-        self.queue: list[str] = []
-        #: event-loop time the oldest queued name was queued, and the newest (adaptive mode)
-        self.queued_at = 0.0
-        self.arrived_at = 0.0
-        #: adaptive mode: the timer that considers a flush when the queue is due
-        self.timer: asyncio.TimerHandle | None = None
-        #: a flush was started and has not taken the queue yet (names arriving meanwhile join it)
-        self.starting = False
-        #: adaptive mode: names per second queued, a moving average over the recent batches
-        self.rate = 0.0
-        #: adaptive mode: each client (connection) answered before that sent a marker lately ->
-        #: when it last did (a client's first marker does not count: at a job's start the
-        #: pause rule batches the arrivals)
-        self.clients: dict[object, float] = {}
-        #: adaptive mode: clients waiting for an ack now -> how many of their requests wait
-        self.blocked: dict[object, int] = {}
-        #: adaptive mode: how many of ``clients`` are in ``blocked``
-        self.clients_blocked = 0
-        self.busy: set[int] = set()
-        self.deleting = 0
-        self.users = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def sent(self, client: object, now: float) -> None:
-        """Adaptive mode: ``client`` (``None``: not counted) sent a marker and waits for it."""
-        if client is None:
-            return
-        waiting = self.blocked.get(client, 0)
-        self.blocked[client] = waiting + 1
-        if client in self.clients:
-            self.clients[client] = now
-            self.clients_blocked += not waiting
-
-    def answered(self, client: object, now: float) -> None:
-        """Adaptive mode: one request of ``client`` (``None``: not counted) was answered."""
-        if client is None:
-            return
-        left = self.blocked.pop(client) - 1
-        if left:
-            self.blocked[client] = left
-        elif client in self.clients:
-            self.clients_blocked -= 1
-        self.clients[client] = now
-
-    def every_client_waits(self) -> bool:
-        """Adaptive mode: every client answered before that sent lately waits for an ack now,
-        so no name is coming that waiting longer would add to the batch."""
-        return 0 < len(self.clients) == self.clients_blocked
-
-    def evictable(self) -> bool:
-        return (
-            not self.waiting
-            and not self.busy
-            and not self.deleting
-            and not self.users
-            and not self.load_lock.locked()
-        )
 
 
 class MarkerBatcher:
@@ -379,7 +88,7 @@ class MarkerBatcher:
         them; the others are resolved from the protocol on first use."""
         self._settings = settings
         self._metrics = instruments
-        self._dirs: collections.OrderedDict[str, _DirState] = collections.OrderedDict()
+        self._dirs: collections.OrderedDict[str, dirstate.DirState] = collections.OrderedDict()
         self._managers: dict[str, filemanager.FileManager] = dict(managers or {})
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=settings.batch_threads + 4, thread_name_prefix="sidecar-io"
@@ -450,7 +159,7 @@ class MarkerBatcher:
     async def close(self) -> None:
         """Stop background work and release the I/O threads (after :meth:`drain`)."""
         for state in self._dirs.values():
-            _disarm(state)
+            dirstate.disarm(state)
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -548,7 +257,7 @@ class MarkerBatcher:
             self._sealed.move_to_end(state.dir.key)
             while len(self._sealed) > self._settings.max_cached_dirs:
                 self._sealed.popitem(last=False)
-            _disarm(state)
+            dirstate.disarm(state)
             queued, state.queue = state.queue, []
             self._settle(
                 state,
@@ -637,7 +346,7 @@ class MarkerBatcher:
         self._schedule(state)
         return count
 
-    async def _delete_known(self, state: _DirState) -> int:
+    async def _delete_known(self, state: dirstate.DirState) -> int:
         """Object stores: delete the files this sidecar wrote or loaded while listing the
         directory (one round trip), then whatever else the listing found (a second one, only if
         there is any). Elsewhere a listing is no round trip worth saving, and a local listing
@@ -662,7 +371,7 @@ class MarkerBatcher:
             await self._run(markers.delete_marker_dir, state.manager, state.path, (), rest)
         return len(deleted | set(listed))
 
-    async def _unread_files(self, state: _DirState) -> frozenset[str]:
+    async def _unread_files(self, state: dirstate.DirState) -> frozenset[str]:
         """Batch files a delete must leave: rewritten without a check since the last check that
         found the instant undecided, when the instant is now rolled back.
 
@@ -673,7 +382,7 @@ class MarkerBatcher:
         instant's directory goes whole (W10), as before."""
         if not state.unchecked:
             return frozenset()
-        outcome = await self._run(read_outcome, state.manager, state.outcome_path)
+        outcome = await self._run(outcomes.read_outcome, state.manager, state.outcome_path)
         if outcome is None or outcome == "committed":
             return frozenset()
         state.decided = True
@@ -709,14 +418,16 @@ class MarkerBatcher:
             self._managers[protocol] = manager
         return manager
 
-    async def _state(self, marker_dir: validation.MarkerDir, *, load: bool = True) -> _DirState:
+    async def _state(
+        self, marker_dir: validation.MarkerDir, *, load: bool = True
+    ) -> dirstate.DirState:
         state = self._dirs.get(marker_dir.key)
         if state is None:
             manager = self._manager(marker_dir)
             path = marker_dir.path
             if marker_dir.protocol != "file":
                 path = manager.fs._strip_protocol(f"{marker_dir.protocol}://{marker_dir.path}")
-            state = _DirState(dataclasses.replace(marker_dir, path=path), manager)
+            state = dirstate.DirState(dataclasses.replace(marker_dir, path=path), manager)
             state.sealed = marker_dir.key in self._sealed
             self._dirs[marker_dir.key] = state
             self._evict()
@@ -737,11 +448,11 @@ class MarkerBatcher:
                 state.users -= 1
         return state
 
-    async def _load(self, state: _DirState) -> LoadedDir:
+    async def _load(self, state: dirstate.DirState) -> batchfiles.LoadedDir:
         try:
-            loaded = await self._run(load_marker_dir, state.manager, state.path)
+            loaded = await self._run(batchfiles.load_marker_dir, state.manager, state.path)
             if not await self._check_decided(state) and await self._run(
-                is_gone, state.manager, state.outcome_path
+                outcomes.is_gone, state.manager, state.outcome_path
             ):
                 # A lingering executor of a write whose rollback removed the table's location:
                 # nothing of it may be written (not even MARKERS.type, which would re-create
@@ -779,17 +490,17 @@ class MarkerBatcher:
                 if state.queue:
                     self._schedule(state)
 
-    def _consider(self, state: _DirState) -> None:
+    def _consider(self, state: dirstate.DirState) -> None:
         """Adaptive mode: start a flush of ``state`` if its queue is due (``batch_size`` names,
         its oldest waited ``batch_interval_ms``, or no new name for a fifth of that while names
         come too slowly to fill a batch within the interval), else arm the timer for the moment
         it will be."""
         if not state.queue or state.starting:
-            _disarm(state)
+            dirstate.disarm(state)
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        due = flush_due(
+        due = flushpolicy.flush_due(
             queued_at=state.queued_at,
             arrived_at=state.arrived_at,
             rate=state.rate,
@@ -801,17 +512,17 @@ class MarkerBatcher:
             or now >= due
             or state.every_client_waits()
         ):
-            _disarm(state)
+            dirstate.disarm(state)
             # If no file is free (or a delete runs), the end of that flush (or delete) looks again.
             self._schedule(state)
         elif state.timer is None:
             state.timer = loop.call_at(due, self._on_due, state)
 
-    def _on_due(self, state: _DirState) -> None:
+    def _on_due(self, state: dirstate.DirState) -> None:
         state.timer = None
         self._consider(state)
 
-    def _schedule(self, state: _DirState) -> None:
+    def _schedule(self, state: dirstate.DirState) -> None:
         """Start a flush of ``state`` if names are queued and a batch file is free."""
         if not state.queue or state.deleting or not state.loaded:
             return
@@ -820,7 +531,7 @@ class MarkerBatcher:
         if len(state.busy) >= limit:
             return
         sizes = {index: len(content) for index, content in state.files.items()}
-        index = pick_batch_file(sizes, state.busy, threads)
+        index = flushpolicy.pick_batch_file(sizes, state.busy, threads)
         state.busy.add(index)
         state.idle.clear()
         state.starting = True
@@ -828,20 +539,21 @@ class MarkerBatcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _flush(self, state: _DirState, index: int) -> None:
+    async def _flush(self, state: dirstate.DirState, index: int) -> None:
         # Names are taken when the task runs, not when it was scheduled: requests that arrived
         # in between join this batch.
         batch = [(name, state.waiting[name]) for name in state.queue if name in state.waiting]
         if self._adaptive and state.queue:
             now = asyncio.get_running_loop().time()
             window = max(now - state.queued_at, 0.001)
-            state.rate += _RATE_WEIGHT * (len(state.queue) / window - state.rate)
-            _forget_idle_clients(
-                state, now - _CLIENT_MEMORY_INTERVALS * self._settings.batch_interval_ms / 1000
+            state.rate += flushpolicy.RATE_WEIGHT * (len(state.queue) / window - state.rate)
+            dirstate.forget_idle_clients(
+                state,
+                now - flushpolicy.CLIENT_MEMORY_INTERVALS * self._settings.batch_interval_ms / 1000,
             )
         state.queue = []
         state.starting = False
-        _disarm(state)
+        dirstate.disarm(state)
         started = time.monotonic()
         wrote = False
         try:
@@ -876,7 +588,7 @@ class MarkerBatcher:
                 self._consider(state)
 
     async def _write(
-        self, state: _DirState, index: int, batch: list[tuple[str, asyncio.Future[bool]]]
+        self, state: dirstate.DirState, index: int, batch: list[tuple[str, asyncio.Future[bool]]]
     ) -> bool:
         """Write the batch's new names to ``MARKERS<index>`` behind the fence, answer the batch.
 
@@ -910,7 +622,7 @@ class MarkerBatcher:
         return progress.wrote
 
     async def _publish(
-        self, state: _DirState, index: int, new: list[str], progress: _Progress
+        self, state: dirstate.DirState, index: int, new: list[str], progress: _Progress
     ) -> None:
         """Append ``new`` to ``MARKERS<index>``; raises the refusal when the instant is decided."""
         for _ in range(_WRITE_ATTEMPTS):
@@ -951,40 +663,51 @@ class MarkerBatcher:
         )
 
     async def _put(
-        self, state: _DirState, index: int, content: bytes, versioned: bool, expected: str | None
+        self,
+        state: dirstate.DirState,
+        index: int,
+        content: bytes,
+        versioned: bool,
+        expected: str | None,
     ) -> str | None:
         """Write ``MARKERS.type`` once, then the batch file; its new version (or ``None``)."""
         async with state.type_lock:
             if not state.type_written:
-                await self._run(write_type_file, state.manager, state.path)
+                await self._run(batchfiles.write_type_file, state.manager, state.path)
                 state.type_written = True
         return await self._run(
-            write_batch_file, state.manager, state.path, index, content, versioned, expected
+            batchfiles.write_batch_file,
+            state.manager,
+            state.path,
+            index,
+            content,
+            versioned,
+            expected,
         )
 
-    async def _reread(self, state: _DirState, index: int) -> None:
+    async def _reread(self, state: dirstate.DirState, index: int) -> None:
         """After a lost conditional write: read the file, *then* the outcome (a version read
         before a check that found the instant undecided is one that a later claim's R4 lists,
         so rewriting it unchecked stays safe), and start again from what is there, keeping
         every name this sidecar had acknowledged in it."""
-        current = await self._run(read_batch_file, state.manager, state.path, index)
+        current = await self._run(batchfiles.read_batch_file, state.manager, state.path, index)
         await self._fence(state)
         previous = state.files.get(index, b"")
         if current is None:
             state.versions.pop(index, None)
-            state.files[index] = merge_batch(b"", previous)
+            state.files[index] = batchfiles.merge_batch(b"", previous)
         else:
-            state.files[index] = merge_batch(current[0], previous)
+            state.files[index] = batchfiles.merge_batch(current[0], previous)
             state.versions[index] = current[1]
 
-    async def _fence(self, state: _DirState) -> None:
+    async def _fence(self, state: dirstate.DirState) -> None:
         """Raise the refusal if the instant is decided (asks storage unless known)."""
         if await self._check_decided(state):
             raise self._decided_error(state)
 
     def _fail_flush(
         self,
-        state: _DirState,
+        state: dirstate.DirState,
         index: int,
         batch: list[tuple[str, asyncio.Future[bool]]],
         exc: Exception,
@@ -999,12 +722,12 @@ class MarkerBatcher:
         )
         self._settle(state, batch, failure)
 
-    async def _check_decided(self, state: _DirState) -> bool:
+    async def _check_decided(self, state: dirstate.DirState) -> bool:
         """Ask storage whether the instant is decided (once decided, never again)."""
         if state.decided:
             return True
         before = set(state.unchecked)
-        if await self._run(is_decided, state.manager, state.outcome_path):
+        if await self._run(outcomes.is_decided, state.manager, state.outcome_path):
             state.decided = True
             logger.warning(
                 "instant %s is decided (%s exists): refusing its markers from now on",
@@ -1016,7 +739,7 @@ class MarkerBatcher:
             state.unchecked -= before
         return state.decided
 
-    def _refuse_if_decided(self, state: _DirState) -> None:
+    def _refuse_if_decided(self, state: dirstate.DirState) -> None:
         if state.decided:
             raise self._decided_error(state)
         if state.sealed:
@@ -1030,7 +753,7 @@ class MarkerBatcher:
             instant=marker_dir.instant,
         )
 
-    def _decided_error(self, state: _DirState) -> errors.InstantDecidedError:
+    def _decided_error(self, state: dirstate.DirState) -> errors.InstantDecidedError:
         return errors.InstantDecidedError(
             f"instant {state.dir.instant} is already decided ({state.outcome_path} exists, or "
             "the instant is gone with the location its rolled-back write created: it was "
@@ -1041,7 +764,7 @@ class MarkerBatcher:
 
     def _settle(
         self,
-        state: _DirState,
+        state: dirstate.DirState,
         batch: list[tuple[str, asyncio.Future[bool]]],
         failure: Exception | None,
         *,
@@ -1059,17 +782,3 @@ class MarkerBatcher:
                 future.set_result(name in written)
             else:
                 future.set_exception(failure)
-
-
-def _forget_idle_clients(state: _DirState, since: float) -> None:
-    """Adaptive mode: forget the clients that sent nothing since ``since`` and wait for
-    nothing (a task that ended, or one writing a long file: it is not about to send)."""
-    for client in [c for c, seen in state.clients.items() if seen < since]:
-        if client not in state.blocked:
-            del state.clients[client]
-
-
-def _disarm(state: _DirState) -> None:
-    if state.timer is not None:
-        state.timer.cancel()
-        state.timer = None

@@ -1,4 +1,4 @@
-"""The recreation of an Apache app (``handlers._recreate`` + ``finish_resubmission``) against an
+"""The recreation of an Apache app (``recreation.recreate`` + ``finish_resubmission``) against an
 in-memory API: each step resumable after a crash, none done twice, the owner's name never
 taken from someone else. No timing: the record worker's waits end when the test changes the
 API (the fake's ``sleep`` records the wait and the test moves on)."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 import datetime
 import itertools
+import logging
 from typing import Any
 
 import pytest
 
-from sparkguard.operator import appmeta, errors, finalizers, handlers, recovery, resubmit
+from sparkguard.operator import appmeta, errors, finalizers, recovery, recreation, resubmit
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.operator.apps import apache_app
@@ -149,10 +150,10 @@ async def _step(runtime: runtime_.Runtime, kube: FakeKube) -> None:
     app = kube.apps["nightly"]
     decision = recovery.decide(app, now=NOW, config=runtime.config, holder=runtime.identity)
     assert decision.action is recovery.Action.RECREATE, decision.reason
-    await handlers._recreate(runtime, app=copy.deepcopy(app), decision=decision, logger=_LOG)
+    await recreation.recreate(runtime, app=copy.deepcopy(app), decision=decision, logger=_LOG)
 
 
-_LOG = handlers._log
+_LOG = logging.getLogger(__name__)
 RECORD = resubmit.record_name("uid-1")
 
 
@@ -194,7 +195,7 @@ async def test_the_record_waits_for_the_pods_then_creates_once(
         return waits <= 2
 
     runtime.leading = leading  # type: ignore[method-assign]
-    await handlers.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
+    await recreation.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
     assert "create" not in kube.calls
     # the app's worker finishes its step; the old driver pod is still there
     runtime.leading = lambda: True  # type: ignore[method-assign]
@@ -202,13 +203,13 @@ async def test_the_record_waits_for_the_pods_then_creates_once(
     kube.pods = ["nightly-0-driver"]
     waits = 0
     runtime.leading = leading  # type: ignore[method-assign]
-    await handlers.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
+    await recreation.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
     assert "create" not in kube.calls  # never beside a pod the new app would adopt
     kube.pods = []
     runtime.leading = lambda: True  # type: ignore[method-assign]
     kube.crash_on = "record-delete"  # created, the record still there
-    await handlers.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
-    await handlers.finish_resubmission(runtime, NS, RECORD, logger=_LOG)  # the next leader
+    await recreation.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
+    await recreation.finish_resubmission(runtime, NS, RECORD, logger=_LOG)  # the next leader
     assert kube.calls.count("create") == 1
     new = kube.apps["nightly"]
     assert new["metadata"]["uid"] != "uid-1"
@@ -227,7 +228,7 @@ async def test_an_app_someone_else_created_meanwhile_is_left_alone(
     kube, runtime = world
     await _step(runtime, kube)
     kube.apps["nightly"] = {"metadata": {"name": "nightly", "uid": "gitops", "annotations": {}}}
-    await handlers.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
+    await recreation.finish_resubmission(runtime, NS, RECORD, logger=_LOG)
     assert kube.apps["nightly"]["metadata"]["uid"] == "gitops"
     assert "create" not in kube.calls
     assert "event:ResubmissionAbandoned" in kube.calls

@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from sparkguard.operator import config as config_
-from sparkguard.operator import handlers, kube, recovery
+from sparkguard.operator import events, kube, lifecycle, recovery
 from sparkguard.operator import runtime as runtime_
 from tests.operator.apps import spark_app
 
@@ -46,40 +46,40 @@ def _app(name: str) -> dict[str, Any]:
 async def test_events_go_out_in_order_a_few_apps_at_a_time(
     config: config_.OperatorConfig,
 ) -> None:
-    events = _SlowEvents()
-    runtime = runtime_.Runtime(config=config, kube=events)
+    api = _SlowEvents()
+    runtime = runtime_.Runtime(config=config, kube=api)
     apps = [_app(f"app-{i}") for i in range(3 * runtime_.EVENT_POSTS)]
     order = (recovery.Reason.ROLLBACK_STARTED, recovery.Reason.ROLLED_BACK)
     for app in apps:
         for reason in order:  # queued one after the other, as a recovery does
-            handlers._post_soon(runtime, app, _event(reason))
+            events.post_soon(runtime, app, _event(reason))
     # The caller never waited; nothing is posted yet, and only a few apps are in flight.
     for _ in range(5):
         await asyncio.sleep(0)
-    assert events.posted == []
-    assert events.in_flight == runtime_.EVENT_POSTS
-    events.release.set()
+    assert api.posted == []
+    assert api.in_flight == runtime_.EVENT_POSTS
+    api.release.set()
     for app in apps:
-        await handlers._events_posted(runtime, runtime_.AppKey.of(app))
-    assert events.most == runtime_.EVENT_POSTS
-    assert len(events.posted) == 2 * len(apps)
+        await events.wait_posted(runtime, runtime_.AppKey.of(app))
+    assert api.most == runtime_.EVENT_POSTS
+    assert len(api.posted) == 2 * len(apps)
     for app in apps:
         name = app["metadata"]["name"]
-        assert [r for n, r in events.posted if n == name] == [r.value for r in order]
+        assert [r for n, r in api.posted if n == name] == [r.value for r in order]
     assert runtime.posting == {}
 
 
 async def test_a_stopping_operator_lets_its_queued_events_out(
     config: config_.OperatorConfig,
 ) -> None:
-    events = _SlowEvents()
-    runtime = runtime_.Runtime(config=config, kube=events)
+    api = _SlowEvents()
+    runtime = runtime_.Runtime(config=config, kube=api)
     app = _app("leaving")
-    handlers._post_soon(runtime, app, _event(recovery.Reason.ROLLED_BACK))
-    handlers._post_soon(runtime, app, _event(recovery.Reason.RESUBMITTED))
-    stopping = asyncio.get_running_loop().create_task(handlers.stop_background(runtime))
+    events.post_soon(runtime, app, _event(recovery.Reason.ROLLED_BACK))
+    events.post_soon(runtime, app, _event(recovery.Reason.RESUBMITTED))
+    stopping = asyncio.get_running_loop().create_task(lifecycle.stop_background(runtime))
     await asyncio.sleep(0.05)
     assert not stopping.done()  # waits for the Events (within EVENT_FLUSH_SECONDS)
-    events.release.set()
+    api.release.set()
     await stopping
-    assert events.posted == [("leaving", "RolledBack"), ("leaving", "Resubmitted")]
+    assert api.posted == [("leaving", "RolledBack"), ("leaving", "Resubmitted")]

@@ -13,7 +13,7 @@ from typing import Any, cast
 import kmock
 import pytest
 
-from sparkguard.operator import appmeta, finalizers, handlers
+from sparkguard.operator import appmeta, finalizers, reconciliation
 from sparkguard.operator import config as config_
 from tests.operator import kmocking
 from tests.operator.apps import PLURAL, failed_status, spark_app
@@ -260,7 +260,7 @@ async def test_a_follower_does_nothing_and_takes_over_when_it_leads(
         assert _finalizers(k8s, "gone") == [OURS]
         # It becomes the leader: it finishes what it saw.
         follower.is_leader = True
-        handlers.resync(runtime)
+        reconciliation.resync(runtime)
         await kmocking.eventually(lambda: not kmocking.exists(k8s, NS, "gone"))
         await kmocking.eventually(lambda: OURS in _finalizers(k8s, "idle"))
     assert len(rollback.calls) == 1

@@ -161,13 +161,13 @@ def test_torn_last_line_is_dropped_on_load_not_buried(tmp_path: Any) -> None:
     """A crash mid-append leaves a partial last line (never acknowledged). A restarted sidecar
     drops it, so its next append does not turn it into a garbage middle line that rollback
     would refuse."""
-    from sparkguard.sidecar import batcher
+    from sparkguard.sidecar import batchfiles
 
     directory = tmp_path / "markers" / "20261123000000000-job"
     directory.mkdir(parents=True)
     (directory / "MARKERS0").write_bytes(b"a.parquet.marker.CREATE\nb.parq")
     manager, path = filemanager.resolve(str(directory))
-    loaded = batcher.load_marker_dir(manager, path)
+    loaded = batchfiles.load_marker_dir(manager, path)
     assert loaded.names == {"a.parquet.marker.CREATE"}
     appended = loaded.files[0] + b"c.parquet.marker.CREATE\n"
     parsed = markers.parse_batch_content(appended, source="MARKERS0")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.sidecar import batcher, config, errors, metrics, validation
+from sparkguard.sidecar import batcher, config, errors, metrics, outcomes, validation
 from sparkguard.spark_lib import errors as lib_errors
 from sparkguard.spark_lib import filemanager, markers, paths, rollback, timeline
 
@@ -64,14 +64,14 @@ def store(table: tuple[str, dict[str, Any], str]) -> Store:
 def outcome_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every read of an ``.outcome`` the batcher makes (``.inflight`` reads not counted)."""
     reads: list[str] = []
-    real = batcher.is_decided
+    real = outcomes.is_decided
 
     def counting(manager: filemanager.FileManager, path: str) -> bool:
         if path.endswith(".outcome"):
             reads.append(path)
         return real(manager, path)
 
-    monkeypatch.setattr(batcher, "is_decided", counting)
+    monkeypatch.setattr(outcomes, "is_decided", counting)
     return reads
 
 

@@ -12,12 +12,21 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from sparkguard.sidecar import app, batcher, config, metrics, validation
+from sparkguard.sidecar import (
+    app,
+    batcher,
+    config,
+    dirstate,
+    flushpolicy,
+    metrics,
+    outcomes,
+    validation,
+)
 from sparkguard.spark_lib import filemanager, markers, paths, timeline
 from tests.sidecar.conftest import AUTH, marker_dir_under
 
 Client = TestClient[Any, Any]
-FULL = batcher.FILE_FULL_BYTES
+FULL = flushpolicy.FILE_FULL_BYTES
 
 
 async def create(client: Client, directory: str, name: str) -> None:
@@ -60,7 +69,7 @@ def batch_files(directory: str) -> set[str]:
 def test_pick_batch_file(
     sizes: dict[int, int], busy: set[int], threads: int, expected: int
 ) -> None:
-    assert batcher.pick_batch_file(sizes, busy, threads) == expected
+    assert flushpolicy.pick_batch_file(sizes, busy, threads) == expected
 
 
 @pytest.mark.parametrize(
@@ -74,7 +83,7 @@ def test_pick_batch_file(
     ],
 )
 def test_flush_due(rate: float, arrived_at: float, expected: float) -> None:
-    due = batcher.flush_due(
+    due = flushpolicy.flush_due(
         queued_at=10.0, arrived_at=arrived_at, rate=rate, interval_s=0.25, batch_size=24
     )
     assert due == pytest.approx(expected)
@@ -137,13 +146,13 @@ async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreig
     )
     sidecar.start()
     lookups: list[str] = []
-    real_is_decided = batcher.is_decided
+    real_is_decided = outcomes.is_decided
 
     def counting(manager: Any, path: str) -> bool:
         lookups.append(path)
         return real_is_decided(manager, path)
 
-    monkeypatch.setattr(batcher, "is_decided", counting)
+    monkeypatch.setattr(outcomes, "is_decided", counting)
     try:
         for i in range(3):  # MARKERS0 created (looked up around), then rewritten unchecked
             await asyncio.wait_for(sidecar.create(marker_dir, f"part-{i}.parquet"), 30)
@@ -157,8 +166,8 @@ async def test_delete_after_the_commits_read_looks_nothing_up_and_removes_foreig
         def no_read(*args: Any) -> None:
             raise AssertionError("the delete looked the outcome up")
 
-        monkeypatch.setattr(batcher, "read_outcome", no_read)
-        monkeypatch.setattr(batcher, "is_decided", no_read)
+        monkeypatch.setattr(outcomes, "read_outcome", no_read)
+        monkeypatch.setattr(outcomes, "is_decided", no_read)
         # MARKERS0, MARKERS.type and the stray marker
         assert await asyncio.wait_for(sidecar.delete_dir(marker_dir), 30) == 3
         assert not tl.manager.list_files(mdir)
@@ -172,7 +181,7 @@ def test_every_client_waits_counts_only_clients_answered_before(root: str) -> No
     send the next name (at a job's start the pause rule batches arrivals); once answered it
     counts, and the rule holds while every such client waits."""
     marker_dir = validation.validate_marker_dir(marker_dir_under(root), allowed_roots=(root,))
-    state = batcher._DirState(marker_dir, filemanager.resolve(marker_dir.path)[0])
+    state = dirstate.DirState(marker_dir, filemanager.resolve(marker_dir.path)[0])
     state.sent("a", 1.0)
     state.sent("b", 1.0)
     assert not state.every_client_waits()  # nobody answered yet: no rule
@@ -189,7 +198,7 @@ def test_every_client_waits_counts_only_clients_answered_before(root: str) -> No
     assert state.every_client_waits()  # a still has a request waiting
     state.answered("a", 1.4)
     assert not state.every_client_waits()
-    batcher._forget_idle_clients(state, since=2.0)  # a idle, gone; b and c still waiting
+    dirstate.forget_idle_clients(state, since=2.0)  # a idle, gone; b and c still waiting
     assert state.every_client_waits()
     assert set(state.clients) == {"b"}
 

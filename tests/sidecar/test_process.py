@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparkguard.sidecar import batcher, cli
+from sparkguard.sidecar import cli, outcomes
 from sparkguard.spark_lib import errors, filemanager, markers
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
 from tests.sidecar.conftest import INSTANT, TOKEN, free_port, marker_dir_under, run_sidecar
@@ -186,15 +186,15 @@ def test_sigterm_answers_503_while_draining_and_the_client_rides_through(
     client_log = logging.getLogger("sparkguard.spark_lib.marker_http")
     client_log.addHandler(retries)
     client_log.setLevel(logging.DEBUG)
-    outcomes: dict[str, BaseException | None] = {}
+    results: dict[str, BaseException | None] = {}
 
     def create(name: str) -> None:
         client = HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN, deadline_s=120)
         try:
             client.create(directory, name)
-            outcomes[name] = None
-        except BaseException as exc:  # reported by the assertion on outcomes below
-            outcomes[name] = exc
+            results[name] = None
+        except BaseException as exc:  # reported by the assertion on results below
+            results[name] = exc
         finally:
             client.close()
 
@@ -207,7 +207,7 @@ def test_sigterm_answers_503_while_draining_and_the_client_rides_through(
             HttpMarkerClient(f"http://127.0.0.1:{port}", token=TOKEN).create(directory, "before")
             # Hold the drain: the re-sent marker's flush reads the instant's outcome, here a
             # FIFO whose open() waits until the test opens its other end.
-            fifo = Path(batcher.outcome_path(directory, INSTANT))
+            fifo = Path(outcomes.outcome_path(directory, INSTANT))
             fifo.parent.mkdir(parents=True, exist_ok=True)
             os.mkfifo(fifo)
             threads[0].start()
@@ -243,7 +243,7 @@ def test_sigterm_answers_503_while_draining_and_the_client_rides_through(
     finally:
         client_log.removeHandler(retries)
         client_log.setLevel(logging.NOTSET)
-    assert outcomes == {"before": None, "racing": None}
+    assert results == {"before": None, "racing": None}
     assert "Traceback" not in log_path.read_text(errors="replace")
     manager, path = filemanager.resolve(directory)
     assert markers.read_marked_files(manager, path) == {"before", "racing"}

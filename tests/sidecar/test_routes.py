@@ -514,12 +514,12 @@ async def test_shutdown_fails_what_it_cannot_write(
     root: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sparkguard.sidecar import batcher
+    from sparkguard.sidecar import batchfiles
 
     def broken(*args: object) -> None:
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(batcher, "write_batch_file", broken)
+    monkeypatch.setattr(batchfiles, "write_batch_file", broken)
     settings = make_config(batch_interval_ms=60_000, shutdown_timeout_s=1.0)
     client: Client = await aiohttp_client(app.create_app(settings))
     directory = marker_dir_under(root)
@@ -542,9 +542,9 @@ async def test_storage_failure_is_503_and_nothing_acknowledged(
     root: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sparkguard.sidecar import batcher
+    from sparkguard.sidecar import batchfiles
 
-    real = batcher.write_batch_file
+    real = batchfiles.write_batch_file
     failures = [1]
 
     def flaky(*args: Any) -> None:
@@ -553,7 +553,7 @@ async def test_storage_failure_is_503_and_nothing_acknowledged(
             raise OSError("throttled")
         real(*args)
 
-    monkeypatch.setattr(batcher, "write_batch_file", flaky)
+    monkeypatch.setattr(batchfiles, "write_batch_file", flaky)
     client: Client = await aiohttp_client(app.create_app(make_config()))
     directory = marker_dir_under(root)
     response = await client.post(

@@ -12,7 +12,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from sparkguard.sidecar import app, batcher, config, errors, metrics, validation
+from sparkguard.sidecar import (
+    app,
+    batcher,
+    batchfiles,
+    config,
+    errors,
+    metrics,
+    outcomes,
+    validation,
+)
 from sparkguard.spark_lib import filemanager, markers, timeline
 from sparkguard.spark_lib.marker_http import HttpMarkerClient
 from tests.sidecar.conftest import AUTH, TOKEN, marker_dir_under
@@ -58,8 +67,10 @@ def no_storage_reads(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
         def fail(*args: Any) -> Any:
             raise AssertionError("the sealed directory touched storage")
 
-        for name in ("is_decided", "read_outcome", "write_batch_file", "read_batch_file"):
-            monkeypatch.setattr(batcher, name, fail)
+        for name in ("is_decided", "read_outcome"):
+            monkeypatch.setattr(outcomes, name, fail)
+        for name in ("write_batch_file", "read_batch_file"):
+            monkeypatch.setattr(batchfiles, name, fail)
 
     return forbid
 
@@ -100,7 +111,7 @@ async def test_the_seal_refuses_queued_names_and_a_flush_that_ends_after_it(
     url = f"{root}/orders"
     tl, marker_dir, sidecar = started(url, {}, root, flush_mode=config.FlushMode.GROUP_COMMIT)
     entered, release = threading.Event(), threading.Event()
-    real_write = batcher.write_batch_file
+    real_write = batchfiles.write_batch_file
 
     def gated(*args: Any) -> str | None:
         if b"part-1" in args[3]:  # the flush that runs across the seal
@@ -108,7 +119,7 @@ async def test_the_seal_refuses_queued_names_and_a_flush_that_ends_after_it(
             assert release.wait(30)
         return real_write(*args)
 
-    monkeypatch.setattr(batcher, "write_batch_file", gated)
+    monkeypatch.setattr(batchfiles, "write_batch_file", gated)
     try:
         await asyncio.wait_for(sidecar.create(marker_dir, "part-0.parquet.marker.CREATE"), 30)
         running = asyncio.ensure_future(sidecar.create(marker_dir, "part-1.parquet.marker.CREATE"))
