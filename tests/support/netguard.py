@@ -290,7 +290,7 @@ def run(command: Sequence[str], *, where: Path | None) -> int:
     if os.geteuid() != 0:
         unshare[1:1] = ["--user", "--map-root-user"]
     argv = [*unshare, "--", sys.executable, __file__, "inside", "--dir", str(where), "--"]
-    status = subprocess.call([*argv, *command])
+    status = _run_forwarding_signals([*argv, *command], env=None)
     if made and status == 0:
         shutil.rmtree(where, ignore_errors=True)  # kept when the run failed: the evidence
     return status
@@ -305,6 +305,7 @@ def inside(command: Sequence[str], *, where: Path) -> int:
     sink = subprocess.Popen(
         ["unshare", "--net", "--", sys.executable, __file__, "sink", "--dir", str(where)],
         stdin=subprocess.DEVNULL,
+        preexec_fn=_terminate_with_parent,  # noqa: PLW1509 - a plain prctl, no locks taken
     )
     try:
         _wire_bench(sink.pid, where)
@@ -317,10 +318,7 @@ def inside(command: Sequence[str], *, where: Path) -> int:
         # at once rather than dial the proxy.
         env["GOPROXY"] = "off"
         env["GOTOOLCHAIN"] = "local"
-        child = subprocess.Popen(list(command), env=env)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-        status = child.wait()
+        status = _run_forwarding_signals(command, env=env)
         counter.stop()
     finally:
         sink.terminate()
@@ -335,6 +333,21 @@ def inside(command: Sequence[str], *, where: Path) -> int:
         )
         return 3
     return status
+
+
+def _run_forwarding_signals(command: Sequence[str], *, env: dict[str, str] | None) -> int:
+    """Run ``command`` to its end; SIGINT and SIGTERM are passed on to it, and it is sent
+    SIGTERM if this process dies without passing anything on (``PR_SET_PDEATHSIG``), so a
+    stopped run never leaves its tests running in a namespace nobody watches."""
+    child = subprocess.Popen(list(command), env=env, preexec_fn=_terminate_with_parent)  # noqa: PLW1509
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    return child.wait()
+
+
+def _terminate_with_parent() -> None:
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
 
 def _resolve_on_loopback(where: Path) -> None:
