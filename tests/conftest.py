@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.support import jvm_options, s3server, xdist_groups
+from tests.support import jvm_options, run_tmp, s3server, xdist_groups
+
+# The run's own temp directory (tests/support/run_tmp.py): TMPDIR for this process, the xdist
+# workers and everything they start, java.io.tmpdir of the test JVMs; made by the process
+# that starts the run, removed when it exits.
+RUN_TMP = run_tmp.enter()
+#: what the run still left directly in the temp directory (checked at the session's end)
+_LITTER = run_tmp.LitterCheck(RUN_TMP) if RUN_TMP.owned else None
 
 # Spark's Python workers run `python -m pyspark.daemon` in the driver's cwd; the repo's
 # top-level operator/ folder would shadow the stdlib module there. Never prepend the cwd.
@@ -21,7 +28,7 @@ os.environ["SPARKGUARD_ENABLE_FAULTS"] = "1"
 # gets the test JVM options (tests/support/jvm_options.py): C1 only, the serial collector and,
 # once pytest_configure has it, a class-data-sharing archive. xdist workers inherit them.
 if jvm_options.COMPILER_AND_GC not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(None)
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(None, tmpdir=RUN_TMP.path)
 
 pytest_plugins = ["tests.kubebench.fixtures"]
 
@@ -43,7 +50,40 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(f"tests: Spark JVMs run without a class-data archive ({how})")
-    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive)
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive, tmpdir=RUN_TMP.path)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """In the process that started the run, after every other finish (xdist's workers are
+    gone): what the run left directly in the temp directory instead of the run's own fails
+    the run, unless another process that makes such files (a JVM, a pytest, a benchmark)
+    ran beside it on this machine: then it is only named (it may be theirs)."""
+    yield
+    if _LITTER is None:
+        return
+    found = _LITTER.finish()
+    if not found:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    listed = ", ".join(found)
+    if _LITTER.foreign:
+        pid, command = next(iter(_LITTER.foreign.items()))
+        line = (
+            f"tests: new in {RUN_TMP.root} during the run: {listed} (not failing the run: "
+            f"{len(_LITTER.foreign)} other process(es) that make such files ran beside it, "
+            f"e.g. {pid}: {command[:120]})"
+        )
+    else:
+        line = (
+            f"tests: the run left {listed} in {RUN_TMP.root}: something it started ignored "
+            f"TMPDIR or java.io.tmpdir ({run_tmp.ENV}={RUN_TMP.path}; tests/README.md)"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if reporter is not None:
+        colour = {"yellow": True} if _LITTER.foreign else {"red": True}
+        reporter.write_sep("-", "temp files beside the run's directory", **colour)
+        reporter.write_line(line, **colour)
 
 
 @pytest.fixture(scope="session")
