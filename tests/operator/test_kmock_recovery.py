@@ -90,6 +90,16 @@ async def test_a_recovery_without_backoff_is_two_patches_and_no_read(
     assert runtime.metrics.resubmissions._value.get() == 1
 
 
+async def _fails_once_and_is_resubmitted(k8s: kmock.KubernetesEmulator, name: str) -> None:
+    """An app with one retry and no backoff fails; wait until the operator resubmitted it."""
+    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1"}
+    await kmocking.create_app(k8s, spark_app(name, namespace=NS, annotations=notes))
+    await kmocking.patch_app(k8s, NS, name, {"status": failed_status()}, status=True)
+    await kmocking.eventually(
+        lambda: kmocking.notes(k8s, NS, name).get(appmeta.PHASE) == "Resubmitted"
+    )
+
+
 async def test_max_retries_is_honoured(
     k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
 ) -> None:
@@ -99,13 +109,8 @@ async def test_max_retries_is_honoured(
     that ordering)."""
     rollback = kmocking.FakeRollback()
     runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
-    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1"}
     async with kmocking.operating(runtime):
-        await kmocking.create_app(k8s, spark_app("flaky", namespace=NS, annotations=notes))
-        await kmocking.patch_app(k8s, NS, "flaky", {"status": failed_status()}, status=True)
-        await kmocking.eventually(
-            lambda: kmocking.notes(k8s, NS, "flaky").get(appmeta.PHASE) == "Resubmitted"
-        )
+        await _fails_once_and_is_resubmitted(k8s, "flaky")
         # spark-operator reruns it; the rerun fails too (a new submission, a new failure).
         await kmocking.patch_app(
             k8s, NS, "flaky", {"status": {"applicationState": {"state": "RUNNING"}}}, status=True
@@ -162,13 +167,8 @@ async def test_a_failure_that_comes_while_the_worker_waits_for_its_events_is_han
         clock=kmocking.loop_clock(),
         on_decision=lambda _, decision: decisions.append(decision.action),
     )
-    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1"}
     async with kmocking.operating(runtime):
-        await kmocking.create_app(k8s, spark_app("held", namespace=NS, annotations=notes))
-        await kmocking.patch_app(k8s, NS, "held", {"status": failed_status()}, status=True)
-        await kmocking.eventually(
-            lambda: kmocking.notes(k8s, NS, "held").get(appmeta.PHASE) == "Resubmitted"
-        )
+        await _fails_once_and_is_resubmitted(k8s, "held")
         key = runtime_.AppKey.of(kmocking.stored(k8s, NS, "held"))
         assert key.id in runtime.workers  # its Events are held: it cannot have ended
         await kmocking.patch_app(
