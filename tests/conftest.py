@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,37 +54,50 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive, tmpdir=RUN_TMP.path)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
-    """In the process that started the run, after every other finish (xdist's workers are
-    gone): what the run left directly in the temp directory instead of the run's own fails
-    the run, unless another process that makes such files (a JVM, a pytest, a benchmark)
-    ran beside it on this machine: then it is only named (it may be theirs)."""
-    yield
-    if _LITTER is None:
-        return
-    found = _LITTER.finish()
-    if not found:
-        return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+@functools.cache
+def _litter_report() -> tuple[str, bool] | None:
+    """What the run left directly in the temp directory (once every worker is gone): the
+    line to print, and whether it fails the run. ``None``: nothing, or not the run's owner.
+
+    It fails the run unless another process that makes such files (a JVM, a pytest, a
+    benchmark) ran beside it on this machine: then the names are only printed (they may be
+    theirs)."""
+    found = _LITTER.finish() if _LITTER is not None else []
+    if _LITTER is None or not found:
+        return None
     listed = ", ".join(found)
     if _LITTER.foreign:
         pid, command = next(iter(_LITTER.foreign.items()))
-        line = (
+        return (
             f"tests: new in {RUN_TMP.root} during the run: {listed} (not failing the run: "
             f"{len(_LITTER.foreign)} other process(es) that make such files ran beside it, "
-            f"e.g. {pid}: {command[:120]})"
+            f"e.g. {pid}: {command[:120]})",
+            False,
         )
-    else:
-        line = (
-            f"tests: the run left {listed} in {RUN_TMP.root}: something it started ignored "
-            f"TMPDIR or java.io.tmpdir ({run_tmp.ENV}={RUN_TMP.path}; tests/README.md)"
-        )
+    return (
+        f"tests: the run left {listed} in {RUN_TMP.root}: something it started ignored "
+        f"TMPDIR or java.io.tmpdir ({run_tmp.ENV}={RUN_TMP.path}; tests/README.md)",
+        True,
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """After every other finish (xdist's workers are gone): fail the run on its litter."""
+    yield
+    report = _litter_report()
+    if report is not None and report[1]:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if reporter is not None:
-        colour = {"yellow": True} if _LITTER.foreign else {"red": True}
-        reporter.write_sep("-", "temp files beside the run's directory", **colour)
-        reporter.write_line(line, **colour)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the run's litter (:func:`_litter_report`)."""
+    report = _litter_report()
+    if report is not None:
+        line, fails = report
+        colour = {"red": True} if fails else {"yellow": True}
+        terminalreporter.write_sep("-", "temp files beside the run's directory", **colour)
+        terminalreporter.write_line(line, **colour)
 
 
 @pytest.fixture(scope="session")
