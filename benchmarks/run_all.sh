@@ -6,7 +6,7 @@
 #
 # Names: writer-quick writer writer-fsync writer-arrow-batch writer-row-groups checkpoint-quick
 # checkpoint checkpoint-jvm-quick checkpoint-jvm rollback-quick rollback-quick-s3 rollback
-# rollback-s3 markers-quick markers sidecar-load-quick operator-quick operator
+# rollback-s3 markers-quick markers sidecar-load-quick recovery-quick recovery
 # commit-protocol-quick commit-protocol-phases-quick commit-protocol-tmpfs-quick commit-protocol
 # timeline-quick
 # (the commit-protocol and checkpoint-jvm ones need scripts/build-jvm.sh first; they fetch the
@@ -37,17 +37,17 @@ declare -A commands=(
   [markers-quick]="$py benchmarks/markers.py --quick"
   [markers]="$py benchmarks/markers.py"
   [sidecar-load-quick]="$py benchmarks/sidecar_load.py --quick"
-  [operator-quick]="$py benchmarks/operator.py --quick"
-  [operator]="$py benchmarks/operator.py"
+  [recovery-quick]="$py benchmarks/recovery.py --quick"
+  [recovery]="$py benchmarks/recovery.py"
   [commit-protocol-quick]="$py benchmarks/commit_protocol.py --quick"
   [commit-protocol-phases-quick]="$py benchmarks/commit_protocol.py --quick --phases"
   [commit-protocol-tmpfs-quick]="$py benchmarks/commit_protocol.py --quick --storage local --local-dir /dev/shm"
   [commit-protocol]="$py benchmarks/commit_protocol.py"
 )
 order=(writer-quick checkpoint-quick rollback-quick timeline-quick markers-quick sidecar-load-quick
-       operator-quick commit-protocol-quick commit-protocol-phases-quick
+       recovery-quick commit-protocol-quick commit-protocol-phases-quick
        commit-protocol-tmpfs-quick checkpoint-jvm-quick writer-row-groups rollback-quick-s3
-       writer-fsync writer-arrow-batch writer checkpoint rollback markers rollback-s3 operator
+       writer-fsync writer-arrow-batch writer checkpoint rollback markers rollback-s3 recovery
        commit-protocol checkpoint-jvm)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${order[@]}")

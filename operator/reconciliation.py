@@ -74,9 +74,13 @@ async def _work(
 ) -> None:
     try:
         await reconcile(runtime, key=key, logger=logger, wakeup=flag, seen=body)
+        # reconcile waits for the app's Events after its last decision: news that arrived
+        # meanwhile (wake set our flag, starting no worker) is looked at before we leave.
+        while flag.is_set():
+            await reconcile(runtime, key=key, logger=logger, wakeup=flag)
     finally:
-        # No await between reconcile's last look at the flag and this: news that arrives
-        # from now on starts a new worker.
+        # No await between the last look at the flag and this: news that arrives from now
+        # on starts a new worker.
         del runtime.workers[key.id]
         runtime.written.pop(key.id, None)
 

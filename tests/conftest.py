@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.support import jvm_options, netguard, s3server, xdist_groups
+from tests.support import jvm_options, netguard, run_tmp, s3server, xdist_groups
+
+# The run's own temp directory (tests/support/run_tmp.py): TMPDIR for this process, the xdist
+# workers and everything they start, java.io.tmpdir of the test JVMs; made by the process
+# that starts the run, removed when it exits.
+RUN_TMP = run_tmp.enter()
+#: what the run still left directly in the temp directory (checked at the session's end)
+_LITTER = run_tmp.LitterCheck(RUN_TMP) if RUN_TMP.owned else None
 
 # Spark's Python workers run `python -m pyspark.daemon` in the driver's cwd; the repo's
 # top-level operator/ folder would shadow the stdlib module there. Never prepend the cwd.
@@ -21,7 +29,7 @@ os.environ["SPARKGUARD_ENABLE_FAULTS"] = "1"
 # gets the test JVM options (tests/support/jvm_options.py): C1 only, the serial collector and,
 # once pytest_configure has it, a class-data-sharing archive. xdist workers inherit them.
 if jvm_options.COMPILER_AND_GC not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(None)
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(None, tmpdir=RUN_TMP.path)
 
 pytest_plugins = ["tests.kubebench.fixtures"]
 
@@ -43,12 +51,45 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(f"tests: Spark JVMs run without a class-data archive ({how})")
-    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive)
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_options.spark_submit_opts(archive, tmpdir=RUN_TMP.path)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The network guard's verdict (tests/support/netguard.py): a packet that tried to leave the
-    bench namespace, and that no test announced, fails the run, whatever the tests said."""
+@functools.cache
+def _litter_report() -> tuple[str, bool] | None:
+    """What the run left directly in the temp directory (once every worker is gone): the
+    line to print, and whether it fails the run. ``None``: nothing, or not the run's owner.
+
+    It fails the run unless another process that makes such files (a JVM, a pytest, a
+    benchmark) ran beside it on this machine: then the names are only printed (they may be
+    theirs)."""
+    found = _LITTER.finish() if _LITTER is not None else []
+    if _LITTER is None or not found:
+        return None
+    listed = ", ".join(found)
+    if _LITTER.foreign:
+        pid, command = next(iter(_LITTER.foreign.items()))
+        return (
+            f"tests: new in {RUN_TMP.root} during the run: {listed} (not failing the run: "
+            f"{len(_LITTER.foreign)} other process(es) that make such files ran beside it, "
+            f"e.g. {pid}: {command[:120]})",
+            False,
+        )
+    return (
+        f"tests: the run left {listed} in {RUN_TMP.root}: something it started ignored "
+        f"TMPDIR or java.io.tmpdir ({run_tmp.ENV}={RUN_TMP.path}; tests/README.md)",
+        True,
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """After every other finish (xdist's workers are gone): fail the run on its litter, and on
+    the network guard's verdict (tests/support/netguard.py): a packet that tried to leave the
+    bench namespace, and that no test announced, fails the run whatever the tests said."""
+    yield
+    report = _litter_report()
+    if report is not None and report[1]:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if hasattr(session.config, "workerinput"):
         return  # an xdist worker: the controller judges the whole run
     where = netguard.guard_dir()
@@ -56,8 +97,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Where the run connected: loopback, the guard's own namespace, and anything else."""
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the run's litter (:func:`_litter_report`), and where the run connected: loopback,
+    the guard's own namespace, and anything else."""
+    report = _litter_report()
+    if report is not None:
+        line, fails = report
+        colour = {"red": True} if fails else {"yellow": True}
+        terminalreporter.write_sep("-", "temp files beside the run's directory", **colour)
+        terminalreporter.write_line(line, **colour)
     where = netguard.guard_dir()
     if where is None:
         terminalreporter.write_line(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import Any
 
 import kmock
 import pytest
 
-from sparkguard.operator import appmeta, finalizers, kube
+from sparkguard.operator import appmeta, finalizers, handlers, kube, recovery
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.operator import kmocking
@@ -89,18 +90,27 @@ async def test_a_recovery_without_backoff_is_two_patches_and_no_read(
     assert runtime.metrics.resubmissions._value.get() == 1
 
 
+async def _fails_once_and_is_resubmitted(k8s: kmock.KubernetesEmulator, name: str) -> None:
+    """An app with one retry and no backoff fails; wait until the operator resubmitted it."""
+    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1"}
+    await kmocking.create_app(k8s, spark_app(name, namespace=NS, annotations=notes))
+    await kmocking.patch_app(k8s, NS, name, {"status": failed_status()}, status=True)
+    await kmocking.eventually(
+        lambda: kmocking.notes(k8s, NS, name).get(appmeta.PHASE) == "Resubmitted"
+    )
+
+
 async def test_max_retries_is_honoured(
     k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
 ) -> None:
+    """The rerun's failure comes right after its RUNNING. Under load this test once waited
+    for Exhausted in vain: the worker had read the rerun RUNNING and was waiting for its
+    Events when the failure's news came, and left without looking (the next test holds
+    that ordering)."""
     rollback = kmocking.FakeRollback()
     runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
-    notes = {appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "1"}
     async with kmocking.operating(runtime):
-        await kmocking.create_app(k8s, spark_app("flaky", namespace=NS, annotations=notes))
-        await kmocking.patch_app(k8s, NS, "flaky", {"status": failed_status()}, status=True)
-        await kmocking.eventually(
-            lambda: kmocking.notes(k8s, NS, "flaky").get(appmeta.PHASE) == "Resubmitted"
-        )
+        await _fails_once_and_is_resubmitted(k8s, "flaky")
         # spark-operator reruns it; the rerun fails too (a new submission, a new failure).
         await kmocking.patch_app(
             k8s, NS, "flaky", {"status": {"applicationState": {"state": "RUNNING"}}}, status=True
@@ -119,6 +129,65 @@ async def test_max_retries_is_honoured(
     assert reasons[-1] == "RetriesExhausted"
     assert reasons.count("Resubmitted") == 1
     assert "max-retries is 1" in kmocking.notes(k8s, NS, "flaky")[appmeta.MESSAGE]
+
+
+class _HeldEvents(kube.KubeClient):
+    """Every Event waits for ``release`` before it is posted; records each state the
+    operator read the app in."""
+
+    def __init__(self, api: Any) -> None:
+        super().__init__(api)
+        self.release = asyncio.Event()
+        self.read_states: list[str | None] = []
+
+    async def get_app(self, *args: Any, **kwargs: Any) -> Any:
+        app = await super().get_app(*args, **kwargs)
+        state = ((app or {}).get("status") or {}).get("applicationState") or {}
+        self.read_states.append(state.get("state"))
+        return app
+
+    async def post_event(self, app: Any, **kwargs: Any) -> None:
+        await self.release.wait()
+        await super().post_event(app, **kwargs)
+
+
+async def test_a_failure_that_comes_while_the_worker_waits_for_its_events_is_handled(
+    k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
+) -> None:
+    """The worker reads the rerun RUNNING (nothing to do) and, before it ends, waits for the
+    app's Events to go out; the rerun's failure arrives during that wait. Its news only sets
+    the running worker's flag (one worker per app), so the worker must look again before it
+    ends, or the failure is never handled. Events are held here until that news is in."""
+    events = _HeldEvents(kmocking.api_client(k8s))
+    decisions: list[recovery.Action] = []
+    runtime = runtime_.Runtime(
+        config=recovery_config,
+        kube=events,
+        rollback=kmocking.FakeRollback(),
+        clock=kmocking.loop_clock(),
+        on_decision=lambda _, decision: decisions.append(decision.action),
+    )
+    async with kmocking.operating(runtime):
+        await _fails_once_and_is_resubmitted(k8s, "held")
+        key = runtime_.AppKey.of(kmocking.stored(k8s, NS, "held"))
+        assert key.id in runtime.workers  # its Events are held: it cannot have ended
+        await kmocking.patch_app(
+            k8s, NS, "held", {"status": {"applicationState": {"state": "RUNNING"}}}, status=True
+        )
+        # The worker looks again (as an echo of its own patch or its nudge timer makes it):
+        # it reads RUNNING, decides nothing, and waits for its Events (no await in between).
+        handlers.wake(runtime, key, logger=logging.getLogger(__name__))
+        await kmocking.eventually(lambda: "RUNNING" in events.read_states)
+        rerun = failed_status(submission="sub-2", terminated="2026-11-22T11:00:00Z")
+        await kmocking.patch_app(k8s, NS, "held", {"status": rerun}, status=True)
+        # kopf's handler decided on the failure and woke the worker that is still waiting
+        await kmocking.eventually(lambda: recovery.Action.GIVE_UP in decisions)
+        assert runtime.workers[key.id].is_set()
+        events.release.set()
+        await kmocking.eventually(
+            lambda: kmocking.notes(k8s, NS, "held").get(appmeta.PHASE) == "Exhausted"
+        )
+    assert kmocking.resubmissions(k8s, "held") == ["1"]
 
 
 @pytest.mark.looptime

@@ -41,7 +41,7 @@ import fsspec
 from fsspec.implementations.webhdfs import WebHDFS
 from fsspec.utils import infer_storage_options
 
-from tests.support import cached_jars
+from tests.support import cached_jars, run_tmp
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "tests" / "support" / "minicluster" / "MiniHdfs.java"
@@ -129,6 +129,7 @@ def run_mini_hdfs(*, datanodes: int = 1, timeout: float = START_TIMEOUT_S) -> It
     command = [
         "java",
         *JAVA_OPTIONS,
+        run_tmp.java_options(base),  # removed with the cluster, like its data
         "-cp",
         f"{jars / '*'}{os.pathsep}{launcher}",
         "MiniHdfs",

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support import run_tmp
+
 COMPILER_AND_GC = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"
 
@@ -79,7 +81,10 @@ def ensure_archive(cache_root: Path, *, timeout: float = 600) -> tuple[Path | No
                 **os.environ,
                 "PYTHONSAFEPATH": "1",
                 "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_SUBMIT_OPTS": f"{COMPILER_AND_GC} -XX:ArchiveClassesAtExit={partial}",
+                "SPARK_SUBMIT_OPTS": (
+                    f"{COMPILER_AND_GC} {run_tmp.java_options(Path(work))} "
+                    f"-XX:ArchiveClassesAtExit={partial}"
+                ),
             }
             try:
                 done = subprocess.run(
@@ -101,8 +106,11 @@ def ensure_archive(cache_root: Path, *, timeout: float = 600) -> tuple[Path | No
     return path, "dumped"
 
 
-def spark_submit_opts(archive: Path | None) -> str:
-    """The test drivers' JVM options, with the archive when there is one."""
+def spark_submit_opts(archive: Path | None, *, tmpdir: Path) -> str:
+    """The test drivers' JVM options, with the archive when there is one; their temp files
+    (``java.io.tmpdir``: Spark's local directories, the codecs' native libraries) in
+    ``tmpdir``."""
+    options = f"{COMPILER_AND_GC} {run_tmp.java_options(tmpdir)}"
     if archive is None:
-        return COMPILER_AND_GC
-    return f"{COMPILER_AND_GC} -XX:SharedArchiveFile={archive} {QUIET_CDS}"
+        return options
+    return f"{options} -XX:SharedArchiveFile={archive} {QUIET_CDS}"

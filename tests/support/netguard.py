@@ -291,8 +291,8 @@ def run(command: Sequence[str], *, where: Path | None) -> int:
         unshare[1:1] = ["--user", "--map-root-user"]
     argv = [*unshare, "--", sys.executable, __file__, "inside", "--dir", str(where), "--"]
     status = _run_forwarding_signals([*argv, *command], env=None)
-    if made and status == 0:
-        shutil.rmtree(where, ignore_errors=True)  # kept when the run failed: the evidence
+    if made:  # the report above is the evidence; nothing of the run stays in the temp dir
+        shutil.rmtree(where, ignore_errors=True)
     return status
 
 

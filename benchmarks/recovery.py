@@ -1,6 +1,6 @@
 """Operator at scale: N opted-in apps, a tenth failing at once, two replicas, the leader killed.
 
-    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/operator.py [--quick] [--apps N]
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/recovery.py [--quick] [--apps N]
         [--failing-fraction F] [--rollback-seconds S] [--no-kill] [--profile DIR]
 
 On the real kube-apiserver bench (tests/kubebench). Two operator replicas run as processes
