@@ -10,7 +10,7 @@ from typing import Any
 import kmock
 import pytest
 
-from sparkguard.operator import appmeta, finalizers, handlers, kube, recovery
+from sparkguard.operator import appmeta, finalizers, kube, reconciliation, recovery
 from sparkguard.operator import config as config_
 from sparkguard.operator import runtime as runtime_
 from tests.operator import kmocking
@@ -176,7 +176,7 @@ async def test_a_failure_that_comes_while_the_worker_waits_for_its_events_is_han
         )
         # The worker looks again (as an echo of its own patch or its nudge timer makes it):
         # it reads RUNNING, decides nothing, and waits for its Events (no await in between).
-        handlers.wake(runtime, key, logger=logging.getLogger(__name__))
+        reconciliation.wake(runtime, key, logger=logging.getLogger(__name__))
         await kmocking.eventually(lambda: "RUNNING" in events.read_states)
         rerun = failed_status(submission="sub-2", terminated="2026-11-22T11:00:00Z")
         await kmocking.patch_app(k8s, NS, "held", {"status": rerun}, status=True)
