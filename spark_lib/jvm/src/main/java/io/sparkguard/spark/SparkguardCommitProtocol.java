@@ -1,6 +1,24 @@
 package io.sparkguard.spark;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.protocol.ProtocolSteps;
+import io.sparkguard.spark.protocol.SidecarMarkerClient;
+import io.sparkguard.spark.protocol.WriteCounter;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.CountingAtomicStore;
+import io.sparkguard.spark.store.HadoopRenameAtomicStore;
+import io.sparkguard.spark.store.LocalAtomicStore;
+import io.sparkguard.spark.store.ObjectStoreAtomicStore;
+import io.sparkguard.spark.timeline.Compactor;
+import io.sparkguard.spark.timeline.MicroBatch;
+import io.sparkguard.spark.timeline.OwnerClaims;
+import io.sparkguard.spark.timeline.Snapshots;
+import io.sparkguard.spark.timeline.SupersededFiles;
+import io.sparkguard.spark.timeline.TableListing;
+import io.sparkguard.spark.timeline.Timeline;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
@@ -616,7 +634,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    * marker whose file the task never opened), in the marker directory {@code markers} of
    * {@code store}.
    */
-  static java.util.Set<String> markedFiles(AtomicStore store, Path markers) throws IOException {
+  public static java.util.Set<String> markedFiles(AtomicStore store, Path markers) throws IOException {
     java.util.Set<String> marked = new java.util.TreeSet<>();
     for (String file : store.listFiles(markers)) {
       if (file.matches("MARKERS(0|[1-9][0-9]{0,5})")) {
@@ -651,7 +669,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   }
 
   /** The Spark data source name of a data file, from its extension (null if unknown). */
-  static String formatOf(String fileName) {
+  public static String formatOf(String fileName) {
     for (String format : new String[] {"parquet", "orc", "json", "csv", "avro", "txt"}) {
       if (fileName.endsWith("." + format) || fileName.contains("." + format + ".")) {
         return format.equals("txt") ? "text" : format;

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.common;
 
 import java.io.IOException;
 import java.io.InterruptedIOException;
@@ -10,12 +10,12 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 
 /** Independent storage requests of one step, a bounded number in flight at once. */
-final class Concurrently {
+public final class Concurrently {
   private Concurrently() {}
 
   /** One request of the step: may fail with an {@link IOException}. */
   @FunctionalInterface
-  interface Request<T, R> {
+  public interface Request<T, R> {
     R apply(T item) throws IOException;
   }
 
@@ -25,7 +25,7 @@ final class Concurrently {
    * this returns or throws; the first failure is thrown, later ones suppressed in it. One item
    * or none: run here, no thread.
    */
-  static <T, R> List<R> map(List<T> items, int threads, String name, Request<T, R> request)
+  public static <T, R> List<R> map(List<T> items, int threads, String name, Request<T, R> request)
       throws IOException {
     if (items.size() < 2) {
       List<R> answers = new ArrayList<>(items.size());
@@ -54,7 +54,7 @@ final class Concurrently {
 
   /** What the failure of the {@code index}-th of several futures is reported as. */
   @FunctionalInterface
-  interface Failure {
+  public interface Failure {
     IOException of(int index, Throwable cause);
   }
 
@@ -63,7 +63,7 @@ final class Concurrently {
    * order. The first failure (as {@code failure} words it) is thrown once all have ended, later
    * ones suppressed in it.
    */
-  static <R> List<R> awaitAll(
+  public static <R> List<R> awaitAll(
       List<? extends Future<? extends R>> futures, String name, Failure failure)
       throws IOException {
     List<R> answers = new ArrayList<>(futures.size());

@@ -1,6 +1,6 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.common;
 
-import io.sparkguard.spark.SparkguardException.ConfigException;
+import io.sparkguard.spark.common.SparkguardException.ConfigException;
 import java.io.Serializable;
 import java.util.Optional;
 import java.util.function.Function;

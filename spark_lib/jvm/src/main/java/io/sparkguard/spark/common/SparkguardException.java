@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.common;
 
 /** Base of every error sparkguard's JVM layer raises; each message says what was wrong and what to do. */
 public class SparkguardException extends RuntimeException {

@@ -1,6 +1,12 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.protocol;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.SparkguardCommitProtocol;
+import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.timeline.Timeline;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
@@ -16,13 +22,13 @@ import scala.Option;
 
 /**
  * The steps of docs/storage-contract.md that the batch protocol ({@link
- * SparkguardCommitProtocol}, W4-W10) and the streaming file sink's ({@link
- * SparkguardStreamingCommitProtocol}, S3-S10) run the same way: choosing the store's write
- * mechanism, marking a file before it is opened, deleting what a failed task attempt opened,
- * verifying and cleaning up before the commit, and deleting the markers after it. Only the
+ * io.sparkguard.spark.SparkguardCommitProtocol}, W4-W10) and the streaming file sink's ({@link
+ * io.sparkguard.spark.SparkguardStreamingCommitProtocol}, S3-S10) run the same way: choosing the
+ * store's write mechanism, marking a file before it is opened, deleting what a failed task attempt
+ * opened, verifying and cleaning up before the commit, and deleting the markers after it. Only the
  * steps; what differs (names, what decides the commit) stays in each protocol.
  */
-final class ProtocolSteps {
+public final class ProtocolSteps {
   private static final Logger LOG = LoggerFactory.getLogger(ProtocolSteps.class);
   static final String SPECULATION_KEY = "spark.speculation";
   static final String MARKER_SUFFIX = ".marker.CREATE";
@@ -31,7 +37,7 @@ final class ProtocolSteps {
 
   /** The Hadoop configuration of the running session ({@code spark.hadoop.*} included): the
    * thread's active session, else the default one. */
-  static Configuration hadoopConf() {
+  public static Configuration hadoopConf() {
     Option<SparkSession> session = SparkSession.getActiveSession();
     if (!session.isDefined()) {
       session = SparkSession.getDefaultSession();
@@ -42,7 +48,7 @@ final class ProtocolSteps {
   }
 
   /** The marker sidecar's client when the settings ask for batched markers, else null. */
-  static SidecarMarkerClient sidecar(ProtocolSettings settings) {
+  public static SidecarMarkerClient sidecar(ProtocolSettings settings) {
     return settings.sidecarMarkers()
         ? new SidecarMarkerClient(settings.markerEndpoint(), settings.tokenFile())
         : null;
@@ -50,7 +56,7 @@ final class ProtocolSteps {
 
   /** True when tasks write data files of {@code table} under their final names (object stores:
    * no temp name, no publish). */
-  static boolean writesDirectly(AtomicStore store, String table) {
+  public static boolean writesDirectly(AtomicStore store, String table) {
     Path probe = new Path(table, "probe");
     return store.workPath(probe).equals(probe);
   }
@@ -60,7 +66,7 @@ final class ProtocolSteps {
    * names: a speculative copy killed after its twin won closes its writer, which on an object
    * store completes a whole file of partial rows over the winner's (SPARK-10063).
    */
-  static void refuseSpeculation(AtomicStore store, String table) {
+  public static void refuseSpeculation(AtomicStore store, String table) {
     if (writesDirectly(store, table)
         && SQLConf.get().getConfString(SPECULATION_KEY, "false").trim().equalsIgnoreCase("true")) {
       throw new UnsupportedWriteException(
@@ -83,7 +89,7 @@ final class ProtocolSteps {
    * null), then {@link AtomicStore#prepareWrite} of the work path (Spark's writer opens with
    * {@code create(overwrite=false)}). Returns the path the task writes.
    */
-  static Path markAndPrepare(
+  public static Path markAndPrepare(
       AtomicStore store, SidecarMarkerClient sidecar, Path markers, Path target, String relative)
       throws IOException {
     mark(store, sidecar, markers, relative);
@@ -94,7 +100,8 @@ final class ProtocolSteps {
 
   /** W4/S3: the marker {@code <relative>.marker.CREATE} in {@code markers} (direct, or through
    * {@code sidecar} when not null). */
-  static void mark(AtomicStore store, SidecarMarkerClient sidecar, Path markers, String relative)
+  public static void mark(
+      AtomicStore store, SidecarMarkerClient sidecar, Path markers, String relative)
       throws IOException {
     if (sidecar != null) {
       sidecar.create(markerDirName(markers), relative + MARKER_SUFFIX);
@@ -111,7 +118,8 @@ final class ProtocolSteps {
    * write's names be committed ones there, so they go now, before a plain reader sees them.
    * A failed delete is logged: the commit (W8/S6) or a rollback removes the file.
    */
-  static void deleteAttemptFiles(AtomicStore store, String table, Map<String, Path> pending) {
+  public static void deleteAttemptFiles(
+      AtomicStore store, String table, Map<String, Path> pending) {
     boolean direct = writesDirectly(store, table);
     for (Map.Entry<String, Path> entry : pending.entrySet()) {
       if (direct || !entry.getValue().equals(new Path(table, entry.getKey()))) {
@@ -131,7 +139,7 @@ final class ProtocolSteps {
    * reported (a failed attempt's names) are deleted, and the leftovers (temp files, incomplete
    * uploads) of every marked name.
    */
-  static void verifyAndClean(
+  public static void verifyAndClean(
       AtomicStore store, String table, Path markers, Map<String, Long> reported,
       String notCommitted) throws IOException {
     List<String> names = new ArrayList<>(reported.keySet());
@@ -165,7 +173,7 @@ final class ProtocolSteps {
    * of the instant from now on, so none postdates the read (docs/sidecar.md, "The commit's
    * seal"). Direct markers cannot be sealed.
    */
-  static void sealMarkers(SidecarMarkerClient sidecar, Path markers) {
+  public static void sealMarkers(SidecarMarkerClient sidecar, Path markers) {
     if (sidecar != null && !sidecar.seal(markerDirName(markers))) {
       LOG.warn("sparkguard: the marker sidecar has no seal route (an older version); a straggler's"
           + " marker for {} is acknowledged until the outcome exists", markers);
@@ -173,7 +181,7 @@ final class ProtocolSteps {
   }
 
   /** W10/S10: delete the instant's marker directory (through the sidecar when it keeps them). */
-  static void deleteMarkers(AtomicStore store, SidecarMarkerClient sidecar, Path markers)
+  public static void deleteMarkers(AtomicStore store, SidecarMarkerClient sidecar, Path markers)
       throws IOException {
     if (sidecar != null) {
       sidecar.deleteDir(markerDirName(markers));
@@ -222,7 +230,7 @@ final class ProtocolSteps {
    *
    * @return the {@code .rolledback} body written, or {@code null} when it left the instant
    */
-  static Map<String, Object> finishClaimedRollback(
+  public static Map<String, Object> finishClaimedRollback(
       AtomicStore store, SidecarMarkerClient sidecar, Timeline timeline, String table,
       String instant, String jobId, Set<String> keep, String protocol) throws IOException {
     Path markers = timeline.markerDirectory(instant);
@@ -326,7 +334,7 @@ final class ProtocolSteps {
    * The outcome's {@code extra.partitionBy} (the {@code key=} directories of the first file)
    * and {@code extra.format} (from its extension, when known), put into {@code extra}.
    */
-  static void putLayout(Map<String, Object> extra, Iterable<String> relativePaths) {
+  public static void putLayout(Map<String, Object> extra, Iterable<String> relativePaths) {
     List<String> partitionBy = new ArrayList<>();
     for (String relative : relativePaths) {
       String[] parts = relative.split("/");

@@ -1,6 +1,7 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.protocol;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.common.SparkguardException;
 import java.io.IOException;
 import java.io.Serializable;
 import java.net.URI;
@@ -22,7 +23,7 @@ import java.util.Set;
  * 503, 504, connection errors) are retried with backoff until the deadline, every other answer
  * fails the task at once with the sidecar's message.
  */
-final class SidecarMarkerClient implements Serializable {
+public final class SidecarMarkerClient implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final Set<Integer> RETRYABLE = Set.of(408, 429, 502, 503, 504);

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.protocol;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -25,13 +25,13 @@ import org.apache.spark.SparkFiles;
  * same (job, table) is not (the contract does not support concurrent writes of one job to one
  * table: their order would not be reproducible).
  */
-final class WriteCounter {
-  static final String DIRECTORY = ".sparkguard-writes";
+public final class WriteCounter {
+  public static final String DIRECTORY = ".sparkguard-writes";
 
   private WriteCounter() {}
 
   /** Take the next write index of {@code jobId} on {@code tableUrl}; 0 outside a SparkContext. */
-  static synchronized int next(String jobId, String tableUrl) throws IOException {
+  public static synchronized int next(String jobId, String tableUrl) throws IOException {
     if (SparkEnv.get() == null) {
       return 0;
     }

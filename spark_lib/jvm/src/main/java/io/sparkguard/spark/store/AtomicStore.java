@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.IOException;
 import java.io.Serializable;
@@ -42,11 +42,11 @@ public interface AtomicStore extends Serializable {
 
   /**
    * Whether the job's driver publishes the tasks' data files instead of the tasks themselves
-   * ({@link SparkguardCommitProtocol#onTaskCommit}: each task's files as its commit reaches the
-   * driver, in the background; all of them before W7). True where {@link #publish} is a local
-   * fsync and rename: the fsync then overlaps the tasks still running instead of holding up the
-   * task that wrote the file, and a file is still whole or absent under its name at every
-   * moment. The driver sees the tasks' files on such a store (W7 reads their sizes there).
+   * ({@link io.sparkguard.spark.SparkguardCommitProtocol#onTaskCommit}: each task's files as its
+   * commit reaches the driver, in the background; all of them before W7). True where {@link
+   * #publish} is a local fsync and rename: the fsync then overlaps the tasks still running instead
+   * of holding up the task that wrote the file, and a file is still whole or absent under its name
+   * at every moment. The driver sees the tasks' files on such a store (W7 reads their sizes there).
    */
   default boolean publishesOnDriver() {
     return false;

@@ -1,5 +1,6 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
+import io.sparkguard.spark.common.SparkguardException;
 import java.io.IOException;
 import java.io.OutputStream;
 import org.apache.hadoop.conf.Configuration;
@@ -41,7 +42,7 @@ public final class ConditionalPutAtomicFiles implements AtomicFiles {
 
   private final FileSystem fs;
 
-  ConditionalPutAtomicFiles(FileSystem fs, Configuration conf) {
+  public ConditionalPutAtomicFiles(FileSystem fs, Configuration conf) {
     if (!conf.getBoolean(CONDITIONAL_ENABLED, true)) {
       throw new SparkguardException.ConfigException(
           CONDITIONAL_ENABLED + "=false: sparkguard's checkpoint file manager needs S3A's"

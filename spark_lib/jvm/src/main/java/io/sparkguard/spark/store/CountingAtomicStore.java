@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.IOException;
 import java.util.ArrayList;
@@ -78,12 +78,12 @@ public final class CountingAtomicStore implements AtomicStore {
   }
 
   /** The store it counts for. */
-  AtomicStore inner() {
+  public AtomicStore inner() {
     return inner;
   }
 
   /** One listing of {@code dir} that returned {@code names} names, made on {@link #inner()}. */
-  void countListing(Path dir, int names) {
+  public void countListing(Path dir, int names) {
     count(dir, false);
     listed(names);
   }

@@ -1,5 +1,6 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
+import io.sparkguard.spark.common.Concurrently;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.ObjectInputStream;

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.FileNotFoundException;
 import java.io.IOException;
@@ -70,17 +70,17 @@ public final class HadoopRenameAtomicStore extends HadoopFileSystemStore {
 
   /**
    * A copy of {@code conf} for the HDFS clients sparkguard opens itself (this store's {@code
-   * FileContext}, {@link OwnedHdfsFileSystem}'s filesystem): they poll the NameNode's completion
-   * of a closed file every 25 ms, doubling, instead of 400 ms, doubling. A file's {@code
-   * complete} RPC usually reaches the NameNode before the DataNode's report of its last block,
-   * and the NameNode refuses to complete it until then; HDFS's client then sleeps 400 ms before
-   * asking again, although the report follows within milliseconds (measured on the
+   * FileContext}, {@link io.sparkguard.spark.OwnedHdfsFileSystem}'s filesystem): they poll the
+   * NameNode's completion of a closed file every 25 ms, doubling, instead of 400 ms, doubling. A
+   * file's {@code complete} RPC usually reaches the NameNode before the DataNode's report of its
+   * last block, and the NameNode refuses to complete it until then; HDFS's client then sleeps 400
+   * ms before asking again, although the report follows within milliseconds (measured on the
    * minicluster: 2 of every 5 closes of a small file waited 400 ms; docs/benchmarks.md). The
-   * durability of a closed file does not change: the client still returns only once the
-   * NameNode has completed it. A value the user set (anything but Hadoop's {@code
-   * *-default.xml}) is kept; the rest of the job's clients keep their settings.
+   * durability of a closed file does not change: the client still returns only once the NameNode
+   * has completed it. A value the user set (anything but Hadoop's {@code *-default.xml}) is kept;
+   * the rest of the job's clients keep their settings.
    */
-  static Configuration promptClose(Configuration conf) {
+  public static Configuration promptClose(Configuration conf) {
     Configuration copy = new Configuration(conf);
     if (isDefault(copy, CLOSE_DELAY_KEY)) {
       copy.setInt(CLOSE_DELAY_KEY, PROMPT_CLOSE_DELAY_MS);

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.BufferedOutputStream;
 import java.io.IOException;

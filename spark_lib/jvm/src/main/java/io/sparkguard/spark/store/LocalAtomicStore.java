@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.IOException;
 import java.nio.channels.FileChannel;
@@ -30,7 +30,7 @@ public final class LocalAtomicStore implements AtomicStore {
   private static final long serialVersionUID = 1L;
   private static final SecureRandom RANDOM = new SecureRandom();
 
-  static java.nio.file.Path local(Path path) {
+  public static java.nio.file.Path local(Path path) {
     return java.nio.file.Paths.get(path.toUri().getPath());
   }
 

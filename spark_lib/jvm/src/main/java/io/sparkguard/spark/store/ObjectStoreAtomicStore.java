@@ -1,6 +1,7 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.net.URI;
@@ -36,8 +37,8 @@ import org.apache.hadoop.fs.Path;
  *       and fails on an existing object, so {@link #prepareWrite} deletes an uncommitted
  *       leftover of the name first (the protocol never asks it to for a committed name). The
  *       batch protocol avoids both where it can: its tasks open data files through {@link
- *       OwnedFileSystem} ({@code sg-s3a://}), whose create is S3A's per-file performance create
- *       (one PUT, replacing a leftover), with nothing to prepare;
+ *       io.sparkguard.spark.OwnedFileSystem} ({@code sg-s3a://}), whose create is S3A's
+ *       per-file performance create (one PUT, replacing a leftover), with nothing to prepare;
  *   <li>leftovers: incomplete multipart uploads of the name, aborted through the generic
  *       {@code MultipartUploader} ({@code abortUploadsUnderPath}: one LIST of uploads under the
  *       key, one abort each; for a commit's names together, one listing under the table:
@@ -238,7 +239,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   private static final String S3A_LIST_VERSION = "fs.s3a.list.version";
 
   /** One object of a listing: its key relative to the listed prefix, and its size. */
-  record Listed(String name, long size) {}
+  public record Listed(String name, long size) {}
 
   /**
    * Where the raw listings below cannot be used (a connector other than S3A, an S3A without
@@ -257,7 +258,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   /** One page of a listing of the keys under {@code prefix}: see {@link RawLister#page}. */
-  interface PageSource {
+  public interface PageSource {
     Page page(String prefix, String startAfter, String token, int maxKeys) throws IOException;
   }
 
@@ -369,7 +370,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   /** A page of a raw listing: full keys, and the continuation token when there is more. */
-  record Page(List<Listed> objects, String next) {}
+  public record Page(List<Listed> objects, String next) {}
 
   /** The largest page S3 returns. */
   static final int PAGE_KEYS = 1000;
@@ -381,7 +382,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    * listing from the range's end instead of the next page. Null when the raw listing is not
    * available here.
    */
-  List<Listed> listSkipping(Path dir, java.util.function.UnaryOperator<String> skip)
+  public List<Listed> listSkipping(Path dir, java.util.function.UnaryOperator<String> skip)
       throws IOException {
     RawLister lister = raw();
     if (lister == null) {
@@ -407,7 +408,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
 
   /** {@link #listSkipping(Path, java.util.function.UnaryOperator)} of the keys under {@code
    * prefix} (ending with {@code /}) as {@code source} pages them. */
-  static List<Listed> listSkipping(PageSource source, String prefix,
+  public static List<Listed> listSkipping(PageSource source, String prefix,
       java.util.function.UnaryOperator<String> skip) throws IOException {
     PageSource lister = source;
     List<Listed> found = new ArrayList<>();
@@ -450,7 +451,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    * listed from just before the first of them: -1 for a name the page's range covers but does
    * not hold (absent); no entry for a name beyond the page (the caller asks for it otherwise).
    */
-  static Map<String, Long> listedSizes(PageSource source, String dir,
+  public static Map<String, Long> listedSizes(PageSource source, String dir,
       java.util.SortedSet<String> names) throws IOException {
     String first = names.first();
     Page page = source.page(dir, dir + first.substring(0, first.length() - 1), null, PAGE_KEYS);
@@ -489,7 +490,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    * Whether any object is under {@code dir} (or is its directory marker): one LIST of one key.
    * Null when the raw listing is not available here.
    */
-  Boolean anyUnder(Path dir) throws IOException {
+  public Boolean anyUnder(Path dir) throws IOException {
     RawLister lister = raw();
     if (lister == null) {
       return null;

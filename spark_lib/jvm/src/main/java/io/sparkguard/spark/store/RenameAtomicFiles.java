@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -31,7 +31,7 @@ import org.apache.hadoop.fs.StreamCapabilities;
 public final class RenameAtomicFiles implements AtomicFiles {
   private final FileContext fc;
 
-  RenameAtomicFiles(Path anyPath, Configuration conf) throws IOException {
+  public RenameAtomicFiles(Path anyPath, Configuration conf) throws IOException {
     this(FileContext.getFileContext(anyPath.toUri(), conf));
   }
 

@@ -1,6 +1,7 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.sparkguard.spark.common.SparkguardException;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Comparator;

@@ -1,10 +1,12 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.sparkguard.spark.Commits.Commit;
-import io.sparkguard.spark.Snapshots.Instant;
-import io.sparkguard.spark.Snapshots.Snapshot;
-import io.sparkguard.spark.Snapshots.View;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.timeline.Commits.Commit;
+import io.sparkguard.spark.timeline.Snapshots.Instant;
+import io.sparkguard.spark.timeline.Snapshots.Snapshot;
+import io.sparkguard.spark.timeline.Snapshots.View;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -31,7 +33,7 @@ import org.slf4j.LoggerFactory;
  * The JVM protocols run it best effort at the end of {@code commitJob} ({@link
  * #afterCommit}).
  */
-final class Compactor {
+public final class Compactor {
   private static final Logger LOG = LoggerFactory.getLogger(Compactor.class);
   /** The late-file retention of {@code jobs.<job>.rolledBack} (docs/storage-contract.md). */
   static final Duration LATE_FILE_RETENTION = Duration.ofDays(7);
@@ -70,7 +72,7 @@ final class Compactor {
    * The protocols' call after their own commit: compact when {@code settings.snapshotEvery()}
    * (not 0) settled uncovered instants are hot. Never throws: an error is logged as a warning.
    */
-  static void afterCommit(AtomicStore store, Path table, ProtocolSettings settings) {
+  public static void afterCommit(AtomicStore store, Path table, ProtocolSettings settings) {
     afterCommit(store, table, settings, -1);
   }
 
@@ -81,7 +83,8 @@ final class Compactor {
    * listed: compaction is not due (a write opened and decided since that listing is counted by
    * the next commit, which compacts then).
    */
-  static void afterCommit(AtomicStore store, Path table, ProtocolSettings settings, int atMost) {
+  public static void afterCommit(
+      AtomicStore store, Path table, ProtocolSettings settings, int atMost) {
     if (settings.snapshotEvery() <= 0) {
       return;
     }

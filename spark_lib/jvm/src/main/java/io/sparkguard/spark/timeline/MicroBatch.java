@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import java.io.Serializable;
 import java.util.Locale;
@@ -20,13 +20,13 @@ import scala.Option;
  * write across restarts, where "the n-th write of this driver run" does not: a restarted query
  * begins with the batch that failed, not with batch 0.
  */
-final class MicroBatch implements Serializable {
+public final class MicroBatch implements Serializable {
   private static final long serialVersionUID = 1L;
   static final String QUERY_ID_PROPERTY = "sql.streaming.queryId";
   static final String BATCH_ID_PROPERTY = "streaming.sql.batchId";
   static final String RUN_ID_PROPERTY = "spark.jobGroup.id";
   /** The key of {@code extra} in the {@code .inflight} and committed {@code .outcome}. */
-  static final String EXTRA_KEY = "microBatch";
+  public static final String EXTRA_KEY = "microBatch";
 
   final String queryId;
   final long batchId;
@@ -39,7 +39,7 @@ final class MicroBatch implements Serializable {
   }
 
   /** The micro-batch running on this (driver) thread, or {@code null} outside one. */
-  static MicroBatch current() {
+  public static MicroBatch current() {
     Option<SparkSession> session = SparkSession.getActiveSession();
     if (session.isEmpty()) {
       return null;
@@ -57,18 +57,18 @@ final class MicroBatch implements Serializable {
    * The part of the data file names that tells this micro-batch's writes from every other
    * write of the job: {@code q<first 8 hex of the query id>-b<batchId:010d>}.
    */
-  String nameTag() {
+  public String nameTag() {
     String hex = queryId.replace("-", "").toLowerCase(Locale.ROOT);
     return String.format("q%s-b%010d", hex.substring(0, Math.min(8, hex.length())), batchId);
   }
 
   /** What the write counter is kept per, after the job id and table: this run's batch. */
-  String counterScope() {
+  public String counterScope() {
     return "\nquery=" + queryId + "\nrun=" + runId + "\nbatch=" + batchId;
   }
 
   /** {@code {"queryId": .., "batchId": ..}} for {@code extra.microBatch}. */
-  Map<String, Object> toJson() {
+  public Map<String, Object> toJson() {
     Map<String, Object> json = new TreeMap<>();
     json.put("queryId", queryId);
     json.put("batchId", batchId);

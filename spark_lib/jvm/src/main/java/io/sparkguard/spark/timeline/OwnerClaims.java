@@ -1,7 +1,9 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.store.AtomicStore;
 import java.io.IOException;
 import java.time.OffsetDateTime;
 import java.time.ZoneOffset;
@@ -26,20 +28,20 @@ import org.apache.hadoop.fs.Path;
  * starting, so it backs off; an instant of another owner that appeared meanwhile is waited for
  * until it is decided. Epochs are dense, so "was I superseded" is one existence check.
  */
-final class OwnerClaims {
+public final class OwnerClaims {
 
   static final String KIND = "sparkguard.owner-claim";
   /** How long a writer waits for a racing owner's instant to be decided (seconds, as in Python). */
-  static final long SETTLE_TIMEOUT_MILLIS = 10_000;
+  public static final long SETTLE_TIMEOUT_MILLIS = 10_000;
   private static final long SETTLE_POLL_MILLIS = 50;
   private static final int MAX_ROUNDS = 100;
   private static final ObjectMapper JSON = new ObjectMapper();
 
   /** One owner's turn at writing the job on the table. */
-  record Claim(long epoch, String owner) {}
+  public record Claim(long epoch, String owner) {}
 
   /** What {@link #guard} found before the instant was opened. */
-  record Guard(Claim claim, Set<String> known) {}
+  public record Guard(Claim claim, Set<String> known) {}
 
   private final AtomicStore store;
   private final Path directory;
@@ -127,7 +129,7 @@ final class OwnerClaims {
 
   /** Instant id of {@code jobId} -> the suffixes of its files, from {@code listed}, a timeline
    * listing. */
-  static Map<String, Set<String>> filesOf(List<String> listed, String jobId) {
+  public static Map<String, Set<String>> filesOf(List<String> listed, String jobId) {
     Map<String, Set<String>> files = new TreeMap<>();
     for (String name : listed) {
       int dot = name.lastIndexOf('.');
@@ -144,7 +146,7 @@ final class OwnerClaims {
    * owner's), before the instant is opened: the instants that check saw, and this owner's claim;
    * C2's first read of the claims from {@code claims} (null: list them).
    */
-  static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
+  public static Guard guard(AtomicStore store, Timeline timeline, String jobId, String owner,
       Set<String> known, List<String> claims) throws IOException {
     return new Guard(new OwnerClaims(store, timeline.table(), jobId).acquire(owner, claims), known);
   }
@@ -156,7 +158,7 @@ final class OwnerClaims {
    * or when an instant of another owner that appeared since the check committed or stays
    * undecided for the settle timeout.
    */
-  static void confirmSoleWriter(AtomicStore store, Timeline timeline, Guard guard,
+  public static void confirmSoleWriter(AtomicStore store, Timeline timeline, Guard guard,
       String instant, String jobId, String table, long settleTimeoutMillis, LongSupplier clock)
       throws IOException {
     String owner = guard.claim().owner();

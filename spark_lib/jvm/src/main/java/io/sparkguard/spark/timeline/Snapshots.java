@@ -1,9 +1,11 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import io.sparkguard.spark.Commits.Commit;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.timeline.Commits.Commit;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -25,7 +27,7 @@ import org.slf4j.LoggerFactory;
  * "Reading with snapshots"): the newest valid {@code snapshots/<n:012d>.snapshot}, the archives
  * of newer damaged ones, and the hot {@code timeline/} instants no snapshot covers.
  */
-final class Snapshots {
+public final class Snapshots {
   private static final Logger LOG = LoggerFactory.getLogger(Snapshots.class);
   static final String SNAPSHOT_KIND = "sparkguard.timeline.snapshot";
   static final String ARCHIVE_KIND = "sparkguard.timeline.archive";
@@ -91,7 +93,7 @@ final class Snapshots {
    * instants of newer damaged snapshots' archives (or of every archive when no snapshot is
    * valid), the snapshot numbers present, and the names of one listing of {@code timeline/}.
    */
-  record View(Snapshot snapshot, Map<String, Instant> archivedHot, TreeSet<Long> numbers,
+  public record View(Snapshot snapshot, Map<String, Instant> archivedHot, TreeSet<Long> numbers,
       TreeSet<String> hotNames) {
 
     boolean covers(String instant) {
@@ -191,7 +193,7 @@ final class Snapshots {
    * {@code archiveListing} of {@code archive/} taken with or after the snapshots' listing, or
    * null to list it here when it is needed.
    */
-  static View load(AtomicStore store, Path table, List<String> hotListing,
+  public static View load(AtomicStore store, Path table, List<String> hotListing,
       List<String> snapshotListing, List<String> archiveListing) throws IOException {
     TreeSet<String> hot = new TreeSet<>();
     for (String name : hotListing) {

@@ -1,7 +1,9 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.SparkguardCommitProtocol;
+import io.sparkguard.spark.store.AtomicStore;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -31,7 +33,7 @@ import org.apache.hadoop.fs.Path;
  * published; if its markers are gone when read, they were deleted after its outcome was
  * written, which the timeline listing then sees.
  */
-final class SupersededFiles {
+public final class SupersededFiles {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private SupersededFiles() {}
@@ -40,7 +42,7 @@ final class SupersededFiles {
    * Delete what {@code instant} (committed, {@code listed} = its files) superseded in {@code
    * scopes} (relative directories; {@code ""} = the whole table). Returns the deleted paths.
    */
-  static List<String> delete(
+  public static List<String> delete(
       AtomicStore store, Path table, String instant, Collection<String> scopes, Set<String> listed)
       throws IOException {
     Set<String> candidates = new TreeSet<>();
@@ -106,7 +108,7 @@ final class SupersededFiles {
    * delete per file. The paths were listed just before, so they are the files deleted (a file
    * deleted meanwhile by someone else, e.g. a rollback finishing this step, counts here too).
    */
-  static void deleteByDirectory(AtomicStore store, Path table, List<String> relative)
+  public static void deleteByDirectory(AtomicStore store, Path table, List<String> relative)
       throws IOException {
     java.util.Map<String, List<Path>> byDirectory = new java.util.TreeMap<>();
     for (String path : relative) {

@@ -1,5 +1,8 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.CountingAtomicStore;
+import io.sparkguard.spark.store.ObjectStoreAtomicStore;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
@@ -34,25 +37,25 @@ import org.apache.hadoop.fs.Path;
  * the fence's claims of this owner's earlier instants: when one loses, the protocol lists again
  * before the rerun check).
  */
-final class TableListing {
+public final class TableListing {
   /** Names in {@code timeline/}, sorted. */
-  final List<String> timeline;
+  public final List<String> timeline;
   /** Names in {@code owners/<jobId>/}, sorted. */
-  final List<String> claims;
+  public final List<String> claims;
   /** Names in {@code snapshots/}, sorted. */
-  final List<String> snapshots;
+  public final List<String> snapshots;
   /** Names in {@code archive/}, sorted. */
-  final List<String> archive;
+  public final List<String> archive;
   /** Whether {@code streams/} holds any file. */
   final boolean streams;
   /** Whether anything at all is under {@code _sparkguard/} (markers included). */
-  final boolean any;
+  public final boolean any;
   /**
    * Whether {@code snapshots/} (and {@code archive/}) were listed after {@code timeline/}
    * finished, as {@link Snapshots#load} needs them: true for the listings per directory; false
    * for the one S3 listing, where {@code snapshots/} precedes {@code timeline/} in key order.
    */
-  final boolean snapshotsAfterTimeline;
+  public final boolean snapshotsAfterTimeline;
 
   private TableListing(List<String> timeline, List<String> claims, List<String> snapshots,
       List<String> archive, boolean streams, boolean any, boolean snapshotsAfterTimeline) {
@@ -70,7 +73,7 @@ final class TableListing {
   }
 
   /** List the state of {@code table} for job {@code jobId} (see the class comment). */
-  static TableListing list(AtomicStore store, Path table, String jobId) throws IOException {
+  public static TableListing list(AtomicStore store, Path table, String jobId) throws IOException {
     return list(store, table, jobId, true);
   }
 
@@ -159,7 +162,7 @@ final class TableListing {
    * Instants in the timeline with an {@code .inflight} (decided or not, any job): at most how
    * many hot instants compaction can count after this write, before its own.
    */
-  int hotInstants() {
+  public int hotInstants() {
     int hot = 0;
     for (String name : timeline) {
       if (name.endsWith(".inflight")) {

@@ -1,10 +1,12 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.sparkguard.spark.Commits.Commit;
-import io.sparkguard.spark.Commits.DataFile;
-import io.sparkguard.spark.Snapshots.Instant;
-import io.sparkguard.spark.Snapshots.View;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.timeline.Commits.Commit;
+import io.sparkguard.spark.timeline.Commits.DataFile;
+import io.sparkguard.spark.timeline.Snapshots.Instant;
+import io.sparkguard.spark.timeline.Snapshots.View;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;

@@ -1,9 +1,12 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
-import io.sparkguard.spark.SparkguardException.InstantDecidedException;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.InstantDecidedException;
+import io.sparkguard.spark.store.AtomicStore;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
@@ -26,7 +29,7 @@ public final class Timeline implements Serializable {
   private static final long serialVersionUID = 1L;
 
   public static final String SPARKGUARD_DIR = "_sparkguard";
-  static final String INFLIGHT_KIND = "sparkguard.instant.inflight";
+  public static final String INFLIGHT_KIND = "sparkguard.instant.inflight";
   static final String OUTCOME_KIND = "sparkguard.instant.outcome";
   static final String ROLLEDBACK_KIND = "sparkguard.instant.rolledback";
   static final int VERSION = 1;
@@ -58,7 +61,7 @@ public final class Timeline implements Serializable {
     return new Path(new Path(new Path(table, SPARKGUARD_DIR), "markers"), instant);
   }
 
-  Path file(String instant, String suffix) {
+  public Path file(String instant, String suffix) {
     return new Path(directory(), instant + suffix);
   }
 
@@ -164,7 +167,7 @@ public final class Timeline implements Serializable {
   }
 
   /** {@link #undecided(String)} from {@code listed}, a listing of the timeline already made. */
-  static List<String> undecided(String jobId, List<String> listed) {
+  public static List<String> undecided(String jobId, List<String> listed) {
     java.util.Set<String> names = new java.util.HashSet<>(listed);
     List<String> instants = new java.util.ArrayList<>();
     for (String name : new java.util.TreeSet<>(names)) {
@@ -208,7 +211,7 @@ public final class Timeline implements Serializable {
   }
 
   /** What reads the snapshots for {@link #committedWrite}: called only when it gets there. */
-  interface ViewSource {
+  public interface ViewSource {
     Snapshots.View load() throws IOException;
   }
 
@@ -218,7 +221,7 @@ public final class Timeline implements Serializable {
    * snapshots after {@code listed} was taken (docs/storage-contract.md, "Reading with
    * snapshots": the hot listing comes first).
    */
-  String committedWrite(String jobId, int write, MicroBatch batch, List<String> listed,
+  public String committedWrite(String jobId, int write, MicroBatch batch, List<String> listed,
       ViewSource view) throws IOException {
     java.util.TreeSet<String> names = new java.util.TreeSet<>(listed);
     for (String name : names.descendingSet()) {
@@ -312,7 +315,7 @@ public final class Timeline implements Serializable {
   }
 
   /** The {@code .inflight} document of {@code instant}. */
-  com.fasterxml.jackson.databind.JsonNode inflight(String instant) throws IOException {
+  public com.fasterxml.jackson.databind.JsonNode inflight(String instant) throws IOException {
     return JSON.readTree(store.read(file(instant, ".inflight")));
   }
 
@@ -339,7 +342,7 @@ public final class Timeline implements Serializable {
   }
 
   /** {@code {"kind":..,"version":1,...}} + newline: sorted keys, compact, UTF-8. */
-  static byte[] encode(String kind, Map<String, Object> body) {
+  public static byte[] encode(String kind, Map<String, Object> body) {
     Map<String, Object> document = new TreeMap<>(body);
     document.put("kind", kind);
     document.put("version", VERSION);

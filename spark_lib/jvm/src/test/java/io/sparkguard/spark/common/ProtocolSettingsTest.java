@@ -1,10 +1,10 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.common;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.sparkguard.spark.SparkguardException.ConfigException;
+import io.sparkguard.spark.common.SparkguardException.ConfigException;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 

@@ -1,11 +1,17 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.protocol;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.ForwardingStore;
+import io.sparkguard.spark.store.ObjectStoreAtomicStoreTest;
+import io.sparkguard.spark.timeline.SupersededFiles;
+import io.sparkguard.spark.timeline.Timeline;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.util.LinkedHashMap;
@@ -242,7 +248,7 @@ class ProtocolStepsTest {
       private static final long serialVersionUID = 1L;
 
       @Override
-      void before(String op, Path path) {
+      protected void before(String op, Path path) {
         calls.add(op);
       }
 

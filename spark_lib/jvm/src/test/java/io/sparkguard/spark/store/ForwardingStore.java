@@ -1,19 +1,19 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import java.io.IOException;
 import java.util.List;
 import org.apache.hadoop.fs.Path;
 
 /** Test helper: an {@link AtomicStore} forwarding to another, calling {@link #before} first. */
-abstract class ForwardingStore implements AtomicStore {
+public abstract class ForwardingStore implements AtomicStore {
   private static final long serialVersionUID = 1L;
-  final AtomicStore inner;
+  public final AtomicStore inner;
 
-  ForwardingStore(AtomicStore inner) {
+  protected ForwardingStore(AtomicStore inner) {
     this.inner = inner;
   }
 
-  abstract void before(String op, Path path) throws IOException;
+  protected abstract void before(String op, Path path) throws IOException;
 
   @Override
   public boolean putIfAbsent(Path path, byte[] data) throws IOException {

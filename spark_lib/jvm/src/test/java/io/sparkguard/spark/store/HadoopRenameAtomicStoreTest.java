@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.sparkguard.spark.TestSpark;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;

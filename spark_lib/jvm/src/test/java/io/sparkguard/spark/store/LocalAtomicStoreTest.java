@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;

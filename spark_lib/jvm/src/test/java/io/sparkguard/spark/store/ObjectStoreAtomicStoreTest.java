@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.store;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -6,7 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.TestSpark;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.file.Files;
@@ -22,7 +23,7 @@ import org.junit.jupiter.api.io.TempDir;
  * conditional create instead of racing, it reads a 412 as "exists" and nothing else as that,
  * and its Hadoop configuration travels with it to the executors.
  */
-class ObjectStoreAtomicStoreTest {
+public class ObjectStoreAtomicStoreTest {
 
   /** The local filesystem under another scheme, with or without the conditional capability. */
   public static class FakeStoreFileSystem extends RawLocalFileSystem {

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -7,7 +7,12 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.sparkguard.spark.SparkguardException.InstantDecidedException;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.InstantDecidedException;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.ForwardingStore;
+import io.sparkguard.spark.store.LocalAtomicStore;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -118,7 +123,7 @@ class CompactorTest {
     }
 
     @Override
-    void before(String op, Path path) throws IOException {
+    protected void before(String op, Path path) throws IOException {
       if (budget.decrementAndGet() < 0) {
         throw new IOException("injected crash before " + op + " " + path);
       }

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.store.LocalAtomicStore;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.List;

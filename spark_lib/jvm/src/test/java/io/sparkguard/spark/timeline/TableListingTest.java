@@ -1,10 +1,13 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.store.LocalAtomicStore;
+import io.sparkguard.spark.store.ObjectStoreAtomicStore;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;

@@ -1,7 +1,8 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
-import io.sparkguard.spark.Commits.Commit;
-import io.sparkguard.spark.Commits.DataFile;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.timeline.Commits.Commit;
+import io.sparkguard.spark.timeline.Commits.DataFile;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;

@@ -1,4 +1,4 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
+import io.sparkguard.spark.store.LocalAtomicStore;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.util.ArrayList;

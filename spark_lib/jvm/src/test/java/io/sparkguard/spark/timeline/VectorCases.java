@@ -1,5 +1,6 @@
-package io.sparkguard.spark;
+package io.sparkguard.spark.timeline;
 
+import io.sparkguard.spark.store.LocalAtomicStore;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
