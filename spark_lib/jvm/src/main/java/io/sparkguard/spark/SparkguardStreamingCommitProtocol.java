@@ -235,7 +235,7 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
       throws IOException {
     Path markers = timeline.markerDirectory(instant);
     List<Map<String, Object>> files = new ArrayList<>();
-    Set<String> names = new TreeSet<>(SparkguardCommitProtocol.markedFiles(store, markers));
+    Set<String> names = new TreeSet<>(Timeline.markedFiles(store, markers));
     for (String relative : names) {
       Long size = listed.get(relative);
       if (size != null) {

@@ -1,6 +1,5 @@
 package io.sparkguard.spark.protocol;
 
-import io.sparkguard.spark.SparkguardCommitProtocol;
 import io.sparkguard.spark.common.Concurrently;
 import io.sparkguard.spark.common.ProtocolSettings;
 import io.sparkguard.spark.common.SparkguardException;
@@ -156,7 +155,7 @@ public final class ProtocolSteps {
                 + " task reported " + expected + "; " + notCommitted);
       }
     }
-    Set<String> marked = SparkguardCommitProtocol.markedFiles(store, markers);
+    Set<String> marked = Timeline.markedFiles(store, markers);
     List<Path> targets = new ArrayList<>();
     for (String relative : marked) {
       Path target = new Path(table, relative);
@@ -240,8 +239,7 @@ public final class ProtocolSteps {
       return null;
     }
     for (String other : timeline.undecided(jobId)) {
-      Set<String> theirs =
-          SparkguardCommitProtocol.markedFiles(store, timeline.markerDirectory(other));
+      Set<String> theirs = Timeline.markedFiles(store, timeline.markerDirectory(other));
       if (!other.equals(instant) && !java.util.Collections.disjoint(marked, theirs)) {
         return null;  // O2: a live instant marked one of these names
       }
@@ -344,12 +342,22 @@ public final class ProtocolSteps {
           partitionBy.add(parts[i].substring(0, eq));
         }
       }
-      String format = SparkguardCommitProtocol.formatOf(parts[parts.length - 1]);
+      String format = formatOf(parts[parts.length - 1]);
       if (format != null) {
         extra.put("format", format);
       }
       break;
     }
     extra.put("partitionBy", partitionBy);
+  }
+
+  /** The Spark data source name of a data file, from its extension (null if unknown). */
+  static String formatOf(String fileName) {
+    for (String format : new String[] {"parquet", "orc", "json", "csv", "avro", "txt"}) {
+      if (fileName.endsWith("." + format) || fileName.contains("." + format + ".")) {
+        return format.equals("txt") ? "text" : format;
+      }
+    }
+    return null;
   }
 }

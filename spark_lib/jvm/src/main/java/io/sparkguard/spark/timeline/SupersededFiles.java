@@ -2,7 +2,6 @@ package io.sparkguard.spark.timeline;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.sparkguard.spark.SparkguardCommitProtocol;
 import io.sparkguard.spark.store.AtomicStore;
 import java.io.IOException;
 import java.util.ArrayList;
@@ -67,7 +66,7 @@ public final class SupersededFiles {
     }
     markerDirs.remove(instant);
     for (String other : markerDirs) {
-      keep.addAll(SparkguardCommitProtocol.markedFiles(store, timeline.markerDirectory(other)));
+      keep.addAll(Timeline.markedFiles(store, timeline.markerDirectory(other)));
     }
     String decided = committedAt(store.read(timeline.file(instant, ".outcome")));
     // Hot instants only: a commit decided after this one is not eligible for a snapshot while

@@ -61,6 +61,38 @@ public final class Timeline implements Serializable {
     return new Path(new Path(new Path(table, SPARKGUARD_DIR), "markers"), instant);
   }
 
+  /**
+   * The data files (relative paths) the instant's markers name, in either format: direct
+   * {@code <file>.marker.<IO>} files, and the lines of the sidecar's {@code MARKERS<i>} batch
+   * files (blank lines and a torn last line without its newline are skipped: a torn line is a
+   * marker whose file the task never opened), in the marker directory {@code markers} of
+   * {@code store}.
+   */
+  public static java.util.Set<String> markedFiles(AtomicStore store, Path markers)
+      throws IOException {
+    java.util.Set<String> marked = new java.util.TreeSet<>();
+    for (String file : store.listFiles(markers)) {
+      if (file.matches("MARKERS(0|[1-9][0-9]{0,5})")) {
+        String text = new String(store.read(new Path(markers, file)), StandardCharsets.UTF_8);
+        String[] lines = text.split("\n", -1);
+        for (int i = 0; i < lines.length - 1; i++) {  // the last element follows the last \n
+          addMarker(marked, lines[i].strip());
+        }
+      } else {
+        addMarker(marked, file);
+      }
+    }
+    return marked;
+  }
+
+  private static void addMarker(java.util.Set<String> marked, String name) {
+    for (String io : new String[] {".marker.CREATE", ".marker.MERGE", ".marker.APPEND"}) {
+      if (name.endsWith(io)) {
+        marked.add(name.substring(0, name.length() - io.length()));
+      }
+    }
+  }
+
   public Path file(String instant, String suffix) {
     return new Path(directory(), instant + suffix);
   }
