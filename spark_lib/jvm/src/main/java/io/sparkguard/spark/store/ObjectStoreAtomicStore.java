@@ -503,8 +503,8 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   /**
-   * W7's sizes with one LIST per directory instead of a HEAD per file (the issue's "no
-   * per-file probe where one listing per directory gives the true count"): per directory, one
+   * W7's sizes with one LIST per directory instead of a HEAD per file (no probe per file where
+   * one listing of the directory answers for all its names): per directory, one
    * page of up to 1000 keys from just before its first name (keys sort, so the names of one
    * write are close together). A name up to the page's last key (or anywhere, when the page
    * was the last one) that the page does not hold is absent (-1): S3's listings are strongly
