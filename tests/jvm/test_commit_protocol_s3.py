@@ -170,7 +170,7 @@ def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
     url = f"s3a://{bucket}/t/_sparkguard/timeline/20260101000000000-{JOB}.outcome"
     conf = _conf(s3_server, s3a_jars, f"s3a://{bucket}/journal")
     result = run_job("race_put_if_absent.py", url, "8", conf=conf)
-    assert result["store"] == "io.sparkguard.spark.ObjectStoreAtomicStore"
+    assert result["store"] == "io.sparkguard.spark.store.ObjectStoreAtomicStore"
     assert len(result["winners"]) == 1, result
     assert result["content"] == f"racer-{result['winners'][0]}"
 

@@ -29,7 +29,7 @@ def main() -> None:
         assert jvm is not None
         path = jvm.org.apache.hadoop.fs.Path(url)
         hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        store = jvm.io.sparkguard.spark.AtomicStore.forTable(path, hadoop_conf)
+        store = jvm.io.sparkguard.spark.store.AtomicStore.forTable(path, hadoop_conf)
         start = threading.Barrier(racers)
         won: list[int] = []
         lock = threading.Lock()

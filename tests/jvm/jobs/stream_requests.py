@@ -33,7 +33,7 @@ def main() -> None:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
-        counting = spark.sparkContext._jvm.io.sparkguard.spark.CountingAtomicStore  # type: ignore[union-attr]
+        counting = spark.sparkContext._jvm.io.sparkguard.spark.store.CountingAtomicStore  # type: ignore[union-attr]
         counting.reset()
         stream = (
             spark.readStream.format("rate-micro-batch")

@@ -1,6 +1,7 @@
 package io.sparkguard.spark;
 
-import io.sparkguard.spark.SparkguardException.ConfigException;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException.ConfigException;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;

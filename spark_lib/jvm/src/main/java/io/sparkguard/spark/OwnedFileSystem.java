@@ -1,18 +1,20 @@
 package io.sparkguard.spark;
 
+import io.sparkguard.spark.store.HadoopRenameAtomicStore;
+import io.sparkguard.spark.store.LocalAtomicStore;
 import java.io.ByteArrayInputStream;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.net.URI;
-import java.nio.charset.StandardCharsets;
 import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.StandardOpenOption;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
@@ -99,7 +101,7 @@ public class OwnedFileSystem extends FileSystem {
    * The least buffer of a local data file's stream. Spark hands {@code create} Hadoop's {@code
    * io.file.buffer.size} (4 KiB by default), and Parquet writes a row group as many small
    * pieces (a page header, then its page, ...), so a 26 MiB file took about 3,500 {@code
-   * write} calls; with 1 MiB, about 30. docs/benchmarks.md, "Issue 23: fewer write calls".
+   * write} calls; with 1 MiB, about 30. docs/benchmarks.md, "fewer write calls".
    */
   static final int LOCAL_BUFFER_BYTES = 1 << 20;
 

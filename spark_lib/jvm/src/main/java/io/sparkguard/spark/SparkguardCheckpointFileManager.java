@@ -1,5 +1,7 @@
 package io.sparkguard.spark;
 
+import io.sparkguard.spark.store.AtomicFiles;
+import io.sparkguard.spark.store.AtomicOutput;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import org.apache.hadoop.conf.Configuration;

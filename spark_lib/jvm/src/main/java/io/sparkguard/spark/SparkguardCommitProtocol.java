@@ -1,6 +1,24 @@
 package io.sparkguard.spark;
 
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.protocol.ProtocolSteps;
+import io.sparkguard.spark.protocol.SidecarMarkerClient;
+import io.sparkguard.spark.protocol.WriteCounter;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.CountingAtomicStore;
+import io.sparkguard.spark.store.HadoopRenameAtomicStore;
+import io.sparkguard.spark.store.LocalAtomicStore;
+import io.sparkguard.spark.store.ObjectStoreAtomicStore;
+import io.sparkguard.spark.timeline.Compactor;
+import io.sparkguard.spark.timeline.MicroBatch;
+import io.sparkguard.spark.timeline.OwnerClaims;
+import io.sparkguard.spark.timeline.Snapshots;
+import io.sparkguard.spark.timeline.SupersededFiles;
+import io.sparkguard.spark.timeline.TableListing;
+import io.sparkguard.spark.timeline.Timeline;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
@@ -609,37 +627,6 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     Compactor.afterCommit(store, new Path(path), settings, hotAtSetup + 1);
   }
 
-  /**
-   * The data files (relative paths) the instant's markers name, in either format: direct
-   * {@code <file>.marker.<IO>} files, and the lines of the sidecar's {@code MARKERS<i>} batch
-   * files (blank lines and a torn last line without its newline are skipped: a torn line is a
-   * marker whose file the task never opened), in the marker directory {@code markers} of
-   * {@code store}.
-   */
-  static java.util.Set<String> markedFiles(AtomicStore store, Path markers) throws IOException {
-    java.util.Set<String> marked = new java.util.TreeSet<>();
-    for (String file : store.listFiles(markers)) {
-      if (file.matches("MARKERS(0|[1-9][0-9]{0,5})")) {
-        String text = new String(store.read(new Path(markers, file)), StandardCharsets.UTF_8);
-        String[] lines = text.split("\n", -1);
-        for (int i = 0; i < lines.length - 1; i++) {  // the last element follows the last \n
-          addMarker(marked, lines[i].strip());
-        }
-      } else {
-        addMarker(marked, file);
-      }
-    }
-    return marked;
-  }
-
-  private static void addMarker(java.util.Set<String> marked, String name) {
-    for (String io : new String[] {".marker.CREATE", ".marker.MERGE", ".marker.APPEND"}) {
-      if (name.endsWith(io)) {
-        marked.add(name.substring(0, name.length() - io.length()));
-      }
-    }
-  }
-
   private Map<String, Object> commitExtra(Iterable<String> relativePaths, long rows) {
     Map<String, Object> extra = new TreeMap<>();
     extra.put("operation", operation);
@@ -648,16 +635,6 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     extra.put("protocol", PROTOCOL);
     ProtocolSteps.putLayout(extra, relativePaths);
     return extra;
-  }
-
-  /** The Spark data source name of a data file, from its extension (null if unknown). */
-  static String formatOf(String fileName) {
-    for (String format : new String[] {"parquet", "orc", "json", "csv", "avro", "txt"}) {
-      if (fileName.endsWith("." + format) || fileName.contains("." + format + ".")) {
-        return format.equals("txt") ? "text" : format;
-      }
-    }
-    return null;
   }
 
   /**

@@ -1,6 +1,7 @@
 package io.sparkguard.spark;
 
-import io.sparkguard.spark.SparkguardException.ConfigException;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException.ConfigException;
 import java.io.IOException;
 import java.util.EnumSet;
 import java.util.HashMap;

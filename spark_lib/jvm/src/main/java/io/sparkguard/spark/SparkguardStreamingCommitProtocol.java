@@ -1,7 +1,14 @@
 package io.sparkguard.spark;
 
-import io.sparkguard.spark.SparkguardException.InstantDecidedException;
-import io.sparkguard.spark.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.common.SparkguardException.InstantDecidedException;
+import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
+import io.sparkguard.spark.protocol.ProtocolSteps;
+import io.sparkguard.spark.protocol.SidecarMarkerClient;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.timeline.Compactor;
+import io.sparkguard.spark.timeline.Timeline;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
@@ -228,7 +235,7 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
       throws IOException {
     Path markers = timeline.markerDirectory(instant);
     List<Map<String, Object>> files = new ArrayList<>();
-    Set<String> names = new TreeSet<>(SparkguardCommitProtocol.markedFiles(store, markers));
+    Set<String> names = new TreeSet<>(Timeline.markedFiles(store, markers));
     for (String relative : names) {
       Long size = listed.get(relative);
       if (size != null) {

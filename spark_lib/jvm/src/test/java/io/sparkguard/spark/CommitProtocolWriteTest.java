@@ -7,6 +7,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.protocol.WriteCounter;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.ForwardingStore;
+import io.sparkguard.spark.store.LocalAtomicStore;
+import io.sparkguard.spark.timeline.TableListing;
+import io.sparkguard.spark.timeline.Timeline;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -399,7 +406,7 @@ class CommitProtocolWriteTest {
       private boolean committed;
 
       @Override
-      void before(String op, org.apache.hadoop.fs.Path path) throws IOException {
+      protected void before(String op, org.apache.hadoop.fs.Path path) throws IOException {
         if (!committed && op.equals("putIfAbsent") && path.getName().equals(instant + ".outcome")) {
           committed = true;  // the earlier driver's W9, just before this run's claim
           earlier.commit(instant, List.of(), Map.of("operation", "append"), 0);

@@ -7,6 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.protocol.WriteCounter;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;

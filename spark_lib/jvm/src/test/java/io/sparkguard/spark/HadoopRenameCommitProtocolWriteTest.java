@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.sparkguard.spark.store.AtomicStore;
+import io.sparkguard.spark.store.HadoopRenameAtomicStore;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;

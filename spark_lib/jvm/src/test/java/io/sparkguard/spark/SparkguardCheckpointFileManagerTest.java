@@ -7,6 +7,11 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.store.AtomicFiles;
+import io.sparkguard.spark.store.AtomicOutput;
+import io.sparkguard.spark.store.ConditionalPutAtomicFiles;
+import io.sparkguard.spark.store.RenameAtomicFiles;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;

@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.DataTypes;
  * The local Spark session of the JUnit tests, the UDFs they inject task failures with, and what
  * Spark does to an object it ships to a task (Java serialization).
  */
-final class TestSpark {
+public final class TestSpark {
   private TestSpark() {}
 
   /**
@@ -48,7 +48,8 @@ final class TestSpark {
 
   /** {@code value} after a Java-serialization round trip: the copy a task gets. */
   @SuppressWarnings("unchecked")
-  static <T extends Serializable> T shipped(T value) throws IOException, ClassNotFoundException {
+  public static <T extends Serializable> T shipped(T value)
+      throws IOException, ClassNotFoundException {
     ByteArrayOutputStream bytes = new ByteArrayOutputStream();
     try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
       out.writeObject(value);

@@ -1,0 +1,181 @@
+package io.sparkguard.spark.store;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.util.List;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * The few storage primitives the commit protocol needs, each with the guarantee it must give
+ * (docs/storage-contract.md, "Atomic publication and temp files"). One implementation per kind
+ * of store says how it meets them; everything else in the protocol is built on these.
+ *
+ * <p>Implementations are serializable: the protocol carries its store to the executors.
+ */
+public interface AtomicStore extends Serializable {
+
+  /**
+   * Create {@code path} with {@code data} only if it does not exist. Of several racing creators
+   * exactly one returns {@code true}; the others return {@code false} and publish nothing. The
+   * file is whole or absent at every moment (a crash leaves at most a temp file).
+   */
+  boolean putIfAbsent(Path path, byte[] data) throws IOException;
+
+  /** Create an empty marker file at {@code path} if absent; an existing one is fine (a retry). */
+  void createMarker(Path path) throws IOException;
+
+  /**
+   * Where a task writes the data file that will be published as {@code target}: a temp name in
+   * the same directory on rename stores, so that a reader never sees a partial file under
+   * {@code target}; {@code target} itself on stores where an object appears only when complete.
+   */
+  Path workPath(Path target);
+
+  /**
+   * Make the file written at {@code work} visible as {@code target}, replacing an older file of
+   * that name (a retried attempt or a rerun writes the same name). Atomic: a reader of
+   * {@code target} sees the old file or the new one, never a mix.
+   */
+  void publish(Path work, Path target) throws IOException;
+
+  /**
+   * Whether the job's driver publishes the tasks' data files instead of the tasks themselves
+   * ({@link io.sparkguard.spark.SparkguardCommitProtocol#onTaskCommit}: each task's files as its
+   * commit reaches the driver, in the background; all of them before W7). True where {@link
+   * #publish} is a local fsync and rename: the fsync then overlaps the tasks still running instead
+   * of holding up the task that wrote the file, and a file is still whole or absent under its name
+   * at every moment. The driver sees the tasks' files on such a store (W7 reads their sizes there).
+   */
+  default boolean publishesOnDriver() {
+    return false;
+  }
+
+  /**
+   * Called by a task after the marker and before Spark's writer opens {@link #workPath}{@code
+   * (target)} with {@code create(path, overwrite=false)}: make that create succeed. Nothing on
+   * rename stores (the temp name is fresh); on object stores that probe before creating, delete
+   * an older object of the name (only ever one no committed instant lists).
+   */
+  void prepareWrite(Path target) throws IOException;
+
+  /**
+   * Remove what an unfinished write of {@code target} left: its temp files (rename stores) or
+   * incomplete uploads (object stores); never {@code target} itself. Returns how many.
+   */
+  int deleteLeftovers(Path target) throws IOException;
+
+  /**
+   * {@link #deleteLeftovers(Path)} of every one of {@code targets}, all under {@code dir};
+   * returns how many leftovers were removed. Object stores may find them with one listing.
+   */
+  default int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+    int removed = 0;
+    for (Path target : targets) {
+      removed += deleteLeftovers(target);
+    }
+    return removed;
+  }
+
+  /** The whole content of the file {@code path} (published files are whole, see above). */
+  byte[] read(Path path) throws IOException;
+
+  /** Size in bytes of {@code path}, or -1 when it does not exist. */
+  long size(Path path) throws IOException;
+
+  /**
+   * {@link #size} of each of {@code paths}, in their order. Object stores ask in parallel (one
+   * request each, the latencies overlap).
+   */
+  default long[] sizes(List<Path> paths) throws IOException {
+    long[] sizes = new long[paths.size()];
+    for (int i = 0; i < sizes.length; i++) {
+      sizes[i] = size(paths.get(i));
+    }
+    return sizes;
+  }
+
+  /** Every file under {@code dir}, recursively, as paths relative to {@code dir}; empty if none. */
+  List<String> listFiles(Path dir) throws IOException;
+
+  /** Delete the file {@code path}; true if it existed. */
+  boolean delete(Path path) throws IOException;
+
+  /** Delete {@code dir} and everything under it; missing is fine. */
+  void deleteDirectory(Path dir) throws IOException;
+
+  /**
+   * Replace {@code path} with {@code data} (create or overwrite), atomically: a reader sees the
+   * old file or the new one. For hints nothing depends on ({@code snapshots/LATEST}).
+   */
+  default void overwrite(Path path, byte[] data) throws IOException {
+    overwriteWith(AtomicFiles.forPath(path, new Configuration()), path, data);
+  }
+
+  /** {@link #overwrite} through {@code files}. */
+  static void overwriteWith(AtomicFiles files, Path path, byte[] data) throws IOException {
+    AtomicOutput out = files.create(path, true);
+    try {
+      out.write(data);
+      out.close();
+    } finally {
+      out.cancel();  // no-op after a close that ran
+    }
+  }
+
+  /**
+   * Delete every file of {@code paths} (all in the directory {@code dir}), in the given order;
+   * missing ones are fine. Object stores batch the requests (Hadoop's bulk delete: one request
+   * per page of keys) and may delete a page in any order, so callers that need an order call
+   * this once per step.
+   */
+  default void deleteAll(Path dir, List<Path> paths) throws IOException {
+    for (Path path : paths) {
+      delete(path);
+    }
+  }
+
+  /** The store for a local {@code table} (the journal, tests); see {@link #forTable(Path, Configuration)}. */
+  static AtomicStore forTable(Path table) {
+    return forTable(table, new Configuration());
+  }
+
+  /**
+   * Hadoop setting (tests only): {@code true} makes a {@code file://} table use {@link
+   * HadoopRenameAtomicStore} over Hadoop's local filesystem instead of {@link LocalAtomicStore},
+   * so the HDFS mechanism runs through the same {@code FileContext} API without a cluster; the
+   * checkpoint manager's {@link AtomicFiles#forPath} honours it too ({@link RenameAtomicFiles}).
+   * Off by default; never read for any other scheme. In a Spark session: {@code
+   * spark.hadoop.sparkguard.test.hadoopRenameStoreForLocal=true}.
+   */
+  String FORCE_HADOOP_RENAME_FOR_LOCAL = "sparkguard.test.hadoopRenameStoreForLocal";
+
+  /**
+   * The store for {@code table}, chosen by its scheme: local paths are a rename store on
+   * java.nio ({@link LocalAtomicStore}); {@code hdfs} and {@code viewfs} a rename store through
+   * Hadoop's {@code FileContext} ({@link HadoopRenameAtomicStore}); any other scheme must be an
+   * object store with conditional create ({@link ObjectStoreAtomicStore}), else the write is
+   * refused with a message naming the setting.
+   */
+  static AtomicStore forTable(Path table, Configuration conf) {
+    String scheme = table.toUri().getScheme();
+    if (conf.getBoolean(CountingAtomicStore.KEY, false)) {
+      Configuration plain = new Configuration(conf);
+      plain.setBoolean(CountingAtomicStore.KEY, false);
+      return new CountingAtomicStore(forTable(table, plain));
+    }
+    boolean local = scheme == null || scheme.equals("file");
+    try {
+      if (local && !conf.getBoolean(FORCE_HADOOP_RENAME_FOR_LOCAL, false)) {
+        return new LocalAtomicStore();
+      }
+      if (local || scheme.equals("hdfs") || scheme.equals("viewfs")) {
+        return HadoopRenameAtomicStore.open(table, conf);
+      }
+      return ObjectStoreAtomicStore.open(table, conf);
+    } catch (IOException e) {
+      throw new UncheckedIOException("sparkguard: cannot open the filesystem of " + table, e);
+    }
+  }
+}
