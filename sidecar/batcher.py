@@ -55,8 +55,10 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Final, TypeVar
 
 from sparkguard.sidecar import config, errors, metrics, validation
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import markers, timeline
 
 logger = logging.getLogger(__name__)
 

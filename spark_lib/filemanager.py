@@ -49,7 +49,7 @@ import fsspec
 import fsspec.asyn
 from fsspec.spec import AbstractFileSystem
 
-from sparkguard.spark_lib import errors, paths
+from sparkguard.spark_lib.base import errors, paths
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def _modified_of(entry: Mapping[str, Any]) -> float | None:
 class AtomicStream(abc.ABC):
     """A writable stream whose content becomes visible at its path only on :meth:`close`.
 
-    ``close()`` publishes (and raises :class:`~sparkguard.spark_lib.errors.AlreadyExistsError`
+    ``close()`` publishes (and raises :class:`~sparkguard.spark_lib.base.errors.AlreadyExistsError`
     when ``overwrite=False`` lost a race: nothing is then visible from this writer).
     ``cancel()`` discards everything. Used as a context manager it publishes on a clean exit and
     cancels on an exception. After either, the stream is closed; closing twice is a no-op.
@@ -346,9 +346,9 @@ class FileManager(abc.ABC):
         """Publish ``data`` at ``path`` only if ``path`` still is version ``expected`` (with
         ``None``: only if it does not exist); return the new version.
 
-        Raises :class:`~sparkguard.spark_lib.errors.VersionConflictError` when ``path`` is gone
-        or is another version, :class:`~sparkguard.spark_lib.errors.AlreadyExistsError` when a
-        create finds it, and :class:`~sparkguard.spark_lib.errors.UnsupportedStoreError` where
+        Raises :class:`~sparkguard.spark_lib.base.errors.VersionConflictError` when ``path`` is gone
+        or is another version, :class:`~sparkguard.spark_lib.base.errors.AlreadyExistsError` when a
+        create finds it, and :class:`~sparkguard.spark_lib.base.errors.UnsupportedStoreError` where
         the store has no such write (then :attr:`versioned_writes` is ``False``); in each case
         nothing was published.
         """
@@ -618,7 +618,7 @@ _UNSUPPORTED_ERRNOS: Final = frozenset(
 def rename_exchange(src: str, dst: str) -> None:
     """Swap ``src`` and ``dst`` atomically (``renameat2(RENAME_EXCHANGE)``): both must exist.
 
-    :class:`FileNotFoundError` when either is missing; :class:`~sparkguard.spark_lib.errors.
+    :class:`FileNotFoundError` when either is missing; :class:`~sparkguard.spark_lib.base.errors.
     UnsupportedStoreError` where the kernel or the filesystem has no exchange.
     """
     if _renameat2 is not None:
@@ -1642,7 +1642,7 @@ def check_storage_options(
     unknown keyword arguments, so a misspelt ``endpoint_url`` would be silently ignored.
     An option of another store (S3 credentials while the journal is on local disk and the
     tables on S3: one setting serves both) is left to the locations it is for. Raises
-    :class:`~sparkguard.spark_lib.errors.ConfigError` naming the key and what ``fs_class``
+    :class:`~sparkguard.spark_lib.base.errors.ConfigError` naming the key and what ``fs_class``
     takes."""
     known = storage_option_names(fs_class)
     if known is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import sparkconf
+from sparkguard.spark_lib.spark import sparkconf
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["sparkguard.spark_lib", "sparkguard.sidecar", "sparkguard.operator"]

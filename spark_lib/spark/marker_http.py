@@ -4,16 +4,16 @@ Standard library only (``http.client``): it runs inside Spark executors, where a
 be installed. One kept-alive connection per client, re-opened after any failure. Every call is
 idempotent on the server (a marker created twice is one marker), so failed attempts are retried
 with exponential backoff and full jitter until ``deadline_s``; past it the call raises
-:class:`~sparkguard.spark_lib.errors.MarkerServiceUnavailableError`, naming the endpoint, the
+:class:`~sparkguard.spark_lib.base.errors.MarkerServiceUnavailableError`, naming the endpoint, the
 attempts and the last error. Each attempt's connect and read timeouts are clipped to the time
 left, so a call never outlives its deadline by more than a scheduling hiccup.
 
 Answers 408/429/502/503/504 are retried (``Retry-After`` honoured), and so are connection errors
 (refused, reset, closed): a sidecar that stops answers new markers 503 while it drains, then
 refuses connections until it, or the next one, listens again. Other 4xx/5xx answers raise
-:class:`~sparkguard.spark_lib.errors.MarkerError` carrying the sidecar's message, at once. Among
-them 409: the marker's instant is already committed or rolled back, so the calling task belongs
-to a finished write and must fail before it writes its data file (the message names the
+:class:`~sparkguard.spark_lib.base.errors.MarkerError` carrying the sidecar's message, at once.
+Among them 409: the marker's instant is already committed or rolled back, so the calling task
+belongs to a finished write and must fail before it writes its data file (the message names the
 instant).
 """
 
@@ -29,7 +29,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, markers
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.storage import markers
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ _BACKOFF_CAP_S: Final = 2.0
 
 
 class HttpMarkerClient:
-    """A :class:`~sparkguard.spark_lib.markers.MarkerClient` talking to the marker sidecar.
+    """A :class:`~sparkguard.spark_lib.storage.markers.MarkerClient` talking to the marker sidecar.
 
     ``endpoint`` is the sidecar's base URL (``http://host:port``); ``token`` or ``token_file``
     (read at first use and again after a 401) supplies the bearer token. Thread-safe: calls on

@@ -47,15 +47,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparkguard.spark_lib import (
-    config,
-    errors,
-    faults,
-    filemanager,
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.spark import config, faults
+from sparkguard.spark_lib.storage import (
     journal,
     lifecycle,
     markers,
-    paths,
     reader,
     rollback,
     snapshots,
@@ -786,7 +784,7 @@ class SparkguardDataSource(DataSource):
         return BatchWriter(spec, instant=instant, operation=operation, schema_json=schema.json())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
-        from sparkguard.spark_lib import streaming
+        from sparkguard.spark_lib.spark import streaming
 
         return streaming.stream_writer_for(self, schema, overwrite=overwrite)
 
@@ -893,7 +891,7 @@ class BatchWriter(DataSourceArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        from sparkguard.spark_lib import rollback
+        from sparkguard.spark_lib.storage import rollback
 
         faults.fire(self.spec.faults, faults.Point.ABORT_START)
         manager, table = self.spec.settings.resolve(self.spec.table_url)
@@ -920,8 +918,8 @@ def commit_instant(
 ) -> tuple[timeline.DataFile, ...]:
     """The driver's commit: verify, reconcile against the markers, decide, clean the markers.
 
-    Raises :class:`~sparkguard.spark_lib.errors.InstantDecidedError` when a rollback claimed the
-    instant first (a zombie driver): nothing is published then.
+    Raises :class:`~sparkguard.spark_lib.base.errors.InstantDecidedError` when a rollback claimed
+    the instant first (a zombie driver): nothing is published then.
     """
     faults.fire(spec.faults, faults.Point.COMMIT_START)
     if any(m is None for m in messages):
@@ -949,7 +947,7 @@ def commit_instant(
             keep |= snapshots.job_history(manager, table, spec.settings.job_id).names
             deleted = delete_unlisted(manager, table, unlisted, keep)
             logger.info("commit %s: deleted %d files of failed attempts", instant, deleted)
-        from sparkguard.spark_lib import rollback
+        from sparkguard.spark_lib.storage import rollback
 
         # Late files of this job's rolled-back instants (a zombie task published them after
         # the rollback): gone before this commit (docs/storage-contract.md, "Late files").

@@ -31,7 +31,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, filemanager, formats, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, formats, paths
+from sparkguard.spark_lib.storage import timeline
 
 logger = logging.getLogger(__name__)
 
@@ -355,7 +357,7 @@ def load_commits(manager: filemanager.FileManager, table: str) -> list[Commit]:
     cover (docs/storage-contract.md, "Reading with snapshots"), so its cost does not grow with
     the table's history.
     """
-    from sparkguard.spark_lib import snapshots
+    from sparkguard.spark_lib.storage import snapshots
 
     return snapshots.load_commits(manager, table)
 

@@ -17,8 +17,8 @@ files or incomplete uploads a killed writer of those names left), then the marke
   commit lists: the name is kept (its content is the last complete write of that name).
 * A torn last line of a ``MARKERS<i>`` file is tolerated (its file is looked up by name prefix
   in one directory and reported as a warning); other damage raises one
-  :class:`~sparkguard.spark_lib.errors.CorruptFileError` naming the file, the instant and the fix,
-  after every other instant was handled; the instant stays resumable.
+  :class:`~sparkguard.spark_lib.base.errors.CorruptFileError` naming the file, the instant and
+  the fix, after every other instant was handled; the instant stays resumable.
 * Stream marker directories of the job (``_sparkguard/streams/<jobId>/markers``) are handled the
   same way, with the batch's slot in the stream log as the decision (see ``reader.StreamLog``).
 
@@ -36,19 +36,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NoReturn
 
-from sparkguard.spark_lib import (
-    errors,
-    filemanager,
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.storage import journal as job_journal
+from sparkguard.spark_lib.storage import (
     lifecycle,
     markers,
     owners,
-    paths,
     reader,
     sinklog,
     snapshots,
     timeline,
 )
-from sparkguard.spark_lib import journal as job_journal
 
 logger = logging.getLogger(__name__)
 
@@ -735,7 +734,7 @@ def roll_back_before_write(
     """Before a write of ``job_id`` by ``owner``: roll back this owner's undecided instants of
     the job on the table (an earlier attempt's leftovers; this also fences that attempt).
 
-    Raises :class:`~sparkguard.spark_lib.errors.OwnerConflictError` when another owner has an
+    Raises :class:`~sparkguard.spark_lib.base.errors.OwnerConflictError` when another owner has an
     undecided instant of the same job here: both would write the same file names. Instants
     whose operation is in ``skip_operations`` are ignored.
     """
@@ -815,7 +814,7 @@ def confirm_sole_writer(
     sure no other owner writes this job on the table at the same time.
 
     Backs off (rolls ``instant`` back, then raises
-    :class:`~sparkguard.spark_lib.errors.OwnerConflictError`) when another owner claimed the
+    :class:`~sparkguard.spark_lib.base.errors.OwnerConflictError`) when another owner claimed the
     job after this writer did, or when an instant of another owner that appeared since
     :func:`guard_write` committed or stays undecided for ``settle_timeout`` seconds. Of writers
     racing to start, at least one backs off whenever two would write; nothing was written yet.

@@ -119,7 +119,7 @@ def test_dockerignore_keeps_host_build_outputs_out() -> None:
     for path in [
         "spark_lib/jvm/pom.xml",
         "spark_lib/jvm/src/main/java/io/sparkguard/spark/BuildInfo.java",
-        "spark_lib/writer.py",
+        "spark_lib/spark/writer.py",
         "scripts/image-build-jar.sh",
         "scripts/build-jvm.sh",
         "constraints.txt",

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import bundle, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.tools import bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from sparkguard.sidecar import app, config
-from sparkguard.spark_lib import errors, filemanager, marker_http, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import marker_http
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under
 
 

@@ -13,8 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkguard.sidecar import app, batcher, config, errors, metrics, validation
-from sparkguard.spark_lib import filemanager, markers, timeline
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers, timeline
 from tests.sidecar.conftest import AUTH, TOKEN, marker_dir_under
 
 Client = TestClient[Any, Any]

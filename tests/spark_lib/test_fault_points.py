@@ -1,4 +1,4 @@
-"""The fault registry (spark_lib/faults.py): complete, covered by tests, off by default.
+"""The fault registry (spark_lib/spark/faults.py): complete, covered by tests, off by default.
 
 * every point the code fires is a registry member, and every member is fired somewhere;
 * every member has a test that injects it on local disk and one on the S3 server (read from
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import errors, faults
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import faults
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_SUITES = (

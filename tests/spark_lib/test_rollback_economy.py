@@ -18,7 +18,9 @@ import s3fs
 from aiobotocore.client import AioBaseClient
 from fsspec.asyn import sync_wrapper
 
-from sparkguard.spark_lib import filemanager, journal, markers, paths, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import journal, markers, rollback, timeline
 from tests.support import s3server
 
 JOB = "failed-job"

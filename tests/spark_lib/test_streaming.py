@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import faults, rollback, writer
+from sparkguard.spark_lib.spark import faults, writer
+from sparkguard.spark_lib.storage import rollback
 from tests.spark_lib.conftest import Store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,

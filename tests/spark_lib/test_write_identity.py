@@ -21,15 +21,11 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import (
-    commands,
-    filemanager,
-    formats,
-    reader,
-    rollback,
-    timeline,
-    writer,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import formats
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import reader, rollback, timeline
+from sparkguard.spark_lib.tools import commands
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
@@ -42,7 +38,7 @@ from tests.support.process import kill_session
 
 __all__ = ["spark"]
 
-#: the switch of the test-only fault hook (spark_lib/faults.py; option "sparkguard.faults")
+#: the switch of the test-only fault hook (spark_lib/spark/faults.py; option "sparkguard.faults")
 FAULTS_ENV = "SPARKGUARD_ENABLE_FAULTS"
 FIRST = range(2000)
 SECOND = range(2000, 3500)

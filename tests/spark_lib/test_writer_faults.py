@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import faults, rollback, writer
+from sparkguard.spark_lib.spark import faults, writer
+from sparkguard.spark_lib.storage import rollback
 from tests.spark_lib.conftest import Store, make_store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,

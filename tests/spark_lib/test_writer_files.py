@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import config, faults, filemanager, markers, writer
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark import config, faults, writer
+from sparkguard.spark_lib.storage import markers
 
 
 def _batches(count: int, rows: int) -> list[pa.RecordBatch]:
