@@ -95,7 +95,7 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
         "sparkguard/__init__.py",
         "sparkguard/cli.py",
         "sparkguard/py.typed",
-        "sparkguard/spark_lib/filemanager.py",
+        "sparkguard/spark_lib/filemanager/__init__.py",
         "sparkguard/spark_lib/py.typed",
         "sparkguard/sidecar/__init__.py",
         "sparkguard/sidecar/py.typed",

@@ -197,12 +197,12 @@ def test_argument_errors_are_one_line_pointing_to_help(
 def _failing_writes(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
     """Every byte the local file manager writes from now on fails with ``error`` (as
     ``os.write`` does: the error names no file)."""
-    from sparkguard.spark_lib import filemanager
+    from sparkguard.spark_lib.filemanager import rename
 
     def fail(self: object, data: object) -> None:
         raise error
 
-    monkeypatch.setattr(filemanager._LocalAtomicStream, "_write", fail)
+    monkeypatch.setattr(rename._LocalAtomicStream, "_write", fail)
 
 
 def _failed_rollback(
