@@ -1,0 +1,10 @@
+"""Deprecated alias of :mod:`sparkguard.spark_lib.spark.writer`: import that module instead."""
+
+from typing import TYPE_CHECKING
+
+from sparkguard.spark_lib import _deprecated_alias
+
+if TYPE_CHECKING:
+    from sparkguard.spark_lib.spark.writer import *  # noqa: F403
+
+_deprecated_alias(__name__, "sparkguard.spark_lib.spark.writer")
