@@ -33,7 +33,7 @@ STORES = ("local", "s3")
 def test_every_point_the_code_fires_is_registered_and_every_registered_point_fires() -> None:
     used: set[str] = set()
     values = {point.value for point in faults.Point}
-    for source in sorted((REPO / "spark_lib").glob("*.py")):
+    for source in sorted((REPO / "spark_lib").rglob("*.py")):  # subpackages included
         text = source.read_text()
         # A point spelled as a string (the demo's fault list) must be a registered one.
         for spelled in re.findall(r"[\"'](task:[a-z-]+|driver:[a-z-]+|commit:[a-z-]+)[\"']", text):
