@@ -42,7 +42,8 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside t
 
 from _common import log, percentile, proxied_s3, rotated
 
-from sparkguard.spark_lib import filemanager, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import paths
 from tests.support import s3server
 
 Writer = Callable[[str, bytes], None]  # (name, payload) -> None
@@ -156,7 +157,7 @@ def operation(r: dict[str, Any]) -> str:
 def main_jvm(*, quick: bool) -> None:
     import boto3
 
-    from sparkguard.spark_lib import sparkconf
+    from sparkguard.spark_lib.spark import sparkconf
     from tests.jvm import s3a
 
     batches, rounds = (12, 1) if quick else (30, 2)

@@ -124,7 +124,7 @@ def fetch_jars() -> Path:
 def mode_conf(kind: str, job_id: str, *, jar: str) -> dict[str, str | None]:
     """Session conf for one write of ``kind`` (``None``: unset the key); ``jar`` is sparkguard's
     jar, already on the session's classpath (so ``spark.jars`` is not part of the result)."""
-    from sparkguard.spark_lib import sparkconf
+    from sparkguard.spark_lib.spark import sparkconf
 
     sparkguard_keys = dict.fromkeys(
         k for k in sparkconf.build_spark_conf(job_id, jar=jar) if k.startswith("spark.sparkguard.")
@@ -406,7 +406,7 @@ def main() -> int:
         args.storage, (args.storage,)
     )
 
-    from sparkguard.spark_lib import sparkconf
+    from sparkguard.spark_lib.spark import sparkconf
 
     jars = [str(sparkconf.jar_path())]
     if "s3" in storages:
@@ -454,7 +454,7 @@ def build_session(
     )
     # Hadoop settings of sparkguard's conf take effect at launch (a job started with the conf of
     # `sparkguard spark-conf` has them from its start), not when a write sets them.
-    from sparkguard.spark_lib import sparkconf
+    from sparkguard.spark_lib.spark import sparkconf
 
     for key, value in sparkconf.build_spark_conf("bench", jar=jars[0]).items():
         if key.startswith("spark.hadoop."):

@@ -85,8 +85,9 @@ from _common import (
 )
 
 from sparkguard.sidecar import config as sidecar_config
-from sparkguard.spark_lib import filemanager, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 
 TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a local benchmark
 INSTANT = "20261122120000000-bench"

@@ -47,7 +47,9 @@ os.environ.setdefault("PYTHONSAFEPATH", "1")
 
 from _common import log, proxied_s3, proxy_call, rotated
 
-from sparkguard.spark_lib import filemanager, formats, journal, markers, paths, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import formats, paths
+from sparkguard.spark_lib.storage import journal, markers, rollback, timeline
 
 PER_INSTANT = 100
 DIRS = 100

@@ -27,7 +27,7 @@ from _common import REPO, log, proxied_s3
 
 sys.path.append(str(REPO))  # appended: never shadow the stdlib
 
-from sparkguard.spark_lib import sparkconf
+from sparkguard.spark_lib.spark import sparkconf
 from tests.jvm import s3a
 
 

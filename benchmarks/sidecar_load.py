@@ -24,8 +24,9 @@ sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # _common, beside t
 
 from _common import free_port, log, metric, process, rss_kib, wait_http
 
-from sparkguard.spark_lib import filemanager, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 
 TOKEN = "bench-token"  # noqa: S105 - a throwaway token for a local benchmark
 INSTANT = "20261122120000000-bench"

@@ -46,18 +46,10 @@ os.environ.setdefault("PYTHONSAFEPATH", "1")
 
 from _common import log, proxied_s3
 
-from sparkguard.spark_lib import (
-    config,
-    filemanager,
-    formats,
-    markers,
-    paths,
-    reader,
-    rollback,
-    snapshots,
-    timeline,
-    writer,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import formats, paths
+from sparkguard.spark_lib.spark import config, writer
+from sparkguard.spark_lib.storage import markers, reader, rollback, snapshots, timeline
 
 JOBS = 10
 #: spark.sparkguard.timeline.snapshotEvery for the build and the measured write (--snapshot-every)

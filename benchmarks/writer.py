@@ -146,7 +146,7 @@ def row_groups(rows: int) -> int:
 
 def require_jvm_front(spark: Any) -> None:
     """Stop unless ``format("sparkguard")`` is the JVM front in ``spark``."""
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib.spark import writer
 
     if not writer.jvm_front_available(spark):
         raise SystemExit(
@@ -211,7 +211,7 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
-    from sparkguard.spark_lib import sparkconf, writer
+    from sparkguard.spark_lib.spark import sparkconf, writer
 
     builder = (
         SparkSession.builder.master("local[2]")

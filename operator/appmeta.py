@@ -40,8 +40,8 @@ from typing import Any, Final
 
 from sparkguard.operator import config as config_
 from sparkguard.operator import durations
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import timeline
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.storage import timeline
 
 PREFIX: Final = "sparkguard.io/"
 

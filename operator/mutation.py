@@ -14,8 +14,8 @@ The additions (see docs/operator.md)::
     metadata.labels       sparkguard.io/job-id-hash (to find the apps that use a job id)
     spec.volumes, volumeMounts, PYTHONPATH  the library (and the sidecar token) in every pod
     spec.sparkConf        the JVM layer (unless ``sparkguard.io/jvm-layer: "false"``): what
-                          :func:`sparkguard.spark_lib.sparkconf.build_spark_conf` returns, e.g.
-                          spark.sql.sources.commitProtocolClass, and the bundle's jar
+                          :func:`sparkguard.spark_lib.spark.sparkconf.build_spark_conf`
+                          returns, e.g. spark.sql.sources.commitProtocolClass, and the bundle's jar
                           (``local://``) appended to spark.jars (and to spec.deps.jars when set)
 
 That is a Kubeflow app (``sparkoperator.k8s.io/v1beta2``). An Apache Spark operator app
@@ -46,8 +46,9 @@ from typing import Any, Final
 
 from sparkguard.operator import appmeta, errors, finalizers
 from sparkguard.operator import config as config_
-from sparkguard.spark_lib import bundle, sparkconf
-from sparkguard.spark_lib import errors as lib_errors
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.tools import bundle
 
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"

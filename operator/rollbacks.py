@@ -1,6 +1,6 @@
 """The bridge to the library's rollback, and storage credentials from a Secret.
 
-``sparkguard.spark_lib.rollback.rollback_job`` is imported lazily, on first use, so the
+``sparkguard.spark_lib.storage.rollback.rollback_job`` is imported lazily, on first use, so the
 operator starts (and its tests run) with any rollback function injected instead.
 """
 
@@ -33,7 +33,7 @@ class RollbackSummary(Protocol):
 
 
 class RollbackFn(Protocol):
-    """The signature of ``sparkguard.spark_lib.rollback.rollback_job`` (blocking I/O)."""
+    """The signature of ``sparkguard.spark_lib.storage.rollback.rollback_job`` (blocking I/O)."""
 
     def __call__(
         self,
@@ -64,11 +64,11 @@ def rollback_job(
     imported (an operator image built without it).
     """
     try:
-        from sparkguard.spark_lib import rollback
+        from sparkguard.spark_lib.storage import rollback
     except ImportError as exc:
         raise errors.RollbackUnavailableError(
-            f"cannot import sparkguard.spark_lib.rollback ({exc}); install a sparkguard build "
-            "that includes the library's rollback"
+            f"cannot import sparkguard.spark_lib.storage.rollback ({exc}); install a sparkguard "
+            "build that includes the library's rollback"
         ) from exc
     # owner=None is the library's default owner: passed only when the app has one.
     by_owner: dict[str, Any] = {"owner": owner} if owner is not None else {}

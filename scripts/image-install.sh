@@ -26,10 +26,13 @@ case "$phase" in
     stub=$(mktemp -d)
     cp "$src/pyproject.toml" "$src/constraints.txt" "$stub/"
     : > "$stub/README.md"
-    for pkg in "" /spark_lib /sidecar /operator; do
-      mkdir -p "$stub/src/sparkguard$pkg" && : > "$stub/src/sparkguard$pkg/__init__.py"
+    # An empty folder for every package pyproject.toml declares (spark_lib's subpackages and
+    # the data-only jars included): setuptools refuses a declared package without its folder.
+    python3 -c 'import sys, tomllib
+for name in tomllib.load(open(sys.argv[1], "rb"))["tool"]["setuptools"]["packages"]:
+    print(name.replace(".", "/"))' "$stub/pyproject.toml" | while read -r pkg; do
+      mkdir -p "$stub/src/$pkg" && : > "$stub/src/$pkg/__init__.py"
     done
-    mkdir -p "$stub/src/sparkguard/spark_lib/jars"  # a declared (data-only) package
     "$venv/bin/pip" install --disable-pip-version-check -q -c "$stub/constraints.txt" "$stub[$extras]"
     "$venv/bin/pip" uninstall -q -y sparkguard
     rm -rf "$stub"

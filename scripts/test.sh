@@ -49,7 +49,10 @@ layout=.cache/importlint
 rm -rf "$layout" && mkdir -p "$layout/sparkguard"
 cp src/sparkguard/*.py "$layout/sparkguard/"
 for pkg in spark_lib sidecar operator; do
-  mkdir -p "$layout/sparkguard/$pkg" && cp "$pkg"/*.py "$layout/sparkguard/$pkg/"
+  # Every module, subpackages included (spark_lib/storage/, ...); not the JVM module's tree.
+  mkdir -p "$layout/sparkguard/$pkg"
+  (cd "$pkg" && find . -name '*.py' -not -path './jvm/*' -not -path '*/__pycache__/*' \
+    -exec cp --parents -t "../$layout/sparkguard/$pkg/" {} +)
 done
 # Run from inside the layout: lint-imports puts the cwd first on sys.path.
 (cd "$layout" && PYTHONPATH="$PWD" lint-imports --no-cache --config ../../.importlinter)

@@ -20,7 +20,7 @@ import prometheus_client
 from aiohttp import http_exceptions, web
 
 from sparkguard.sidecar import batcher, config, errors, metrics, validation
-from sparkguard.spark_lib import markers
+from sparkguard.spark_lib.storage import markers
 
 logger = logging.getLogger(__name__)
 

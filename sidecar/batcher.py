@@ -56,8 +56,10 @@ from sparkguard.sidecar import (
     outcomes,
     validation,
 )
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import markers
 
 logger = logging.getLogger(__name__)
 

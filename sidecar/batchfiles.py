@@ -17,8 +17,10 @@ import re
 from typing import Final
 
 from sparkguard.sidecar import errors
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import markers
 
 logger = logging.getLogger(__name__)
 

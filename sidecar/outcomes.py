@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 
-from sparkguard.spark_lib import filemanager, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import timeline
 
 
 def outcome_path(marker_dir_path: str, instant: str) -> str:

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Final
 
 from sparkguard.sidecar import errors
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import markers, paths, timeline
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import markers, timeline
 
 MAX_DIR_LENGTH: Final = 2048
 #: S3's (and GCS's) limit on an object key, in UTF-8 bytes

@@ -22,7 +22,7 @@ _LITTER = run_tmp.LitterCheck(RUN_TMP) if RUN_TMP.owned else None
 # Spark's Python workers run `python -m pyspark.daemon` in the driver's cwd; the repo's
 # top-level operator/ folder would shadow the stdlib module there. Never prepend the cwd.
 os.environ["PYTHONSAFEPATH"] = "1"
-# The writer's test-only fault hook (spark_lib/faults.py) is refused without this switch; the
+# The writer's test-only fault hook (spark_lib/spark/faults.py) is refused without this switch; the
 # Spark JVMs and Python workers the tests start inherit it.
 os.environ["SPARKGUARD_ENABLE_FAULTS"] = "1"
 # Every Spark driver a test starts (in-process sessions, job processes, the stand-in's drivers)

@@ -10,13 +10,15 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import sparkconf
+from sparkguard.spark_lib.spark import sparkconf
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["sparkguard.spark_lib", "sparkguard.sidecar", "sparkguard.operator"]
@@ -38,6 +40,45 @@ PROBE = (
     "print(*[r.files(m).joinpath('py.typed').is_file() for m in names]);"
     "print(r.files('sparkguard.spark_lib').joinpath('jars/sparkguard-spark.jar'))"
 )
+
+
+#: Imports every module of the library from wherever ``sparkguard`` is installed (pkgutil walks
+#: the subpackages) and prints each module's name and file.
+MODULES_PROBE = (
+    "import importlib, pkgutil, warnings, sparkguard.spark_lib as lib;"
+    "warnings.simplefilter('ignore', DeprecationWarning);"  # the old flat paths' aliases
+    "infos = pkgutil.walk_packages(lib.__path__, 'sparkguard.spark_lib.');"
+    "[print(i.name, importlib.import_module(i.name).__file__) for i in infos]"
+)
+
+
+def _library_modules() -> set[str]:
+    """Every module of spark_lib in the checkout (subpackages included, not the JVM module)."""
+    source = ROOT / "spark_lib"
+    names = set()
+    for path in source.rglob("*.py"):
+        parts = path.relative_to(source).with_suffix("").parts
+        if "jvm" in parts:
+            continue
+        names.add(".".join(("sparkguard", "spark_lib", *parts)).removesuffix(".__init__"))
+    return names - {"sparkguard.spark_lib"}
+
+
+def _declared_packages() -> list[str]:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        return list(tomllib.load(handle)["tool"]["setuptools"]["packages"])
+
+
+def test_pyproject_declares_every_subpackage_of_the_library() -> None:
+    """``packages`` is an explicit list: a subpackage of spark_lib left out of it would be
+    missing from the wheel and the image while every test of the checkout passes."""
+    on_disk = {
+        ".".join(("sparkguard", *p.parent.relative_to(ROOT).parts))
+        for p in (ROOT / "spark_lib").rglob("__init__.py")
+        if "jvm" not in p.parts
+    }
+    assert {"sparkguard.spark_lib.storage", "sparkguard.spark_lib.filemanager"} <= on_disk
+    assert on_disk <= set(_declared_packages())
 
 
 def _setuptools_warnings(output: str) -> list[str]:
@@ -92,14 +133,12 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
     (wheel,) = dist.glob("sparkguard-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in [
-        "sparkguard/__init__.py",
+        # every declared package but the data-only jars/: spark_lib's subpackages included
+        *(f"{n.replace('.', '/')}/__init__.py" for n in _declared_packages() if "jars" not in n),
         "sparkguard/cli.py",
         "sparkguard/py.typed",
-        "sparkguard/spark_lib/filemanager.py",
         "sparkguard/spark_lib/py.typed",
-        "sparkguard/sidecar/__init__.py",
         "sparkguard/sidecar/py.typed",
-        "sparkguard/operator/__init__.py",
         "sparkguard/operator/py.typed",
         JAR_IN_WHEEL,
     ]:
@@ -124,6 +163,19 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
     assert "site-packages/sparkguard/operator/__init__.py" in files
     assert typed == "True True True True"
     assert jar.endswith(f"site-packages/{JAR_IN_WHEEL}")  # the helper finds the installed jar
+
+    # Every module of the library, subpackages included, imports from the wheel. The bare venv
+    # lacks the library's dependencies (fsspec, pyarrow, pyspark): a .pth lends it those of
+    # the running venv, appended after the wheel's site-packages (that directory's own .pth
+    # files, among them the editable install's, are not read).
+    (site,) = (env_dir / "lib").glob("python3*/site-packages")
+    (site / "lent-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    imported = subprocess.run(
+        [python, "-c", MODULES_PROBE], check=True, capture_output=True, text=True, cwd=tmp_path
+    ).stdout
+    where = dict(line.split(" ", 1) for line in imported.splitlines())
+    assert set(where) == _library_modules()
+    assert all(f"{site}/sparkguard/spark_lib/" in file for file in where.values()), where
 
 
 @pytest.mark.slow

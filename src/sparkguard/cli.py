@@ -40,7 +40,7 @@ class Subcommand:
 
 SUBCOMMANDS: Final[dict[str, Subcommand]] = {
     "demo": Subcommand(
-        "sparkguard.spark_lib.demo",
+        "sparkguard.spark_lib.tools.demo",
         "run the local exactly-once demonstration",
         """\
 A failing Spark job, recovered exactly once, on your machine.
@@ -59,7 +59,7 @@ layer's jar (scripts/demo.sh builds it); takes about a minute on 2 cores.""",
         "exit status: 0 every check passed, 1 a check failed, 2 bad input",
     ),
     "rollback": Subcommand(
-        "sparkguard.spark_lib.commands",
+        "sparkguard.spark_lib.tools.commands",
         "roll back what a job left uncommitted, on every table its journal names",
         f"""\
 Roll back what a failed job left uncommitted, on every table its journal names.
@@ -72,7 +72,7 @@ second run resumes an interrupted one and removes files written late.
 {STORAGE_ENV}""",
     ),
     "inspect": Subcommand(
-        "sparkguard.spark_lib.commands",
+        "sparkguard.spark_lib.tools.commands",
         "show a table's writes, their states and files",
         f"""\
 Show a table's writes (instants): job, state, operation, files, bytes, rows and
@@ -82,7 +82,7 @@ and rows a reader sees. --archived also lists the writes the archive holds.
 {STORAGE_ENV}""",
     ),
     "compact": Subcommand(
-        "sparkguard.spark_lib.commands",
+        "sparkguard.spark_lib.tools.commands",
         "snapshot a table's timeline and archive its settled instants",
         f"""\
 Write a snapshot of a table's timeline (the committed state its settled writes
@@ -107,7 +107,7 @@ environment variables; the flags override them. docs/sidecar.md describes every
 setting and route.""",
     ),
     "bundle": Subcommand(
-        "sparkguard.spark_lib.bundle",
+        "sparkguard.spark_lib.tools.bundle",
         "copy the library into a directory for Spark",
         """\
 Copy sparkguard's Spark library (pure Python: sparkguard and fsspec) into a
@@ -119,7 +119,7 @@ backend of your store (s3fs for S3). The operator runs this command in an
 initContainer of every guarded application.""",
     ),
     "spark-conf": Subcommand(
-        "sparkguard.spark_lib.sparkconf",
+        "sparkguard.spark_lib.spark.sparkconf",
         "print the Spark conf that guards an unchanged job (JVM commit protocol)",
         """\
 Print the Spark conf that routes every file write of a job (df.write.parquet,
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # storage: where, why and what to do, whatever the command
-        from sparkguard.spark_lib import errors
+        from sparkguard.spark_lib.base import errors
 
         retry = f"run 'sparkguard {args.command}' again"
         print(

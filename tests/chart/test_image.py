@@ -119,7 +119,7 @@ def test_dockerignore_keeps_host_build_outputs_out() -> None:
     for path in [
         "spark_lib/jvm/pom.xml",
         "spark_lib/jvm/src/main/java/io/sparkguard/spark/BuildInfo.java",
-        "spark_lib/writer.py",
+        "spark_lib/spark/writer.py",
         "scripts/image-build-jar.sh",
         "scripts/build-jvm.sh",
         "constraints.txt",
@@ -214,7 +214,7 @@ def test_image_install_steps_give_working_entrypoints(tmp_path: Path) -> None:
             "-S",
             "-c",
             "import sys; sys.path.insert(0, sys.argv[1]);"
-            "import sparkguard.spark_lib.filemanager as f; print(f.__file__)",
+            "import sparkguard.spark_lib.storage.rollback as f; print(f.__file__)",
             str(bundle),
         ],
         capture_output=True,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import reader, timeline
+from sparkguard.spark_lib.storage import reader, timeline
 from tests.chart import operator_harness as harness
 from tests.e2e.standin import StandInSparkOperator
 from tests.e2e.test_recovery_scenario import ChartOperator, installed_chart_operator

@@ -606,7 +606,7 @@ class Kubelet:
                 if kill else ""
             )  # fmt: skip
             argv = [
-                sys.executable, "-m", "sparkguard.spark_lib.demo_job",
+                sys.executable, "-m", "sparkguard.spark_lib.tools.demo_job",
                 "--table", self.table, "--rows", str(self.rows),
                 "--partitions", str(self.partitions),
                 "--job-id", conf["spark.sparkguard.jobId"],

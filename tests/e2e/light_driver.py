@@ -87,7 +87,8 @@ def _driver(argv: list[str]) -> int:
     from pyspark import cloudpickle
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from sparkguard.spark_lib import timeline, writer
+    from sparkguard.spark_lib.spark import writer
+    from sparkguard.spark_lib.storage import timeline
 
     conf = json.loads(argv[0])
     table, rows, partitions = argv[1], int(argv[2]), int(argv[3])
@@ -140,7 +141,7 @@ def _driver(argv: list[str]) -> int:
 def _stream(argv: list[str]) -> int:
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib.spark import writer
 
     conf = json.loads(argv[0])
     table, rows, partitions = argv[1], int(argv[2]), int(argv[3])
@@ -176,7 +177,7 @@ def _stream(argv: list[str]) -> int:
 def _executor(argv: list[str]) -> int:
     from pyspark import cloudpickle
 
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib.spark import writer
 
     # SIGTERM (the pod's deletion) ends the task like an exception: an open file is cancelled.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 
 from sparkguard.operator import appmeta
-from sparkguard.spark_lib import timeline
+from sparkguard.spark_lib.storage import timeline
 from tests.chart import operator_harness as harness
 from tests.e2e import apache_standin as apache
 from tests.e2e.conftest import LIGHT_ROWS, leftovers, rows_once, states_of

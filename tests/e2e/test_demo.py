@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import demo, filemanager, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.storage import rollback, timeline
+from sparkguard.spark_lib.tools import demo
 from tests.support import s3server
 
 pytestmark = pytest.mark.spark

@@ -28,7 +28,7 @@ from typing import Any, Final
 import pytest
 
 from sparkguard.operator import appmeta
-from sparkguard.spark_lib import timeline
+from sparkguard.spark_lib.storage import timeline
 from tests.e2e.conftest import leftovers, light_standin, rows_once, serve_until, states_of
 from tests.e2e.test_recovery_scenario import ChartOperator
 from tests.operator.apps import spark_app

@@ -39,7 +39,9 @@ import pytest
 from kubernetes import client
 
 from sparkguard.operator import appmeta, mutation
-from sparkguard.spark_lib import bundle, reader, sparkconf, timeline
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader, timeline
+from sparkguard.spark_lib.tools import bundle
 from tests.chart import operator_harness as harness
 from tests.e2e.standin import StandInSparkOperator
 from tests.kubebench.bench import KubeBench
@@ -53,7 +55,7 @@ class RealRollback:
     """The library's rollback, recording its summaries (the operator calls it in a thread)."""
 
     def __init__(self) -> None:
-        from sparkguard.spark_lib import rollback
+        from sparkguard.spark_lib.storage import rollback
 
         self._rollback = rollback
         self.summaries: list[dict[str, Any]] = []

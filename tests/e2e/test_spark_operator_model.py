@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from sparkguard.operator import appmeta, finalizers
-from sparkguard.spark_lib import timeline
+from sparkguard.spark_lib.storage import timeline
 from tests.e2e import standin as standin_
 from tests.e2e.conftest import (
     LIGHT_ROWS,

@@ -169,7 +169,7 @@ def rollback_as_init_container(
     restart (``--allow-missing-journal``: a kill before the first journal entry leaves none);
     returns its ``--json`` summary, failing the test unless it exits 0."""
     from sparkguard import cli
-    from sparkguard.spark_lib import commands
+    from sparkguard.spark_lib.tools import commands
 
     monkeypatch.setenv(commands.STORAGE_ENV, json.dumps(storage_options))
     capsys.readouterr()

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sparkguard.spark_lib import sparkconf
+from sparkguard.spark_lib.spark import sparkconf
 from tests.jvm.conftest import run_job
 
 JOB = "stream-cost"

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import filemanager, sparkconf
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark import sparkconf
 from tests.jvm import s3a, stores
 from tests.jvm.conftest import JOBS, job_env, run_job
 from tests.support import hdfs, s3server

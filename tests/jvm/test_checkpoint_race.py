@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import sparkconf
+from sparkguard.spark_lib.spark import sparkconf
 from tests.jvm import stores
 from tests.jvm.conftest import run_job
 from tests.jvm.test_checkpoint_manager import (

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparkguard import cli
-from sparkguard.spark_lib import reader, rollback, sparkconf, timeline
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader, rollback, timeline
 from tests.jvm.conftest import marker_sidecar, run_job
 
 pytestmark = pytest.mark.spark

@@ -25,7 +25,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from sparkguard.spark_lib import reader, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader
 from tests.jvm import conftest, stores
 from tests.jvm.conftest import job_command, kill_when, rollback_as_init_container, run_job
 

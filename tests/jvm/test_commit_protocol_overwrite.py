@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkguard import cli
-from sparkguard.spark_lib import reader, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader
 from tests.jvm.conftest import job_command, job_env, run_job
 from tests.support.process import kill_session
 

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from sparkguard import cli
-from sparkguard.spark_lib import commands, filemanager, reader, rollback, sparkconf, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader, rollback, timeline
+from sparkguard.spark_lib.tools import commands
 from tests.jvm import conftest, s3a
 from tests.support import s3server
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import reader, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader
 from tests.jvm.conftest import run_job
 
 pytestmark = pytest.mark.spark

@@ -27,7 +27,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from sparkguard.spark_lib import reader, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader
 from tests.jvm import s3a
 from tests.jvm.conftest import job_command, kill_when, rollback_as_init_container, run_job
 from tests.jvm.test_checkpoint_manager import assert_every_file_parses, checkpoint_files

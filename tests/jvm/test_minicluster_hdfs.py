@@ -8,7 +8,8 @@ from __future__ import annotations
 import fsspec
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
 from tests.support import hdfs
 
 pytestmark = pytest.mark.hdfs

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import filemanager, sparkconf, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import timeline
 from tests.jvm.conftest import job_command, job_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

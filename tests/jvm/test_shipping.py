@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import bundle, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.tools import bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +43,32 @@ def test_bundle_carries_the_jar_and_not_the_jvm_sources(tmp_path: Path) -> None:
     assert not list(library.rglob(".*"))  # no stamps, locks or build logs
     manifest = json.loads((dest / "SPARKGUARD_BUNDLE.json").read_text())
     assert manifest["jar"] == "sparkguard/spark_lib/jars/sparkguard-spark.jar"
+
+
+def test_bundle_holds_every_module_of_the_library_subpackages_included(tmp_path: Path) -> None:
+    """The initContainer's copy is the whole library (spark_lib/storage/, spark_lib/spark/, ...),
+    and its layers import in a bare Python (no site-packages: only what the bundle holds)."""
+    dest = tmp_path / "lib"
+    bundle.build_bundle(dest)
+    source = ROOT / "spark_lib"
+    expected = {p.relative_to(source) for p in source.rglob("*.py") if "jvm" not in p.parts}
+    library = dest / "sparkguard" / "spark_lib"
+    copied = {p.relative_to(library) for p in library.rglob("*.py")}
+    assert expected <= copied
+    assert Path("storage/rollback.py") in copied  # a subpackage's module, not just the top
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import sparkguard.spark_lib.storage.rollback, sparkguard.spark_lib.spark.sparkconf;"
+        "import sparkguard.spark_lib.tools.commands as m; print(m.__file__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", probe, str(dest)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert result.stdout.strip() == str(dest / "sparkguard/spark_lib/tools/commands.py")
 
 
 def test_bundle_without_the_jar_fails_in_one_line(

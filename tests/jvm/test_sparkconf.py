@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sparkguard import cli
-from sparkguard.spark_lib import errors, sparkconf
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import sparkconf
 
 JAR = str(sparkconf.jar_path())
 STREAMING = "io.sparkguard.spark.SparkguardStreamingCommitProtocol"
@@ -95,7 +96,7 @@ def test_streaming_checkpoints_use_the_jar_s_checkpoint_file_manager() -> None:
 
 
 def test_the_python_writer_accepts_the_same_settings() -> None:
-    from sparkguard.spark_lib import config
+    from sparkguard.spark_lib.spark import config
 
     conf = sparkconf.build_spark_conf(
         "nightly-1", markers="sidecar", endpoint="http://127.0.0.1:8765", journal="/j"

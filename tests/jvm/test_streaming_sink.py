@@ -18,15 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import (
-    commands,
-    filemanager,
-    reader,
-    rollback,
-    sinklog,
-    sparkconf,
-    timeline,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader, rollback, sinklog, timeline
+from sparkguard.spark_lib.tools import commands
 from tests.jvm.conftest import JOBS, job_env, run_job
 from tests.support.process import kill_session
 

@@ -26,7 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import filemanager, reader, sinklog, sparkconf
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader, sinklog
 from tests.jvm import conftest, stores
 from tests.jvm.test_checkpoint_manager import assert_every_file_parses
 

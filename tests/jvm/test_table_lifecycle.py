@@ -20,7 +20,9 @@ import pytest
 from sparkguard import cli
 from sparkguard.operator import appmeta, mutation
 from sparkguard.operator import config as operator_config
-from sparkguard.spark_lib import commands, reader, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader
+from sparkguard.spark_lib.tools import commands
 from tests.jvm import s3a
 from tests.jvm.conftest import job_command, kill_when, run_job
 

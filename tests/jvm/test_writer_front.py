@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import reader, rollback, sparkconf, writer
+from sparkguard.spark_lib.spark import sparkconf, writer
+from sparkguard.spark_lib.storage import reader, rollback
 from tests.jvm.conftest import run_job
 
 pytestmark = pytest.mark.spark

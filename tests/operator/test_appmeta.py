@@ -6,7 +6,7 @@ import pytest
 
 from sparkguard.operator import appmeta, durations
 from sparkguard.operator import config as config_
-from sparkguard.spark_lib import timeline
+from sparkguard.spark_lib.storage import timeline
 from tests.operator.apps import spark_app
 
 

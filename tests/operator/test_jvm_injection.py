@@ -17,7 +17,8 @@ import pytest
 
 from sparkguard.operator import appmeta, errors, mutation
 from sparkguard.operator import config as config_
-from sparkguard.spark_lib import bundle, sparkconf
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.tools import bundle
 from tests.operator.apps import spark_app
 
 PROTOCOL = "spark.sql.sources.commitProtocolClass"
@@ -241,7 +242,7 @@ def test_a_value_build_spark_conf_refuses_is_denied_naming_the_annotation(
     config: config_.OperatorConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No crash: the library's ConfigError becomes a denial naming what set the value."""
-    from sparkguard.spark_lib import errors as lib_errors
+    from sparkguard.spark_lib.base import errors as lib_errors
 
     def refuse(*_: Any, **kwargs: Any) -> dict[str, str]:
         raise lib_errors.ConfigError(f"{kwargs['names']['journal']} 'x' is not valid")

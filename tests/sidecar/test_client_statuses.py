@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sparkguard.spark_lib import errors
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
 
 DIRECTORY = "/data/t/_sparkguard/markers/20261122120000000-job-1"
 

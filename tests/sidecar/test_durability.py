@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under, run_sidecar
 from tests.support import s3server
 

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from sparkguard.sidecar import batcher, config, errors, metrics, outcomes, validation
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, paths, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import markers, rollback, timeline
 
 TIMELINE_TYPE = markers.MarkerType.TIMELINE_SERVER_BASED.value
 

@@ -22,7 +22,9 @@ from sparkguard.sidecar import (
     outcomes,
     validation,
 )
-from sparkguard.spark_lib import filemanager, markers, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import markers, timeline
 from tests.sidecar.conftest import AUTH, marker_dir_under
 
 Client = TestClient[Any, Any]

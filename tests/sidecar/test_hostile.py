@@ -27,9 +27,10 @@ from typing import Any
 import pytest
 
 from sparkguard.sidecar import batcher, config, errors, metrics, validation
-from sparkguard.spark_lib import errors as lib_errors
-from sparkguard.spark_lib import filemanager, markers, rollback, timeline
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors as lib_errors
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers, rollback, timeline
 from tests.sidecar.conftest import (
     TOKEN,
     free_port,

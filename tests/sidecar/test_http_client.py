@@ -15,8 +15,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from sparkguard.sidecar import app, config
-from sparkguard.spark_lib import errors, filemanager, marker_http, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import marker_http
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under
 
 
@@ -238,7 +241,7 @@ def test_client_module_needs_no_aiohttp() -> None:
 
     code = (
         "import sys; sys.modules['aiohttp'] = None\n"
-        "from sparkguard.spark_lib import marker_http\n"
+        "from sparkguard.spark_lib.spark import marker_http\n"
         "assert 'aiohttp' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONSAFEPATH": "1"})

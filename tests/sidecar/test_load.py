@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import filemanager, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under, run_sidecar
 
 CLIENTS = 32

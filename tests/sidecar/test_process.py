@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkguard.sidecar import cli, outcomes
-from sparkguard.spark_lib import errors, filemanager, markers
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import INSTANT, TOKEN, free_port, marker_dir_under, run_sidecar
 
 
@@ -183,7 +185,7 @@ def test_sigterm_answers_503_while_draining_and_the_client_rides_through(
     log_path = tmp_path / "sidecar.log"
     env = {"SPARKGUARD_SIDECAR_LOG_LEVEL": "INFO", "SPARKGUARD_SIDECAR_SHUTDOWN_TIMEOUT_S": "600"}
     retries = _Records()
-    client_log = logging.getLogger("sparkguard.spark_lib.marker_http")
+    client_log = logging.getLogger("sparkguard.spark_lib.spark.marker_http")
     client_log.addHandler(retries)
     client_log.setLevel(logging.DEBUG)
     results: dict[str, BaseException | None] = {}

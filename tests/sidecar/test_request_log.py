@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sparkguard.sidecar import app, config, server
-from sparkguard.spark_lib import timeline
+from sparkguard.spark_lib.storage import timeline
 from tests.sidecar.conftest import INSTANT, TOKEN, marker_dir_under
 
 AUTH = f"Authorization: Bearer {TOKEN}\r\n".encode()

@@ -13,7 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from sparkguard.sidecar import app, config
-from sparkguard.spark_lib import filemanager, markers
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import AUTH, INSTANT, marker_dir_under
 
 Client = TestClient[Any, Any]

@@ -22,8 +22,9 @@ from sparkguard.sidecar import (
     outcomes,
     validation,
 )
-from sparkguard.spark_lib import filemanager, markers, timeline
-from sparkguard.spark_lib.marker_http import HttpMarkerClient
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
+from sparkguard.spark_lib.storage import markers, timeline
 from tests.sidecar.conftest import AUTH, TOKEN, marker_dir_under
 
 Client = TestClient[Any, Any]

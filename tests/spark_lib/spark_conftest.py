@@ -18,7 +18,9 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import filemanager, paths, reader, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.storage import reader, timeline
 
 os.environ["PYTHONSAFEPATH"] = "1"
 os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -118,7 +118,7 @@ def test_journal_entry_whose_table_became_a_file(
 def test_unexpected_errors_are_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sparkguard.spark_lib import commands
+    from sparkguard.spark_lib.tools import commands
 
     def broken(*args: object, **kwargs: object) -> int:
         raise KeyError("boom")
@@ -197,12 +197,12 @@ def test_argument_errors_are_one_line_pointing_to_help(
 def _failing_writes(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
     """Every byte the local file manager writes from now on fails with ``error`` (as
     ``os.write`` does: the error names no file)."""
-    from sparkguard.spark_lib import filemanager
+    from sparkguard.spark_lib.filemanager import rename
 
     def fail(self: object, data: object) -> None:
         raise error
 
-    monkeypatch.setattr(filemanager._LocalAtomicStream, "_write", fail)
+    monkeypatch.setattr(rename._LocalAtomicStream, "_write", fail)
 
 
 def _failed_rollback(
@@ -280,7 +280,7 @@ def _store_error(error: OSError, url: str) -> OSError:
     ],
 )
 def test_storage_errors_name_the_path_and_the_cause(error: OSError, needles: list[str]) -> None:
-    from sparkguard.spark_lib import errors as sg_errors
+    from sparkguard.spark_lib.base import errors as sg_errors
 
     text = sg_errors.describe_storage_error(error, retry="run the rollback again")
     for needle in needles:
@@ -294,7 +294,7 @@ def test_storage_errors_of_other_commands_are_explained_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Not only rollback and inspect: the entry point explains a storage error of any command."""
-    from sparkguard.spark_lib import bundle
+    from sparkguard.spark_lib.tools import bundle
 
     def full(dest: Path) -> list[str]:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))

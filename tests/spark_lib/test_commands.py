@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import commands
+from sparkguard.spark_lib.tools import commands
 from tests.spark_lib.test_rollback import PARTS, _start, _task
 
 
@@ -130,7 +130,8 @@ def test_inspect_table_shows_each_instant_s_owner(
 def _commit_files(url: str, job_id: str, rows: list[int]) -> None:
     """A committed instant listing one file per entry of ``rows`` (-1: unknown, as the JVM
     protocol records ORC, JSON and CSV files and the streaming sink records every file)."""
-    from sparkguard.spark_lib import filemanager, timeline
+    from sparkguard.spark_lib import filemanager
+    from sparkguard.spark_lib.storage import timeline
 
     manager, path = filemanager.resolve(url)
     tl = timeline.Timeline(manager, path)

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, markers, reader, rollback, timeline, writer
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import markers, reader, rollback, timeline
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
@@ -145,7 +148,7 @@ def test_cli_owner_and_force(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     """``sparkguard rollback --owner/--force``: the orphan is named with the way to recover it."""
     import argparse
 
-    from sparkguard.spark_lib import commands
+    from sparkguard.spark_lib.tools import commands
 
     url, journal = str(tmp_path / "t"), str(tmp_path / "j")
     wb = _start_b(url, journal, {})
@@ -180,7 +183,7 @@ def test_cli_owner_and_force(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_stream_registration_records_the_owner(tmp_path: Path) -> None:
-    from sparkguard.spark_lib import config, streaming
+    from sparkguard.spark_lib.spark import config, streaming
 
     conf = {"spark.sparkguard.jobId": "stream-owner", "spark.sparkguard.owner": OWNER_A}
     settings = config.parse_settings(conf=conf)

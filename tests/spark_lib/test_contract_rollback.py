@@ -21,18 +21,11 @@ from typing import Any
 import pytest
 
 from sparkguard import cli
-from sparkguard.spark_lib import (
-    commands,
-    errors,
-    filemanager,
-    journal,
-    markers,
-    paths,
-    reader,
-    rollback,
-    timeline,
-    writer,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import journal, markers, reader, rollback, timeline
+from sparkguard.spark_lib.tools import commands
 from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays, undecided
 from tests.spark_lib.test_rollback import PARTS, _batch, _start, _task, existing_location
 
@@ -329,7 +322,7 @@ _CHILD = """
 import json, sys, time
 import pyarrow as pa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
-from sparkguard.spark_lib import writer
+from sparkguard.spark_lib.spark import writer
 
 url, journal = sys.argv[1], sys.argv[2]
 schema = StructType([StructField("id", LongType()), StructField("s", StringType())])

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import demo, errors, filemanager, sparkconf
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.tools import demo
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The fault registry (spark_lib/faults.py): complete, covered by tests, off by default.
+"""The fault registry (spark_lib/spark/faults.py): complete, covered by tests, off by default.
 
 * every point the code fires is a registry member, and every member is fired somewhere;
 * every member has a test that injects it on local disk and one on the S3 server (read from
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import errors, faults
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import faults
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_SUITES = (
@@ -32,7 +33,7 @@ STORES = ("local", "s3")
 def test_every_point_the_code_fires_is_registered_and_every_registered_point_fires() -> None:
     used: set[str] = set()
     values = {point.value for point in faults.Point}
-    for source in sorted((REPO / "spark_lib").glob("*.py")):
+    for source in sorted((REPO / "spark_lib").rglob("*.py")):  # subpackages included
         text = source.read_text()
         # A point spelled as a string (the demo's fault list) must be a registered one.
         for spelled in re.findall(r"[\"'](task:[a-z-]+|driver:[a-z-]+|commit:[a-z-]+)[\"']", text):
@@ -158,7 +159,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pyspark.sql import SparkSession
-    from sparkguard.spark_lib import faults, writer
+    from sparkguard.spark_lib.spark import faults, writer
     url, journal = sys.argv[1:3]
     spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").getOrCreate())

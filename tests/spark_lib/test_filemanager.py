@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
 from tests.spark_lib.conftest import Store
 
 
@@ -196,7 +197,7 @@ def test_storage_options_no_filesystem_takes_are_refused(tmp_path: Path) -> None
 
 
 def test_the_python_writer_names_its_storage_options_key(tmp_path: Path) -> None:
-    from sparkguard.spark_lib import config
+    from sparkguard.spark_lib.spark import config
 
     conf = {"spark.sparkguard.jobId": "j-1", "spark.sparkguard.storageOptions": '{"anno": true}'}
     settings = config.parse_settings(conf=conf)

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
 
 
 def _manager(url: str, options: dict[str, Any]) -> tuple[filemanager.DirectPutFileManager, str]:

@@ -16,7 +16,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from sparkguard.spark_lib import errors, filemanager, journal, lifecycle, rollback, timeline, writer
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import journal, lifecycle, rollback, timeline
 from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays
 
 SCHEMA = StructType([StructField("id", LongType())])

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from sparkguard.spark_lib import errors, formats, metadatalog, paths
+from sparkguard.spark_lib.base import errors, formats, paths
+from sparkguard.spark_lib.storage import metadatalog
 from tests.spark_lib.conftest import Store
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, owners, paths, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.storage import owners, rollback, timeline
 from tests.spark_lib.spark_conftest import assert_exactly_once
 from tests.spark_lib.test_rollback import PARTS, SCHEMA, _task
 
@@ -150,7 +152,7 @@ def _writer_process(
 ) -> None:
     """One driver: per round, open a write of job JOB on table <root>/<round> (the writer's own
     driver step), then write one task's file and commit; report whether it wrote."""
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib.spark import writer
 
     cls = writer.source_class(
         {

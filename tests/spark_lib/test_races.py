@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import errors, filemanager, metadatalog, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.storage import metadatalog
 
 
 def _race_create(url: str, options_json: str, name: str, who: int, start: Any) -> bool:

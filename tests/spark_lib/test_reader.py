@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkguard.spark_lib import errors, reader, timeline
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.storage import reader, timeline
 
 
 def _commit(order: int, job: str, op: reader.Operation, names: list[str]) -> reader.Commit:

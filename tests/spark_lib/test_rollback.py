@@ -16,16 +16,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from sparkguard.spark_lib import (
-    errors,
-    filemanager,
-    markers,
-    paths,
-    reader,
-    rollback,
-    timeline,
-    writer,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import markers, reader, rollback, timeline
 from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays, undecided
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("s", StringType())])

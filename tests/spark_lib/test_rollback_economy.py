@@ -18,7 +18,10 @@ import s3fs
 from aiobotocore.client import AioBaseClient
 from fsspec.asyn import sync_wrapper
 
-from sparkguard.spark_lib import filemanager, journal, markers, paths, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.filemanager import direct_put
+from sparkguard.spark_lib.storage import journal, markers, rollback, timeline
 from tests.support import s3server
 
 JOB = "failed-job"
@@ -35,7 +38,7 @@ def conditional_server() -> Iterator[s3server.S3Server]:
 @pytest.fixture(autouse=True)
 def fresh_store_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test asks its store again whether it honours conditional bulk deletes."""
-    monkeypatch.setattr(filemanager, "_CONDITIONAL_BULK_DELETE", {})
+    monkeypatch.setattr(direct_put, "_CONDITIONAL_BULK_DELETE", {})
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkguard.spark_lib import filemanager, markers, rollback, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.storage import markers, rollback, timeline
 
 JVM = rollback.JVM_PROTOCOL
 

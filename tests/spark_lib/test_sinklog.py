@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sparkguard.spark_lib import filemanager, rollback, sinklog, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.storage import rollback, sinklog, timeline
 
 JOB = "sink-job"
 

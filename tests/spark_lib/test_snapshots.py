@@ -17,18 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkguard.spark_lib import (
-    commands,
-    config,
-    errors,
-    filemanager,
-    paths,
-    reader,
-    rollback,
-    snapshots,
-    timeline,
-    writer,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.spark import config, writer
+from sparkguard.spark_lib.storage import reader, rollback, snapshots, timeline
+from sparkguard.spark_lib.tools import commands
 from tests.spark_lib.conftest import Store
 
 JOB = "job-a"

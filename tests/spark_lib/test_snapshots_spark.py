@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import reader, rollback, timeline, writer
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import reader, rollback, timeline
 from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays, ids_df, spark
 
 __all__ = ["spark"]

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import faults, rollback, writer
+from sparkguard.spark_lib.spark import faults, writer
+from sparkguard.spark_lib.storage import rollback
 from tests.spark_lib.conftest import Store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
@@ -113,7 +114,7 @@ def test_stream_fault_point_restart_holds_each_row_once(
 STREAM_CHILD = """
 import sys
 from pyspark.sql import SparkSession
-from sparkguard.spark_lib import faults, writer
+from sparkguard.spark_lib.spark import faults, writer
 source, url, ckpt, journal, injected = sys.argv[1:6]
 spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from sparkguard.spark_lib import errors, journal, paths, timeline
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.storage import journal, timeline
 from tests.spark_lib.conftest import Store
 
 FILES = [timeline.DataFile(path="part-00000-job-a-c000.parquet", size=10, rows=2)]

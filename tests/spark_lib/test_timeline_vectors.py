@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.spark_lib import filemanager, reader, snapshots
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.storage import reader, snapshots
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "timeline"
 CASES = sorted(p.name for p in VECTORS.iterdir() if (p / "expected.json").is_file())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard.spark_lib import errors, paths
+from sparkguard.spark_lib.base import errors, paths
 from tests.spark_lib.conftest import Store
 
 

@@ -21,15 +21,11 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import (
-    commands,
-    filemanager,
-    formats,
-    reader,
-    rollback,
-    timeline,
-    writer,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import formats
+from sparkguard.spark_lib.spark import writer
+from sparkguard.spark_lib.storage import reader, rollback, timeline
+from sparkguard.spark_lib.tools import commands
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
@@ -42,7 +38,7 @@ from tests.support.process import kill_session
 
 __all__ = ["spark"]
 
-#: the switch of the test-only fault hook (spark_lib/faults.py; option "sparkguard.faults")
+#: the switch of the test-only fault hook (spark_lib/spark/faults.py; option "sparkguard.faults")
 FAULTS_ENV = "SPARKGUARD_ENABLE_FAULTS"
 FIRST = range(2000)
 SECOND = range(2000, 3500)
@@ -77,7 +73,7 @@ def test_counter_counts_per_job_and_table_and_survives_processes(tmp_path: Path)
     assert take(run, job_id="k", table_url="/t") == 0
     # Another process of the same driver run (a later planner worker) continues the count.
     code = (
-        "import sys; from sparkguard.spark_lib import writer; "
+        "import sys; from sparkguard.spark_lib.spark import writer; "
         "print(writer.next_write_index(sys.argv[1], job_id='j', table_url='/t'))"
     )
     out = subprocess.run(
@@ -229,7 +225,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pyspark.sql import SparkSession
-    from sparkguard.spark_lib import writer
+    from sparkguard.spark_lib.spark import writer
     url, job, journal, second_faults = sys.argv[1:5]
     spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").getOrCreate())

@@ -1,6 +1,6 @@
 """The batch writer in real PySpark (local[2,4]): layout, re-runs, overwrite, and faults.
 
-Every fault point of the writer (spark_lib/faults.py) is injected on local disk and on the S3
+Every fault point of the writer (spark_lib/spark/faults.py) is injected on local disk and on the S3
 server; each write fails with exactly the injected fault (or survives it through a task retry),
 the fault fires exactly as often as expected, and after rollback + re-run the table holds each
 row exactly once, no uncommitted file is left on storage, and readers only ever see committed
@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import faults, reader, rollback, writer
+from sparkguard.spark_lib.spark import faults, writer
+from sparkguard.spark_lib.storage import reader, rollback
 from tests.spark_lib.conftest import Store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,

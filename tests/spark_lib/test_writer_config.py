@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard.spark_lib import config, errors, filemanager, markers, writer
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import config, writer
+from sparkguard.spark_lib.storage import markers
 
 
 def test_options_override_conf_and_driver_host_is_substituted() -> None:

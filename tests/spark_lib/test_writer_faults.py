@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from sparkguard.spark_lib import faults, rollback, writer
+from sparkguard.spark_lib.spark import faults, writer
+from sparkguard.spark_lib.storage import rollback
 from tests.spark_lib.conftest import Store, make_store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
@@ -43,7 +44,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from pyspark.sql import SparkSession
-    from sparkguard.spark_lib import faults, writer
+    from sparkguard.spark_lib.spark import faults, writer
     url, job, journal, injected, options = sys.argv[1:6]
     spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").getOrCreate())

@@ -12,7 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkguard.spark_lib import config, faults, filemanager, markers, writer
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.filemanager import rename
+from sparkguard.spark_lib.spark import config, faults, writer
+from sparkguard.spark_lib.storage import markers
 
 
 def _batches(count: int, rows: int) -> list[pa.RecordBatch]:
@@ -92,9 +95,9 @@ class _Recorder:
         self.fail = fail  # "", or which writes fail: a key of ERROR_PATHS
         self.finishing = False
         recorder = self
-        real_write = filemanager._LocalAtomicStream._write
-        real_publish = filemanager._LocalAtomicStream._publish
-        real_init = filemanager._LocalAtomicStream.__init__
+        real_write = rename._LocalAtomicStream._write
+        real_publish = rename._LocalAtomicStream._publish
+        real_init = rename._LocalAtomicStream.__init__
 
         class RecordingWriter(pq.ParquetWriter):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -105,12 +108,12 @@ class _Recorder:
                 recorder.finishing = True
                 super().close()
 
-        def init(stream: filemanager._LocalAtomicStream, *args: Any, **kwargs: Any) -> None:
+        def init(stream: rename._LocalAtomicStream, *args: Any, **kwargs: Any) -> None:
             real_init(stream, *args, **kwargs)
             if "/_sparkguard/" not in stream.path:  # data files, not markers
                 recorder.streams.append(stream)
 
-        def write(stream: filemanager._LocalAtomicStream, data: bytes | memoryview) -> None:
+        def write(stream: rename._LocalAtomicStream, data: bytes | memoryview) -> None:
             # A rollback aborted the upload (object stores) of this marked name: writes fail.
             # Past the magic bytes the writer opens a data file with.
             started = stream.tell() > 0 and stream in recorder.streams
@@ -123,16 +126,16 @@ class _Recorder:
                 raise OSError(f"NoSuchUpload: the upload of {stream.path} was aborted")
             real_write(stream, data)
 
-        def publish(stream: filemanager._LocalAtomicStream) -> None:
+        def publish(stream: rename._LocalAtomicStream) -> None:
             if self.fail == "publish" and stream in recorder.streams:
                 # A rollback removed the temp file of this marked name (rename stores).
                 os.unlink(stream._temp)
             real_publish(stream)
 
         monkeypatch.setattr(pq, "ParquetWriter", RecordingWriter)
-        monkeypatch.setattr(filemanager._LocalAtomicStream, "__init__", init)
-        monkeypatch.setattr(filemanager._LocalAtomicStream, "_write", write)
-        monkeypatch.setattr(filemanager._LocalAtomicStream, "_publish", publish)
+        monkeypatch.setattr(rename._LocalAtomicStream, "__init__", init)
+        monkeypatch.setattr(rename._LocalAtomicStream, "_write", write)
+        monkeypatch.setattr(rename._LocalAtomicStream, "_publish", publish)
 
     def assert_all_closed(self) -> None:
         assert self.streams, "the test opened no file"

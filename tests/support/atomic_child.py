@@ -15,7 +15,8 @@ import os
 import random
 import sys
 
-from sparkguard.spark_lib import errors, filemanager, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
 
 
 def frame(payload: bytes) -> bytes:

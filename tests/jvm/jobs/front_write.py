@@ -19,7 +19,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from sparkguard.spark_lib import writer
+from sparkguard.spark_lib.spark import writer
 
 
 def main() -> None:

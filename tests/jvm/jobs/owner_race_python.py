@@ -18,7 +18,8 @@ import time
 import pyarrow as pa
 from pyspark.sql.types import LongType, StructField, StructType
 
-from sparkguard.spark_lib import errors, writer
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import writer
 
 
 def _wait_for(path: str) -> None:

@@ -58,7 +58,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p><b>Where the fsspec path applies.</b> A location whose scheme has no Hadoop FileSystem
  * ({@code s3://} without a connector for it, {@code gs://}, {@code memory://}, any store reached
  * only through fsspec) is handed to the Python writer registered as {@value #FSSPEC_NAME} by
- * {@code sparkguard.spark_lib.writer.register(spark)}, with the same options; without it the
+ * {@code sparkguard.spark_lib.spark.writer.register(spark)}, with the same options; without it the
  * write is refused naming both fixes. {@code writeStream.format("sparkguard")} is the Python
  * streaming sink too: {@link #getTable} hands Spark that source's table for streaming writes
  * (without {@code BATCH_WRITE}, so batch writes fall back to {@link #createRelation}).
@@ -167,7 +167,7 @@ public class SparkguardDataSource
           "Hadoop has no FileSystem for " + path + ", so format('sparkguard') cannot write it"
               + " through the JVM commit protocol: use a scheme Hadoop serves (file://, hdfs://,"
               + " s3a:// with hadoop-aws on the classpath), or call"
-              + " sparkguard.spark_lib.writer.register(spark) first to write it through fsspec"
+              + " sparkguard.spark_lib.spark.writer.register(spark) first to write it through fsspec"
               + " (format('" + FSSPEC_NAME + "'))");
     }
     LOG.info("sparkguard: {} has no Hadoop FileSystem; writing it through fsspec ({})", path,
@@ -226,7 +226,7 @@ public class SparkguardDataSource
       scala.collection.immutable.Seq<String> partitionColumns, OutputMode outputMode) {
     throw new ConfigException(
         "writeStream.format('sparkguard') is sparkguard's Python streaming sink: call"
-            + " sparkguard.spark_lib.writer.register(spark) before starting the query (or write"
+            + " sparkguard.spark_lib.spark.writer.register(spark) before starting the query (or write"
             + " with Spark's file sink under 'sparkguard spark-conf', whose streaming protocol is"
             + " the JVM's)");
   }
@@ -271,7 +271,7 @@ public class SparkguardDataSource
     public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
       if (python == null) {
         throw new ConfigException(
-            "writeStream.format('sparkguard') needs sparkguard.spark_lib.writer.register(spark)"
+            "writeStream.format('sparkguard') needs sparkguard.spark_lib.spark.writer.register(spark)"
                 + " first");
       }
       return ((SupportsWrite) python).newWriteBuilder(info);

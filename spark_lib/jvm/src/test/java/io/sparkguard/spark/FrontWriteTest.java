@@ -200,7 +200,7 @@ class FrontWriteTest {
         .format("sparkguard").option("jobId", "front-6").save("nosuchfs://bucket/t"));
     assertTrue(messages(error).contains("Hadoop has no FileSystem for nosuchfs://bucket/t"),
         messages(error));
-    assertTrue(messages(error).contains("sparkguard.spark_lib.writer.register(spark)"),
+    assertTrue(messages(error).contains("sparkguard.spark_lib.spark.writer.register(spark)"),
         messages(error));
   }
 }

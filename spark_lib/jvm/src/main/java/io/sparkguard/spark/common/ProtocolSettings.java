@@ -10,7 +10,7 @@ import org.apache.spark.sql.internal.SQLConf;
 /**
  * The {@code spark.sparkguard.*} settings of a write, parsed once (on the driver) into a typed,
  * serializable value that travels to the executors with the protocol. The keys and their rules
- * are the Python writer's ({@code spark_lib/config.py}, docs/writer.md).
+ * are the Python writer's ({@code spark_lib/spark/config.py}, docs/writer.md).
  */
 public final class ProtocolSettings implements Serializable {
   private static final long serialVersionUID = 1L;

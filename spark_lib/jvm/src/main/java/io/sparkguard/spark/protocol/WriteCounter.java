@@ -17,7 +17,7 @@ import org.apache.spark.SparkFiles;
 /**
  * The write identity (docs/storage-contract.md, "Write identity"): the n-th write of a job id to
  * a table in this driver run (one SparkContext), counted in the same files as the Python writer
- * ({@code spark_lib/writer.py}, {@code next_write_index}): {@code <SparkFiles root>/.sparkguard-writes/
+ * ({@code spark_lib/spark/writer.py}, {@code next_write_index}): {@code <SparkFiles root>/.sparkguard-writes/
  * <first 32 hex of sha256(jobId + "\n" + table URL)>}, holding the next index in decimal. The
  * directory lives exactly as long as the SparkContext, so a restarted driver counts from 0.
  *

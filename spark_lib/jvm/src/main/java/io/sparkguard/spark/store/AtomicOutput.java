@@ -8,7 +8,7 @@ import java.io.OutputStream;
  * normally, and never after {@link #cancel()}.
  *
  * <p>The guarantee every implementation gives (the Python {@code AtomicStream}'s, see
- * {@code spark_lib/filemanager.py}):
+ * {@code spark_lib/filemanager/}):
  *
  * <ul>
  *   <li><b>atomic visibility</b>: until {@code close()} returns, a reader of the target sees the

@@ -14,7 +14,7 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
- * What a table holds after a sequence of commits: the Java port of {@code spark_lib/reader.py}'s
+ * What a table holds after a sequence of commits: the Java port of {@code spark_lib/storage/reader.py}'s
  * {@code commit_of_status} and {@code visible_files} (docs/storage-contract.md, "Operations").
  * Pure functions over values; the snapshot ({@link Snapshots}) and the compactor ({@link
  * Compactor}) use them, and the shared test vectors check them against the Python reader.

@@ -18,7 +18,7 @@ import org.apache.hadoop.fs.Path;
 
 /**
  * Owner claims: who may open writes of a job on a table, the atomic half of rule O4
- * (docs/storage-contract.md, "Owner claims"; the same files as {@code spark_lib/owners.py}).
+ * (docs/storage-contract.md, "Owner claims"; the same files as {@code spark_lib/storage/owners.py}).
  *
  * <p>{@code <table>/_sparkguard/owners/<jobId>/<epoch:010d>.json}, each written put-if-absent.
  * The highest epoch is the current claim. A writer whose owner holds it writes on; another owner

@@ -23,7 +23,7 @@ import org.apache.hadoop.fs.Path;
  * JSON"): {@code <table>/_sparkguard/timeline/<instant>.inflight} put-if-absent when a write
  * starts, {@code <instant>.outcome} put-if-absent when it is decided (by a commit or by a
  * rollback's claim: exactly one of them wins). The same files, fields and encoding the Python
- * writer produces ({@code spark_lib/timeline.py}), so every Python tool reads them.
+ * writer produces ({@code spark_lib/storage/timeline.py}), so every Python tool reads them.
  */
 public final class Timeline implements Serializable {
   private static final long serialVersionUID = 1L;

@@ -23,7 +23,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sparkguard.spark_lib import errors, faults, paths, reader, rollback, timeline, writer
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.spark import faults, writer
+from sparkguard.spark_lib.storage import reader, rollback, timeline
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, filemanager, formats, paths, reader, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, formats, paths
+from sparkguard.spark_lib.storage import reader, timeline
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ as long as its Python is 3.11+ and it has pyarrow (PySpark's Arrow path needs it
 fsspec backend of the table's store (``s3fs`` for S3; it has native dependencies, so it must
 come from the image, not from this bundle). The bundle holds pure Python (sparkguard's library
 and fsspec) plus the JVM layer's jar, at ``sparkguard/spark_lib/jars/sparkguard-spark.jar``
-(for ``spark.jars``; see :mod:`sparkguard.spark_lib.sparkconf`); an install without the jar is
+(for ``spark.jars``; see :mod:`sparkguard.spark_lib.spark.sparkconf`); an install without the jar is
 refused. Copies land in a temp directory first and are renamed into place, so a killed
 initContainer never leaves a half bundle under the final name.
 """
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from sparkguard import __version__
-from sparkguard.spark_lib import sparkconf
+from sparkguard.spark_lib.spark import sparkconf
 
 #: Packages copied whole (pure Python).
 PURE_PACKAGES = ("fsspec",)
@@ -58,7 +58,7 @@ def build_bundle(dest: Path) -> list[str]:
     """Copy sparkguard's library and its pure-Python dependencies into ``dest``.
 
     Returns the top-level names written. Each is staged and renamed into place. Raises
-    :class:`~sparkguard.spark_lib.sparkconf.JarNotBuiltError` when this install has no jar.
+    :class:`~sparkguard.spark_lib.spark.sparkconf.JarNotBuiltError` when this install has no jar.
     """
     sparkconf.jar_path()  # fail before writing anything
     dest.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from sparkguard.spark_lib import errors
+from sparkguard.spark_lib.base import errors
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ markers, not with the table. Two formats live under ``<table>/_sparkguard/marker
 wrong ``MARKERS.type`` (a warning, never a failure). A torn *last* line of a ``MARKERS<i>``
 file (a crash mid-append: no newline, not a whole marker name) is expected and tolerated: it is
 reported in :attr:`MarkerDirSnapshot.torn`, and rollback looks for its file by name prefix.
-Anything else that is not a marker name raises :class:`~sparkguard.spark_lib.errors.
+Anything else that is not a marker name raises :class:`~sparkguard.spark_lib.base.errors.
 CorruptFileError` naming the file, the line and the fix.
 """
 
@@ -26,7 +26,9 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Final, Protocol
 
-from sparkguard.spark_lib import errors, filemanager, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.storage import timeline
 
 MARKERS_DIR: Final = "markers"
 TYPE_FILE: Final = "MARKERS.type"

@@ -13,7 +13,9 @@ import datetime
 import hashlib
 from typing import Final
 
-from sparkguard.spark_lib import errors, filemanager, formats, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, formats, paths
+from sparkguard.spark_lib.storage import timeline
 
 KIND: Final = "sparkguard.journal-entry"
 VERSION: Final = 1

@@ -30,7 +30,9 @@ import logging
 from collections.abc import Collection
 from typing import Final
 
-from sparkguard.spark_lib import errors, filemanager, markers, owners, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.storage import markers, owners, timeline
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ import re
 import urllib.parse
 from typing import Final
 
-from sparkguard.spark_lib import errors, filemanager, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
 
 MANIFEST_DIR: Final = "_spark_metadata"
 _ENTRY_NAME: Final = re.compile(r"^(0|[1-9][0-9]*)(\.compact)?$")

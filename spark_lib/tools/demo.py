@@ -40,17 +40,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from sparkguard.spark_lib import (
-    commands,
-    errors,
-    faults,
-    filemanager,
-    paths,
-    reader,
-    rollback,
-    sparkconf,
-    timeline,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.spark import faults, sparkconf
+from sparkguard.spark_lib.storage import reader, rollback, timeline
+from sparkguard.spark_lib.tools import commands
 
 JOB_ID = "demo-orders"
 #: the fsspec writer's first attempt pauses here (partition 5, after its file) and is killed
@@ -188,7 +182,7 @@ def choose_writer(asked: str | None, table_url: str) -> tuple[Writer, str | None
     """The writer for the demo and, when the demo chose fsspec by itself, why.
 
     A purely computational function besides looking for the packaged jar. Raises
-    :class:`~sparkguard.spark_lib.errors.ConfigError` for ``--writer jvm`` where the JVM path
+    :class:`~sparkguard.spark_lib.base.errors.ConfigError` for ``--writer jvm`` where the JVM path
     cannot write.
     """
     if asked == Writer.FSSPEC:
@@ -551,7 +545,7 @@ class _FsspecJob(_Job):
             "signal": str(self.signal_file),
         }]) if kill else ""  # fmt: skip
         return [
-            sys.executable, "-m", "sparkguard.spark_lib.demo_job",
+            sys.executable, "-m", "sparkguard.spark_lib.tools.demo_job",
             "--table", setup.table_url, "--job-id", JOB_ID, "--attempt", str(attempt),
             "--journal", setup.journal_url, "--rows", str(setup.size.rows),
             "--partitions", str(setup.size.partitions), "--endpoint", self.endpoint,

@@ -8,7 +8,7 @@ package ships (``spark_lib/jars/sparkguard-spark.jar``, built by ``scripts/build
 function, :func:`build_spark_conf`, produces every key that enables them: the protocol classes,
 the checkpoint file manager class, the jar in ``spark.jars`` and the ``spark.sparkguard.*``
 settings the protocols read (the same keys the
-Python writer reads, see :mod:`sparkguard.spark_lib.config`). The operator injects its result;
+Python writer reads, see :mod:`sparkguard.spark_lib.spark.config`). The operator injects its result;
 the CLI prints it for users without the operator. It is a purely computational function with no
 side-effects besides locating the packaged jar when none is given.
 """
@@ -24,8 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from sparkguard.spark_lib import config, errors, timeline
-from sparkguard.spark_lib import markers as marker_files
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import config
+from sparkguard.spark_lib.storage import markers as marker_files
+from sparkguard.spark_lib.storage import timeline
 
 #: The FileCommitProtocol implementation in the jar.
 PROTOCOL_CLASS: Final = "io.sparkguard.spark.SparkguardCommitProtocol"
@@ -46,7 +48,7 @@ OWNED_FS: Final = {
 }
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
-JARS_DIR: Final = Path(__file__).resolve().parent / "jars"
+JARS_DIR: Final = Path(__file__).resolve().parents[1] / "jars"  # spark_lib/jars
 
 
 class MarkerMode(enum.StrEnum):
@@ -140,7 +142,7 @@ def build_spark_conf(
     then sparkguard's, so neither list replaces the other. ``names`` says how errors call each
     parameter.
 
-    Raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the parameter and the fix.
+    Raises :class:`~sparkguard.spark_lib.base.errors.ConfigError` naming the parameter and the fix.
     """
     timeline.validate_job_id(job_id, what=names["job_id"])
     try:

@@ -11,10 +11,11 @@ owners of a job on a table take turns through a sequence of claims, each written
 The claim with the highest epoch is the current one. A writer whose owner holds it writes on;
 another owner takes the next epoch, after finding no undecided instant of the job (O4), and of
 two owners racing for one epoch exactly one gets it. After writing its ``.inflight`` a writer
-*confirms* (:func:`sparkguard.spark_lib.rollback.confirm_sole_writer`): an epoch after its own
-means another owner took over while it was starting, so it backs off; an instant of another
-owner that appeared meanwhile is waited for until it is decided. Epochs are dense (epoch n+1 is
-only ever written by someone who saw n), so "was I superseded?" is one existence check.
+*confirms* (:func:`sparkguard.spark_lib.storage.rollback.confirm_sole_writer`): an epoch after
+its own means another owner took over while it was starting, so it backs off; an instant of
+another owner that appeared meanwhile is waited for until it is decided. Epochs are dense
+(epoch n+1 is only ever written by someone who saw n), so "was I superseded?" is one existence
+check.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import datetime
 import re
 from typing import Final
 
-from sparkguard.spark_lib import errors, filemanager, formats, paths, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, formats, paths
+from sparkguard.spark_lib.storage import timeline
 
 OWNERS_DIR: Final = "owners"
 CLAIM_KIND: Final = "sparkguard.owner-claim"

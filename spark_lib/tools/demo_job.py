@@ -1,7 +1,7 @@
 """The demo's Spark job: write ``rows`` rows to a table through sparkguard.
 
 Run by ``sparkguard demo`` as a separate driver process so that it can be killed mid-write.
-``python -m sparkguard.spark_lib.demo_job --help`` lists its flags. The rows are ids
+``python -m sparkguard.spark_lib.tools.demo_job --help`` lists its flags. The rows are ids
 ``0..rows-1`` with a few derived columns, so a reader can check each id appears exactly once.
 """
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from pyspark.sql import SparkSession
 
-    from sparkguard.spark_lib import faults, writer
+    from sparkguard.spark_lib.spark import faults, writer
 
     spark = (
         SparkSession.builder.master(args.master)

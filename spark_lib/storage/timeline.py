@@ -26,7 +26,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, filemanager, formats, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, formats, paths
 
 SPARKGUARD_DIR: Final = "_sparkguard"
 TIMELINE_DIR: Final = "timeline"

@@ -18,16 +18,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TextIO
 
-from sparkguard.spark_lib import (
-    config,
-    errors,
-    filemanager,
-    markers,
-    reader,
-    rollback,
-    snapshots,
-    timeline,
-)
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.spark import config
+from sparkguard.spark_lib.storage import markers, reader, rollback, snapshots, timeline
 
 STORAGE_ENV: Final = "SPARKGUARD_STORAGE_OPTIONS"
 
@@ -161,7 +155,7 @@ def open_location(
 ) -> tuple[filemanager.FileManager, str]:
     """The file manager and path of a URL given on the command line.
 
-    A URL sparkguard cannot open raises :class:`~sparkguard.spark_lib.errors.ConfigError`
+    A URL sparkguard cannot open raises :class:`~sparkguard.spark_lib.base.errors.ConfigError`
     naming ``what`` (the flag or argument) and the fix, so the CLI exits 2.
     """
     protocol = filemanager.protocol_of(url)

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sparkguard.spark_lib import errors
+from sparkguard.spark_lib.base import errors
 
 
 def encode(kind: str, version: int, body: Mapping[str, Any]) -> bytes:
@@ -22,8 +22,8 @@ def encode(kind: str, version: int, body: Mapping[str, Any]) -> bytes:
 def decode(data: bytes, *, kind: str, versions: frozenset[int], source: str) -> dict[str, Any]:
     """Parse a ``kind`` document whose version is one of ``versions``.
 
-    Raises :class:`~sparkguard.spark_lib.errors.CorruptFileError` for content that is not such
-    a document and :class:`~sparkguard.spark_lib.errors.UnsupportedVersionError` for a version
+    Raises :class:`~sparkguard.spark_lib.base.errors.CorruptFileError` for content that is not such
+    a document and :class:`~sparkguard.spark_lib.base.errors.UnsupportedVersionError` for a version
     this library does not know; both name ``source`` (the file).
     """
     try:

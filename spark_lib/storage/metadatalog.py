@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, filemanager, formats, paths
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors, formats, paths
 
 KIND: Final = "sparkguard.metadata-log"
 VERSION: Final = 1

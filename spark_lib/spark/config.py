@@ -3,7 +3,7 @@
 The operator injects the SparkConf keys into every guarded application; a single write may
 override them with ``df.write.option(...)``. :func:`parse_settings` is a purely computational
 function with no side-effects: it takes plain mappings and returns a frozen
-:class:`WriteSettings`, or raises :class:`~sparkguard.spark_lib.errors.ConfigError` naming the
+:class:`WriteSettings`, or raises :class:`~sparkguard.spark_lib.base.errors.ConfigError` naming the
 key and the fix. :func:`marker_client_for` turns settings into the marker client executors use.
 """
 
@@ -15,7 +15,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sparkguard.spark_lib import errors, filemanager, markers, timeline
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.storage import markers, timeline
 
 logger = logging.getLogger(__name__)
 
@@ -261,7 +263,7 @@ def marker_client_for(
     """
     if settings.marker_type is markers.MarkerType.DIRECT:
         return markers.DirectMarkerClient(manager)
-    from sparkguard.spark_lib import marker_http  # type: ignore[attr-defined,unused-ignore]
+    from sparkguard.spark_lib.spark import marker_http  # type: ignore[attr-defined,unused-ignore]
 
     if settings.marker_endpoint is None:
         raise errors.ConfigError(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from sparkguard.spark_lib import errors
+from sparkguard.spark_lib.base import errors
 
 #: Longest single path segment we accept (S3 keys are at most 1024 bytes in total).
 MAX_SEGMENT_LENGTH = 255

@@ -1,0 +1,41 @@
+"""The in-memory backend: fsspec's memory filesystem, atomic within one process (fast tests)."""
+
+from __future__ import annotations
+
+import threading
+
+from fsspec.spec import AbstractFileSystem
+
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.filemanager.base import AtomicStream, FileManager, Kind
+
+_MEMORY_LOCK = threading.Lock()
+
+
+class _MemoryStream(AtomicStream):
+    def __init__(self, fs: AbstractFileSystem, path: str, *, overwrite: bool) -> None:
+        super().__init__(path)
+        self._fs = fs
+        self._overwrite = overwrite
+        self._chunks: list[bytes] = []
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self._chunks.append(bytes(data))
+
+    def _publish(self) -> None:
+        with _MEMORY_LOCK:
+            if not self._overwrite and self._fs.exists(self.path):
+                raise errors.AlreadyExistsError(f"{self.path} already exists; nothing was written")
+            self._fs.pipe_file(self.path, b"".join(self._chunks))
+
+    def _discard(self) -> None:
+        self._chunks.clear()
+
+
+class MemoryFileManager(FileManager):
+    """fsspec's in-memory filesystem; atomic within one process."""
+
+    kind = Kind.MEMORY
+
+    def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
+        return _MemoryStream(self.fs, path, overwrite=overwrite)

@@ -1,0 +1,223 @@
+"""Choosing a backend: a URL's fsspec protocol, or the configured kind, picks the file manager.
+
+:func:`resolve` turns a URL (and fsspec storage options) into a file manager and a path;
+:data:`DEFAULT_KINDS` maps each protocol to its backend. Storage options a filesystem does not
+take are refused here, since fsspec filesystems swallow unknown keyword arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import fsspec
+from fsspec.spec import AbstractFileSystem
+
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.filemanager.base import AtomicStream, CreateMode, FileManager, Kind
+from sparkguard.spark_lib.filemanager.direct_put import DirectPutFileManager
+from sparkguard.spark_lib.filemanager.memory import MemoryFileManager
+from sparkguard.spark_lib.filemanager.rename import RenameFileManager
+
+#: fsspec protocols and the backend that serves them by default.
+DEFAULT_KINDS: Final[Mapping[str, Kind]] = {
+    "file": Kind.RENAME,
+    "local": Kind.RENAME,
+    "hdfs": Kind.RENAME,
+    "viewfs": Kind.RENAME,
+    "arrow_hdfs": Kind.RENAME,
+    "s3": Kind.DIRECT_PUT,
+    "s3a": Kind.DIRECT_PUT,
+    "gs": Kind.DIRECT_PUT,
+    "gcs": Kind.DIRECT_PUT,
+    "abfs": Kind.DIRECT_PUT,
+    "az": Kind.DIRECT_PUT,
+    "memory": Kind.MEMORY,
+}
+
+_BACKENDS: Final[Mapping[Kind, type[FileManager]]] = {
+    Kind.RENAME: RenameFileManager,
+    Kind.DIRECT_PUT: DirectPutFileManager,
+    Kind.MEMORY: MemoryFileManager,
+}
+
+
+def protocol_of(url: str) -> str:
+    """The fsspec protocol of ``url`` (``file`` for plain paths)."""
+    if "://" not in url:
+        return "file"
+    return url.split("://", 1)[0].lower()
+
+
+def parse_kind(
+    value: str | Kind | None, *, key: str = "spark.sparkguard.fileManager"
+) -> Kind | None:
+    """Parse a configured backend name; ``None``/empty means "by protocol"."""
+    if value is None or value == "":
+        return None
+    try:
+        return Kind(value)
+    except ValueError:
+        choices = ", ".join(k.value for k in Kind)
+        raise errors.ConfigError(
+            f"{key}={value!r} is not a file manager; use one of {choices}"
+        ) from None
+
+
+def parse_create_mode(
+    value: str | CreateMode | None, *, key: str = "spark.sparkguard.createMode"
+) -> CreateMode:
+    """Parse the configured create-if-absent mode (default: conditional)."""
+    if value is None or value == "":
+        return CreateMode.CONDITIONAL
+    try:
+        return CreateMode(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in CreateMode)
+        raise errors.ConfigError(
+            f"{key}={value!r} is not a create mode; use one of {choices}"
+        ) from None
+
+
+def resolve(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    kind: str | Kind | None = None,
+    create_mode: str | CreateMode | None = None,
+    options_source: str = "storage options",
+) -> tuple[FileManager, str]:
+    """Return the file manager for ``url`` and the path inside its filesystem.
+
+    ``storage_options`` the filesystem does not take are refused (:func:`check_storage_options`),
+    naming ``options_source`` (the setting they came from).
+
+    The backend comes from ``kind`` when given, else from the protocol (:data:`DEFAULT_KINDS`).
+    Filesystem instances are never shared through fsspec's instance cache (they may hold event
+    loops and connections that must not cross forks), and object-store listings are not cached,
+    so every ``list``/``exists`` sees the store as it is now.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise errors.InvalidPathError(f"storage URL must be a non-empty string, got {url!r}")
+    protocol = protocol_of(url)
+    chosen = parse_kind(kind)
+    if chosen is None:
+        if protocol not in DEFAULT_KINDS:
+            known = ", ".join(sorted(DEFAULT_KINDS))
+            raise errors.UnsupportedStoreError(
+                f"no atomic file manager is known for protocol {protocol!r} in {url!r}; "
+                f"use one of {known}, or set spark.sparkguard.fileManager to rename or direct-put"
+            )
+        chosen = DEFAULT_KINDS[protocol]
+    try:
+        fs_class = fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as exc:
+        raise errors.UnsupportedStoreError(
+            f"cannot open storage {url!r}: {exc}. Install the fsspec backend for {protocol!r}"
+        ) from exc
+    check_storage_options(fs_class, protocol, storage_options or {}, source=options_source)
+    options: dict[str, Any] = {"skip_instance_cache": True}
+    if chosen is Kind.DIRECT_PUT:
+        options["use_listings_cache"] = False
+    options.update(storage_options or {})
+    fs = fs_class(**options)
+    path = paths.validate_base(fs._strip_protocol(url), what="storage URL")
+    if protocol in ("file", "local"):
+        path = os.path.abspath(path)
+    backend = _BACKENDS[chosen]
+    manager: FileManager
+    if backend is DirectPutFileManager:
+        manager = DirectPutFileManager(
+            fs, protocol=protocol, create_mode=parse_create_mode(create_mode)
+        )
+    else:
+        manager = backend(fs, protocol=protocol)
+    return manager, path
+
+
+#: What every fsspec filesystem takes besides its own parameters (``AbstractFileSystem``
+#: hands them to its listings cache and its instance cache).
+_COMMON_OPTIONS: Final = frozenset(
+    {"use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache"}
+)
+
+
+def storage_option_names(fs_class: type[AbstractFileSystem]) -> frozenset[str] | None:
+    """The keyword options ``fs_class`` takes: its constructor's named parameters and those of
+    the constructors its ``**kwargs`` reach, plus :data:`_COMMON_OPTIONS`. ``None`` when a
+    constructor cannot be inspected (then nothing is checked)."""
+    names = set(_COMMON_OPTIONS)
+    for klass in fs_class.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            break
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names.update(
+            p.name
+            for p in parameters
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        )
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return frozenset(names)
+
+
+@functools.cache
+def _every_store_option() -> frozenset[str]:
+    """The options of every filesystem sparkguard opens whose fsspec backend is installed."""
+    names: set[str] = set()
+    for protocol in DEFAULT_KINDS:
+        try:
+            fs_class = fsspec.get_filesystem_class(protocol)
+        except (ValueError, ImportError):
+            continue
+        names |= storage_option_names(fs_class) or set()
+    return frozenset(names)
+
+
+def check_storage_options(
+    fs_class: type[AbstractFileSystem],
+    protocol: str,
+    options: Mapping[str, Any],
+    *,
+    source: str = "storage options",
+) -> None:
+    """Refuse an option no filesystem sparkguard opens takes: fsspec filesystems swallow
+    unknown keyword arguments, so a misspelt ``endpoint_url`` would be silently ignored.
+    An option of another store (S3 credentials while the journal is on local disk and the
+    tables on S3: one setting serves both) is left to the locations it is for. Raises
+    :class:`~sparkguard.spark_lib.base.errors.ConfigError` naming the key and what ``fs_class``
+    takes."""
+    known = storage_option_names(fs_class)
+    if known is None:
+        return
+    unknown = sorted(str(key) for key in options if key not in known)
+    unknown = [key for key in unknown if key not in _every_store_option()]
+    if unknown:
+        own = sorted(known - _COMMON_OPTIONS) or ["none of its own"]
+        many = len(unknown) > 1
+        raise errors.ConfigError(
+            f"{source}: key{'s' if many else ''} {', '.join(map(repr, unknown))} "
+            f"{'are' if many else 'is'} not an option of {protocol}:// storage "
+            f"({fs_class.__name__} takes {', '.join(own)}) nor of any other storage sparkguard "
+            f"opens; remove {'them' if many else 'it'} from {source} or fix the spelling"
+        )
+
+
+@contextlib.contextmanager
+def atomic_writer(
+    url: str, *, overwrite: bool = False, storage_options: Mapping[str, Any] | None = None
+) -> Iterator[AtomicStream]:
+    """Convenience: ``with atomic_writer(url) as f: f.write(...)`` for a single file."""
+    manager, path = resolve(url, storage_options=storage_options)
+    with manager.create_atomic(path, overwrite=overwrite) as stream:
+        yield stream
