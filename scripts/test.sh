@@ -85,10 +85,11 @@ fi
 if [[ $fast -eq 0 ]]; then
   # What the tests fetch from package registries is fetched here, before the network guard:
   # inside it nothing reaches a registry (each is a no-op once cached).
-  echo "== registries: jars and Go modules the tests use (cached under ~/.cache)"
+  echo "== registries: jars, wheels and Go modules the tests use (cached under ~/.cache)"
   scripts/fetch-jars.sh s3a >/dev/null
   scripts/fetch-jars.sh s3a --magic-committer >/dev/null
   scripts/fetch-jars.sh hdfs-minicluster >/dev/null
+  scripts/fetch-wheels.sh >/dev/null
   if command -v go >/dev/null 2>&1; then
     (cd tests/kubebench/go && GOFLAGS=-mod=readonly go mod download)
   fi

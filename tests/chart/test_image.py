@@ -23,6 +23,24 @@ from tests.support import dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
 JAR = "spark_lib/jars/sparkguard-spark.jar"
+
+
+@pytest.fixture
+def offline_pip(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pip installs from the wheelhouse of scripts/fetch-wheels.sh, never from an index: the
+    tests run inside the network guard, where no registry is reached (scripts/test.sh fetches
+    the wheelhouse before the guard starts; once complete, the script needs no network)."""
+    fetched = subprocess.run(
+        [str(ROOT / "scripts" / "fetch-wheels.sh")], capture_output=True, text=True, check=False
+    )
+    if fetched.returncode != 0:
+        raise RuntimeError(f"scripts/fetch-wheels.sh failed:\n{fetched.stderr}")
+    wheelhouse = Path(fetched.stdout.strip())
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
+    return wheelhouse
+
+
 HADOLINT = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
 
 
@@ -146,6 +164,7 @@ def test_jar_stage_refuses_jars_of_another_pyspark(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("offline_pip")
 def test_jar_stage_builds_the_jar_from_a_clean_context(tmp_path: Path) -> None:
     """Replays the pyspark and jar stages: the very commands the Dockerfile runs, on a copy of
     the build context that has no jar (Maven is offline once build-jvm.sh has fetched its
@@ -176,6 +195,7 @@ def test_jar_stage_builds_the_jar_from_a_clean_context(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("offline_pip")
 def test_image_install_steps_give_working_entrypoints(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     env = {**os.environ, "PYTHONSAFEPATH": "1"}

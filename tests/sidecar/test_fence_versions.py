@@ -20,6 +20,7 @@ from sparkguard.sidecar import batcher, config, errors, metrics, outcomes, valid
 from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors as lib_errors
 from sparkguard.spark_lib.base import paths
+from sparkguard.spark_lib.filemanager import rename
 from sparkguard.spark_lib.storage import markers, rollback, timeline
 
 TIMELINE_TYPE = markers.MarkerType.TIMELINE_SERVER_BASED.value
@@ -314,7 +315,7 @@ def test_stores_without_conditional_rewrites_read_the_outcome_around_every_flush
         def no_exchange(src: str, dst: str) -> None:
             raise lib_errors.UnsupportedStoreError("no RENAME_EXCHANGE here")
 
-        monkeypatch.setattr(filemanager, "rename_exchange", no_exchange)
+        monkeypatch.setattr(rename, "rename_exchange", no_exchange)
     else:
         fs = store.manager.fs
         real_call = fs.call_s3
