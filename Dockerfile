@@ -41,6 +41,8 @@ COPY spark_lib/ spark_lib/
 COPY --from=jar /src/spark_lib/jars/sparkguard-spark.jar spark_lib/jars/
 COPY sidecar/ sidecar/
 COPY operator/ operator/
+# It ends with `image-install.sh perms`: every file readable (and executable where needed) by
+# any UID in group 0, writable by root only (the final image runs read-only as any UID).
 RUN scripts/image-install.sh app /opt/sparkguard/venv /src
 
 FROM python:3.11-slim-bookworm
@@ -53,6 +55,9 @@ ENV PATH=/opt/sparkguard/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 RUN groupadd --system --gid 65532 sparkguard \
     && useradd --system --uid 65532 --gid sparkguard --no-create-home --shell /usr/sbin/nologin sparkguard
+# Owned by root:0 and not writable by others: the user below, or any UID a platform assigns
+# (OpenShift: arbitrary, in group 0), reads and runs it; nothing writes outside mounted volumes
+# (PYTHONDONTWRITEBYTECODE; the injected containers get an emptyDir at /tmp) and HOME is unused.
 COPY --from=build /opt/sparkguard/venv /opt/sparkguard/venv
 USER 65532:65532
 WORKDIR /tmp

@@ -10,10 +10,10 @@ import dataclasses
 import enum
 import re
 from collections.abc import Callable, Mapping
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from sparkguard import __version__
-from sparkguard.operator import durations, errors
+from sparkguard.operator import durations, errors, podsecurity
 
 T = TypeVar("T")
 
@@ -77,6 +77,17 @@ class OperatorConfig:
     #: Secret (in each app's namespace) holding the marker sidecar's bearer token
     sidecar_token_secret: str = "sparkguard-marker-token"  # noqa: S105 - a Secret's name
     sidecar_token_key: str = "token"  # noqa: S105 - a key's name
+    #: the securityContext of every container sparkguard injects (initContainers and the marker
+    #: sidecar): Pod Security "restricted" by default; see podsecurity.py
+    injected_security_context: Mapping[str, Any] = dataclasses.field(
+        default_factory=podsecurity.restricted
+    )
+    #: resources of the library and rollback initContainers (measured: docs/operator.md,
+    #: "Hardened namespaces")
+    init_cpu_request: str | None = "100m"
+    init_memory_request: str | None = "128Mi"
+    init_cpu_limit: str | None = None
+    init_memory_limit: str | None = "512Mi"
     #: marker sidecar as a native sidecar (initContainer, restartPolicy Always): True, False,
     #: or None = when the API server is Kubernetes >= 1.29 and the installed SparkApplication
     #: CRD keeps a container's restartPolicy (read every few minutes, see sidecarmode.py)
@@ -281,6 +292,11 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "sidecar_token_secret": ("SIDECAR_TOKEN_SECRET", _k8s_name),
     "sidecar_token_key": ("SIDECAR_TOKEN_KEY", _text),
     "sidecar_native": ("SIDECAR_NATIVE", _auto_bool),
+    "injected_security_context": ("INJECTED_SECURITY_CONTEXT", podsecurity.parse),
+    "init_cpu_request": ("INIT_CPU_REQUEST", _quantity),
+    "init_memory_request": ("INIT_MEMORY_REQUEST", _quantity),
+    "init_cpu_limit": ("INIT_CPU_LIMIT", _quantity),
+    "init_memory_limit": ("INIT_MEMORY_LIMIT", _quantity),
     "journal_root": ("JOURNAL_ROOT", _journal_root),
     "jvm_layer_default": ("JVM_LAYER", _bool),
     "metrics_addr": ("METRICS_ADDR", _text),

@@ -17,6 +17,10 @@ The additions (see docs/operator.md)::
                           :func:`sparkguard.spark_lib.spark.sparkconf.build_spark_conf`
                           returns, e.g. spark.sql.sources.commitProtocolClass, and the bundle's jar
                           (``local://``) appended to spark.jars (and to spec.deps.jars when set)
+    every injected container  a securityContext that meets Pod Security "restricted" (less what
+                          the pod's own securityContext sets, see podsecurity.py), /tmp on
+                          the library volume (subPath .tmp), PYTHONDONTWRITEBYTECODE and
+                          TMPDIR; the initContainers' resources (:func:`harden`)
 
 That is a Kubeflow app (``sparkoperator.k8s.io/v1beta2``). An Apache Spark operator app
 (``spark.apache.org/v1``) gets the same metadata and sparkConf (the JVM layer's jar appended to
@@ -44,7 +48,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sparkguard.operator import appmeta, errors, finalizers
+from sparkguard.operator import appmeta, errors, finalizers, podsecurity
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib.base import errors as lib_errors
 from sparkguard.spark_lib.spark import sparkconf
@@ -123,6 +127,23 @@ TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
 #: the JVM layer's jar in the library volume, as Spark finds it in every pod (driver and
 #: executors mount the volume): ``local://`` = "already on this node, don't upload or fetch"
 JAR_URI: Final = f"local://{LIB_DIR}/{bundle.JAR_IN_BUNDLE}"
+#: the writable temp directory of every injected container (their root filesystem is read-only):
+#: a subPath of the library volume, because spark-operator's pod webhook adds a volume to the
+#: pod only when the Spark container mounts it; a dot name, which Python never imports from
+#: the library's directory on PYTHONPATH
+TMP_DIR: Final = "/tmp"  # noqa: S108 - the pod's own emptyDir, not a shared /tmp
+TMP_SUBPATH: Final = ".tmp"
+TMP_MOUNT: Final[Mapping[str, str]] = {
+    "name": LIB_VOLUME,
+    "mountPath": TMP_DIR,
+    "subPath": TMP_SUBPATH,
+}
+#: the environment of every injected container: no bytecode next to the image's read-only
+#: files, temp files in :data:`TMP_DIR` (HOME is never needed)
+INJECTED_ENV: Final[tuple[Mapping[str, str], ...]] = (
+    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+    {"name": "TMPDIR", "value": TMP_DIR},
+)
 #: what a regular (non-native) marker sidecar watches for in the shared process namespace: the
 #: driver JVM's main class, present from spark-submit's script to the JVM's end
 DRIVER_PROCESS_PATTERN: Final = "org.apache.spark.deploy.SparkSubmit"
@@ -155,11 +176,16 @@ def marker_endpoint(config: config_.OperatorConfig) -> str:
 
 
 def build_sidecar(
-    options: appmeta.Options, *, config: config_.OperatorConfig, native: bool = False
+    options: appmeta.Options,
+    *,
+    config: config_.OperatorConfig,
+    native: bool = False,
+    pod_security: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The marker sidecar container for the driver pod.
 
-    A purely computational function with no side-effects. ``native``: as a Kubernetes native
+    A purely computational function with no side-effects. ``pod_security``: the driver pod's
+    own securityContext (see :func:`harden`). ``native``: as a Kubernetes native
     sidecar (an initContainer with ``restartPolicy: Always``, Kubernetes >= 1.29), which the
     kubelet stops once the driver container has ended, so the pod reaches Succeeded/Failed;
     its startupProbe holds the driver back until the sidecar serves. Otherwise, a regular
@@ -167,15 +193,6 @@ def build_sidecar(
     which needs ``spec.driver.shareProcessNamespace``), so the pod still ends.
     """
     port = config.sidecar_port
-    resources: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
-    if config.sidecar_cpu_request:
-        resources["requests"]["cpu"] = config.sidecar_cpu_request
-    if config.sidecar_memory_request:
-        resources["requests"]["memory"] = config.sidecar_memory_request
-    if config.sidecar_cpu_limit:
-        resources["limits"]["cpu"] = config.sidecar_cpu_limit
-    if config.sidecar_memory_limit:
-        resources["limits"]["memory"] = config.sidecar_memory_limit
     container: dict[str, Any] = {
         "name": SIDECAR_NAME,
         "image": config.image,
@@ -196,7 +213,12 @@ def build_sidecar(
             ",".join(config.sidecar_allowed_roots),
         ],
         "ports": [{"name": "markers", "containerPort": port, "protocol": "TCP"}],
-        "resources": {k: v for k, v in resources.items() if v},
+        "resources": _resources(
+            cpu_request=config.sidecar_cpu_request,
+            memory_request=config.sidecar_memory_request,
+            cpu_limit=config.sidecar_cpu_limit,
+            memory_limit=config.sidecar_memory_limit,
+        ),
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": port}, "periodSeconds": 2},
         "volumeMounts": [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}],
     }
@@ -211,13 +233,17 @@ def build_sidecar(
         }
     _add_storage_env(container, options)
     _add_pull_policy(container, config)
+    harden(container, config=config, pod_security=pod_security)
     return container
 
 
-def build_lib_init(*, config: config_.OperatorConfig) -> dict[str, Any]:
+def build_lib_init(
+    *, config: config_.OperatorConfig, pod_security: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The initContainer that copies the library into the shared volume (driver and executors).
 
-    A purely computational function with no side-effects.
+    A purely computational function with no side-effects. ``pod_security``: the pod's own
+    securityContext (see :func:`harden`).
     """
     container: dict[str, Any] = {
         "name": LIB_INIT_NAME,
@@ -225,17 +251,24 @@ def build_lib_init(*, config: config_.OperatorConfig) -> dict[str, Any]:
         "command": ["sparkguard", "bundle", "--dest", LIB_DIR],
         "volumeMounts": [{"name": LIB_VOLUME, "mountPath": LIB_DIR}],
     }
+    _add_init_resources(container, config)
     _add_pull_policy(container, config)
+    harden(container, config=config, pod_security=pod_security)
     return container
 
 
 def build_rollback_init(
-    options: appmeta.Options, *, config: config_.OperatorConfig, owner: str | None = None
+    options: appmeta.Options,
+    *,
+    config: config_.OperatorConfig,
+    owner: str | None = None,
+    pod_security: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The driver's initContainer that rolls back whatever an earlier attempt left uncommitted.
 
     A purely computational function with no side-effects. With ``owner`` (the app's
-    ``sparkguard.io/owner``) only instants of that owner are rolled back.
+    ``sparkguard.io/owner``) only instants of that owner are rolled back. ``pod_security``:
+    the driver pod's own securityContext (see :func:`harden`).
     """
     container: dict[str, Any] = {
         "name": ROLLBACK_INIT_NAME,
@@ -252,9 +285,59 @@ def build_rollback_init(
             *(["--owner", owner] if owner else []),
         ],
     }
+    _add_init_resources(container, config)
     _add_storage_env(container, options)
     _add_pull_policy(container, config)
+    harden(container, config=config, pod_security=pod_security)
     return container
+
+
+def harden(
+    container: dict[str, Any],
+    *,
+    config: config_.OperatorConfig,
+    pod_security: Mapping[str, Any] | None = None,
+) -> None:
+    """Make an injected ``container`` run under Pod Security "restricted" with a read-only root.
+
+    A purely computational function with no side-effects beyond ``container``. It gets the
+    configured securityContext less what the pod's own securityContext ``pod_security`` (the
+    app's) decides (:func:`podsecurity.for_pod`), the temp directory :data:`TMP_MOUNT` and
+    :data:`INJECTED_ENV`. No fixed user: the image runs as any non-root UID in group 0.
+    """
+    context = podsecurity.for_pod(config.injected_security_context, pod_security)
+    if context:
+        container["securityContext"] = context
+    _list_at(container, "env").extend(dict(e) for e in INJECTED_ENV)
+    _list_at(container, "volumeMounts").append(dict(TMP_MOUNT))
+
+
+def _resources(
+    *,
+    cpu_request: str | None,
+    memory_request: str | None,
+    cpu_limit: str | None,
+    memory_limit: str | None,
+) -> dict[str, dict[str, str]]:
+    """A container's ``resources`` with the quantities that are set."""
+    requests = {"cpu": cpu_request, "memory": memory_request}
+    limits = {"cpu": cpu_limit, "memory": memory_limit}
+    resources = {
+        "requests": {k: v for k, v in requests.items() if v},
+        "limits": {k: v for k, v in limits.items() if v},
+    }
+    return {k: v for k, v in resources.items() if v}
+
+
+def _add_init_resources(container: dict[str, Any], config: config_.OperatorConfig) -> None:
+    resources = _resources(
+        cpu_request=config.init_cpu_request,
+        memory_request=config.init_memory_request,
+        cpu_limit=config.init_cpu_limit,
+        memory_limit=config.init_memory_limit,
+    )
+    if resources:
+        container["resources"] = resources
 
 
 def _add_storage_env(container: dict[str, Any], options: appmeta.Options) -> None:
@@ -434,37 +517,61 @@ def _place_kubeflow(
         _ensure_named(
             pod,
             "initContainers",
-            build_lib_init(config=config),
+            build_lib_init(config=config, pod_security=kubeflow_pod_security(pod)),
             field=f"spec.{role}.initContainers",
             compare=_same_image,
             problems=problems,
+            fill_in=True,
         )
         for mount in mounts:
             _ensure_mount(pod, mount, field=f"spec.{role}.volumeMounts", problems=problems)
         _ensure_pythonpath(pod, field=f"spec.{role}", problems=problems)
 
     driver = _dict_at(spec, "driver")
+    pod_security = kubeflow_pod_security(driver)
     _ensure_named(
         driver,
         "initContainers",
-        build_rollback_init(options, config=config, owner=owner),
+        build_rollback_init(options, config=config, owner=owner, pod_security=pod_security),
         field="spec.driver.initContainers",
         compare=_same_image,
         problems=problems,
         ours=("command",),  # its arguments follow the annotations and the owner
+        fill_in=True,
     )
     if timeline_server:
         in_list = _sidecar_list(driver, native=native_sidecar)
+        sidecar = build_sidecar(
+            options, config=config, native=in_list == "initContainers", pod_security=pod_security
+        )
         _ensure_named(
             driver,
             in_list,
-            build_sidecar(options, config=config, native=in_list == "initContainers"),
+            sidecar,
             field=f"spec.driver.{in_list}",
             compare=_same_image,
             problems=problems,
+            fill_in=True,
         )
         if in_list == "sidecars":  # a regular sidecar sees the driver end only so
             _ensure_shared_processes(driver, problems)
+
+
+def kubeflow_pod_security(role_spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The securityContext of a Kubeflow app's driver or executor pod, from ``spec.driver`` or
+    ``spec.executor``: ``podSecurityContext`` (spark-operator's pod webhook puts it on the pod,
+    ``addPodSecurityContext``), else the one of its pod ``template`` (spark-submit's pod
+    template file), else ``None``.
+
+    A purely computational function with no side-effects.
+    """
+    context = role_spec.get("podSecurityContext")
+    if isinstance(context, Mapping):
+        return context
+    template = role_spec.get("template")
+    pod = template.get("spec") if isinstance(template, Mapping) else None
+    context = pod.get("securityContext") if isinstance(pod, Mapping) else None
+    return context if isinstance(context, Mapping) else None
 
 
 #: Spark's names of its own container when a pod template has none (Spark's
@@ -553,13 +660,16 @@ def _place_apache(
                 compare=_same_volume,
                 problems=problems,
             )
+        security = pod.get("securityContext")
+        pod_security = security if isinstance(security, Mapping) else None
         _ensure_named(
             pod,
             "initContainers",
-            build_lib_init(config=config),
+            build_lib_init(config=config, pod_security=pod_security),
             field=f"{prefix}.initContainers",
             compare=_same_image,
             problems=problems,
+            fill_in=True,
         )
         container, index = spark_container(pod, role, conf)
         where = f"{prefix}.containers[{index}]"
@@ -570,21 +680,23 @@ def _place_apache(
             _ensure_named(
                 pod,
                 "initContainers",
-                build_rollback_init(options, config=config, owner=owner),
+                build_rollback_init(options, config=config, owner=owner, pod_security=pod_security),
                 field=f"{prefix}.initContainers",
                 compare=_same_image,
                 problems=problems,
                 ours=("command",),
+                fill_in=True,
             )
             if options.marker_type is appmeta.MarkerType.TIMELINE_SERVER:
                 _ensure_named(
                     pod,
                     "initContainers",
-                    build_sidecar(options, config=config, native=True),
+                    build_sidecar(options, config=config, native=True, pod_security=pod_security),
                     field=f"{prefix}.initContainers",
                     compare=_same_image,
                     problems=problems,
                     ours=("restartPolicy",),  # among initContainers only native can work
+                    fill_in=True,
                 )
 
 
@@ -907,6 +1019,7 @@ def _ensure_named(
     compare: Any,
     problems: list[appmeta.Problem],
     ours: tuple[str, ...] = (),
+    fill_in: bool = False,
 ) -> None:
     items = _list_at(parent, key)
     for existing in items:
@@ -920,8 +1033,31 @@ def _ensure_named(
                 existing[name] = copy.deepcopy(item[name])
             if ours:
                 existing.pop("args", None)
+            if fill_in:
+                _fill_in(existing, item)
             return
     items.append(item)
+
+
+def _fill_in(existing: dict[str, Any], ours: Mapping[str, Any]) -> None:
+    """Give an existing entry of one of our containers what it lacks of ``ours`` (an app
+    admitted by an older sparkguard, or written by hand): securityContext fields, resources,
+    env entries by name, volume mounts by path. A value already there is never changed."""
+    context = ours.get("securityContext")
+    if context:
+        current = existing.get("securityContext")
+        if not isinstance(current, dict):
+            current = existing["securityContext"] = {}
+        for name, value in context.items():
+            current.setdefault(name, copy.deepcopy(value))
+    if "resources" in ours and not existing.get("resources"):
+        existing["resources"] = copy.deepcopy(ours["resources"])
+    for key, identity in (("env", "name"), ("volumeMounts", "mountPath")):
+        if key not in ours:
+            continue
+        entries = _list_at(existing, key)
+        present = {e.get(identity) for e in entries if isinstance(e, Mapping)}
+        entries.extend(copy.deepcopy(e) for e in ours[key] if e[identity] not in present)
 
 
 def _ensure_mount(

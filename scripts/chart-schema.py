@@ -1,12 +1,13 @@
 """Type the chart's free-form Kubernetes values with the Kubernetes JSON schemas.
 
 ``operator.affinity``, ``operator.tolerations``, ``operator.extraEnv``, ``imagePullSecrets``,
-``webhook.namespaceSelector`` and the resources blocks are copied into the Deployment and the
-webhook configuration as they are, so ``values.schema.json`` must know their Kubernetes types
-or a typo (``nodeAfinity``, ``keyy``, ``nam``) is silently dropped by the API server. This
-script takes those types, and every type they reach, from the schemas the
-``kubernetes-validate`` package ships (strict: ``additionalProperties: false``), and writes them
-into ``values.schema.json`` as local ``definitions`` (Helm validates offline: no remote refs).
+``webhook.namespaceSelector``, ``injected.containers.securityContext`` and the resources blocks
+are copied into the Deployment, the webhook configuration and the injected containers as they
+are, so ``values.schema.json`` must know their Kubernetes types or a typo (``nodeAfinity``,
+``keyy``, ``nam``) is silently dropped by the API server. This script takes those types, and
+every type they reach, from the schemas the ``kubernetes-validate`` package ships (strict:
+``additionalProperties: false``), and writes them into ``values.schema.json`` as local
+``definitions`` (Helm validates offline: no remote refs).
 
     PYTHONSAFEPATH=1 .venv/bin/python scripts/chart-schema.py          # rewrite the schema
     PYTHONSAFEPATH=1 .venv/bin/python scripts/chart-schema.py --check  # exit 1 if out of date
@@ -39,6 +40,8 @@ TYPED: dict[tuple[str, ...], str] = {
     ("operator", "affinity"): CORE + "Affinity",
     ("webhook", "namespaceSelector"): META + "LabelSelector",
     ("sidecar", "resources"): CORE + "ResourceRequirements",
+    ("injected", "containers", "securityContext"): CORE + "SecurityContext",
+    ("injected", "initContainers", "resources"): CORE + "ResourceRequirements",
 }
 
 

@@ -6,10 +6,14 @@
 #   image-install.sh deps <venv> <src>     dependencies only (a cacheable layer: pyproject + pins)
 #   image-install.sh app  <venv> <src>     sparkguard itself, no dependencies; needs the JVM jar
 #                                          in <src>/spark_lib/jars/ (the Dockerfile's jar stage,
-#                                          scripts/image-build-jar.sh, builds it)
+#                                          scripts/image-build-jar.sh, builds it); then perms
+#   image-install.sh perms <dir>           every file under <dir> readable (and executable where
+#                                          its owner's is) by its group and others, writable by
+#                                          its owner only: the image runs as any UID in group 0
+#                                          (OpenShift assigns one) with a read-only root
 set -euo pipefail
 export PYTHONSAFEPATH=1
-phase=$1 dest=$2 src=$3
+phase=$1 dest=$2 src=${3:-}
 extras="s3,sidecar,operator,cli"
 jar="spark_lib/jars/sparkguard-spark.jar"
 case "$phase" in
@@ -51,9 +55,13 @@ sys.exit(not r.files("sparkguard.spark_lib").joinpath("jars/sparkguard-spark.jar
       echo "image-install.sh: sparkguard installed into $venv without its jar; check [tool.setuptools.package-data] in pyproject.toml" >&2
       exit 1
     fi
+    "$0" perms "$venv"
+    ;;
+  perms)
+    chmod -R go=u-w "$dest"
     ;;
   *)
-    echo "image-install.sh: unknown phase '$phase'; use pyspark, deps or app" >&2
+    echo "image-install.sh: unknown phase '$phase'; use pyspark, deps, app or perms" >&2
     exit 2
     ;;
 esac

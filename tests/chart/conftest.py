@@ -52,6 +52,22 @@ FLIPPED: dict[str, Any] = {
         "tokenSecret": "markers-token",
         "allowedRoots": ["s3://warehouse/", "s3://staging/"],
     },
+    "injected": {
+        "containers": {
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "runAsUser": 1001,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "spark.json"},
+            }
+        },
+        "initContainers": {
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "96Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            }
+        },
+    },
     "metrics": {
         "enabled": True,
         "port": 9191,

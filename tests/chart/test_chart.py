@@ -17,6 +17,7 @@ from cryptography import x509
 
 from sparkguard import __version__
 from sparkguard.operator import config as operator_config
+from sparkguard.operator import podsecurity
 from tests.chart.conftest import CHART, FLIPPED, render
 
 #: Kinds without a schema in kubernetes-validate (CRDs of other projects); checked by hand.
@@ -94,9 +95,27 @@ def test_operator_accepts_the_environment_the_chart_gives_it(values: dict[str, A
         assert loaded.metrics_port == 9191
         assert loaded.sidecar_allowed_roots == ("s3://warehouse/", "s3://staging/")
         assert loaded.jvm_layer_default is False
+        # Helm merges the keys given with the defaults (null removes one)
+        assert loaded.injected_security_context == {
+            **podsecurity.restricted(),
+            **values["injected"]["containers"]["securityContext"],
+        }
+        assert (loaded.init_cpu_request, loaded.init_memory_request) == ("50m", "96Mi")
+        assert (loaded.init_cpu_limit, loaded.init_memory_limit) == ("1", "1Gi")
     else:
         assert loaded.namespaces == ()
         assert loaded.jvm_layer_default is True
+        # the defaults of the chart are the operator's: Pod Security "restricted"
+        assert loaded.injected_security_context == podsecurity.restricted()
+        defaults = operator_config.OperatorConfig()
+        assert (loaded.init_cpu_request, loaded.init_memory_request) == (
+            defaults.init_cpu_request,
+            defaults.init_memory_request,
+        )
+        assert (loaded.init_cpu_limit, loaded.init_memory_limit) == (
+            defaults.init_cpu_limit,
+            defaults.init_memory_limit,
+        )
         assert loaded.image == "ghcr.io/sparkguard/sparkguard:0.1.0"
         assert loaded.webhook_port == 9443
         assert loaded.delete_rollback_timeout_seconds == 120
@@ -309,6 +328,10 @@ K8S_TYPOS = {
     "imagePullSecrets": {"imagePullSecrets": [{"nmae": "regcred"}]},
     "namespaceSelector": {"webhook": {"namespaceSelector": {"matchLabel": {"a": "b"}}}},
     "issuerRef": {"webhook": {"certManager": {"enabled": True, "issuerRef": {"nam": "ca"}}}},
+    "securityContext": {
+        "injected": {"containers": {"securityContext": {"readOnlyRootFileSystem": True}}}
+    },
+    "initResources": {"injected": {"initContainers": {"resources": {"limit": {"cpu": "1"}}}}},
 }
 
 
@@ -400,3 +423,19 @@ def _notes_of(helm: Any, values: dict[str, Any]) -> str:
         values, name="sg", namespace="ops", is_install=True
     )
     return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def test_an_injected_security_context_field_set_to_null_is_left_out() -> None:
+    """Helm drops a default set to null: the operator gets the rest (or, for the whole
+    context, none)."""
+
+    def injected(values: dict[str, Any]) -> str:
+        (deployment,) = _by_kind(render({"injected": {"containers": values}}), "Deployment")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        return str(env["SPARKGUARD_INJECTED_SECURITY_CONTEXT"])
+
+    raw = injected({"securityContext": {"readOnlyRootFilesystem": None}})
+    loose = {k: v for k, v in podsecurity.restricted().items() if k != "readOnlyRootFilesystem"}
+    assert podsecurity.parse(raw) == loose
+    assert podsecurity.parse(injected({"securityContext": None})) == {}

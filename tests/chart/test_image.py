@@ -79,6 +79,29 @@ def test_dockerfile_shape() -> None:
     assert source < steps.index("RUN scripts/image-install.sh app /opt/sparkguard/venv /src")
 
 
+def test_the_images_files_are_readable_by_any_uid_and_writable_by_root_only(
+    tmp_path: Path,
+) -> None:
+    """``image-install.sh app`` ends with its ``perms`` step on the venv: the image runs as any
+    UID in group 0 (OpenShift assigns one), so group and others read (and run where the owner
+    can) every file, and only the owner writes."""
+    tree = tmp_path / "venv"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "tool").write_text("#!/bin/sh\n")
+    (tree / "bin" / "tool").chmod(0o744)
+    (tree / "private.py").write_text("")
+    (tree / "private.py").chmod(0o600)
+    (tree / "shared.py").write_text("")
+    (tree / "shared.py").chmod(0o666)
+    (tree / "bin").chmod(0o700)
+    subprocess.run([str(ROOT / "scripts/image-install.sh"), "perms", str(tree)], check=True)
+    modes = {p.relative_to(tree).as_posix(): p.stat().st_mode & 0o777 for p in tree.rglob("*")}
+    assert modes == {"bin": 0o755, "bin/tool": 0o755, "private.py": 0o644, "shared.py": 0o644}
+    script = (ROOT / "scripts/image-install.sh").read_text()
+    app = script[script.index("  app)") : script.index("  perms)")]
+    assert '"$0" perms "$venv"' in app
+
+
 def _stages() -> dict[str | None, dockerfile.Stage]:
     return {stage.name: stage for stage in dockerfile.parse(ROOT / "Dockerfile")}
 
@@ -207,6 +230,11 @@ def test_image_install_steps_give_working_entrypoints(tmp_path: Path) -> None:
             env=env,
             cwd=tmp_path,
         )
+    for path in venv.rglob("*"):  # the perms step: any UID in group 0 reads, root alone writes
+        mode = path.lstat().st_mode
+        if not path.is_symlink():
+            assert mode & 0o044 == 0o044, path
+            assert not mode & 0o022, path
     sparkguard = venv / "bin" / "sparkguard"
     for args in (
         ["--help"],

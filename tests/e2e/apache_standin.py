@@ -44,6 +44,7 @@ from typing import Any, Final, cast
 from kubernetes import client, watch
 
 from tests.e2e import apache_rules as rules
+from tests.e2e import sparkpods
 from tests.e2e.kubelet import DriverPod, Kubelet, PodSpec
 
 GROUP, VERSION, PLURAL = "spark.apache.org", "v1", "sparkapplications"
@@ -445,15 +446,9 @@ class StandInApacheOperator(Kubelet):
             "spark.kubernetes.namespace": self.namespace,
             "spark.app.id": rules.spark_app_id(app),
         }
-        containers = list(pod_spec.get("containers") or [])
-        named = conf.get("spark.kubernetes.driver.podTemplateContainerName")
-        index = next((i for i, c in enumerate(containers) if named and c.get("name") == named), 0)
-        if not containers:
-            containers = [{}]
-        driver = dict(containers[index])
-        driver.setdefault("name", rules.DRIVER_CONTAINER)
-        driver.setdefault("image", conf.get("spark.kubernetes.container.image", "apache/spark"))
-        containers[index] = driver
+        pod_spec, index = sparkpods.apache_template_pod(pod_spec, role="driver", conf=conf)
+        containers = pod_spec["containers"]
+        driver = containers[index]
         meta = app["metadata"]
         labels = {
             **((template.get("metadata") or {}).get("labels") or {}),

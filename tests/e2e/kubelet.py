@@ -495,10 +495,17 @@ class Kubelet:
 
     @staticmethod
     def _mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) -> list[tuple[str, str]]:
-        mounts = [
-            (m["mountPath"].rstrip("/"), str(volumes[m["name"]]))
-            for m in container.get("volumeMounts") or []
-        ]
+        """(mount path, local directory) of each mount, longest path first; a ``subPath`` is
+        a directory in its volume, made as the kubelet makes it. A mount at ``/tmp`` is left
+        out: these containers are processes of the host, whose temp directory stands in for
+        that emptyDir (remapping ``/tmp`` would rewrite the host paths the tests pass)."""
+        mounts = []
+        for mount in container.get("volumeMounts") or []:
+            if mount["mountPath"].rstrip("/") == "/tmp":
+                continue
+            local = volumes[mount["name"]] / mount.get("subPath", "")
+            local.mkdir(parents=True, exist_ok=True)
+            mounts.append((mount["mountPath"].rstrip("/"), str(local)))
         return sorted(mounts, key=lambda m: -len(m[0]))
 
     @staticmethod

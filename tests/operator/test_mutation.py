@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sparkguard.operator import appmeta, errors, finalizers, mutation
+from sparkguard.operator import appmeta, errors, finalizers, mutation, podsecurity
 from sparkguard.operator import config as config_
 from tests.operator.apps import spark_app
 
@@ -157,9 +157,25 @@ def test_user_fields_are_respected(config: config_.OperatorConfig) -> None:
 def test_our_sidecar_with_the_same_image_is_kept_as_the_user_tuned_it(
     config: config_.OperatorConfig,
 ) -> None:
-    tuned = {"name": mutation.SIDECAR_NAME, "image": IMAGE, "resources": {"limits": {"cpu": "2"}}}
+    tuned = {
+        "name": mutation.SIDECAR_NAME,
+        "image": IMAGE,
+        "resources": {"limits": {"cpu": "2"}},
+        "securityContext": {"readOnlyRootFilesystem": False, "runAsUser": 1000},
+    }
     app = spark_app(driver={"sidecars": [tuned]})
-    assert mutation.mutate(app, config=config)["spec"]["driver"]["sidecars"] == [tuned]
+    (kept,) = mutation.mutate(app, config=config)["spec"]["driver"]["sidecars"]
+    # every value the user set stays; what they left out of the hardening is filled in
+    assert {k: kept[k] for k in ("name", "image", "resources")} == {
+        k: tuned[k] for k in ("name", "image", "resources")
+    }
+    assert kept["securityContext"] == {
+        **podsecurity.restricted(),
+        "readOnlyRootFilesystem": False,
+        "runAsUser": 1000,
+    }
+    assert kept["env"] == [dict(e) for e in mutation.INJECTED_ENV]
+    assert dict(mutation.TMP_MOUNT) in kept["volumeMounts"]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,10 @@ schemas below are ours, typed from those files, not copied):
   ``api/v1beta2/sparkapplication_types.go``; the Kubernetes API of 1.32: containers have
   ``restartPolicy`` and ``resizePolicy``; ``driver.template``/``executor.template`` are the
   only preserve-unknown fields, from ``+kubebuilder:pruning:PreserveUnknownFields``).
+  Its securityContext and podSecurityContext fields are typed from the v2.5.2 release's CRD
+  (``../shared/upstream/kubeflow-spark-operator-v2.5.2.tar.gz``, same path; the core/v1 types
+  of a 1.32+ API). The 1.x CRD's come from a Kubernetes API older than 1.19: **no
+  seccompProfile** (and no appArmorProfile), so it prunes both.
 
 The tests' check that the files match this script: tests/operator/test_crds.py.
 """
@@ -41,9 +45,8 @@ SOURCES: Final = {
 
 LEFT_OUT: Final = """\
 Left out (both versions), so an app using them loses them to pruning here, unlike upstream:
-the inner schemas of spec.driver/executor affinity, tolerations, podSecurityContext,
-securityContext (pod and container level), dnsConfig, hostAliases, gpu, ports,
-lifecycle (pod level), the batchSchedulerOptions/monitoring/sparkUIOptions/
+the inner schemas of spec.driver/executor affinity, tolerations, dnsConfig, hostAliases,
+gpu, ports, lifecycle (pod level), the batchSchedulerOptions/monitoring/sparkUIOptions/
 driverIngressOptions/dynamicAllocation objects, and every volume source except emptyDir,
 secret, configMap, hostPath and persistentVolumeClaim (each is declared `type: object`
 without properties: its content is pruned). Descriptions are left out.
@@ -158,6 +161,50 @@ def probe(v2: bool) -> dict[str, Any]:
     return obj(**fields)
 
 
+def security_context(v2: bool, *, pod: bool) -> dict[str, Any]:
+    """A core/v1 SecurityContext (a container's) or, with ``pod``, a PodSecurityContext, as
+    the CRD of that version declares it. 1.x has no seccompProfile and no appArmorProfile
+    (Pod Security "restricted" needs a seccompProfile: the 1.x CRD prunes it)."""
+    windows: dict[str, Any] = {
+        "gmsaCredentialSpec": STRING,
+        "gmsaCredentialSpecName": STRING,
+        "runAsUserName": STRING,
+    }
+    if v2:
+        windows["hostProcess"] = BOOL
+    fields: dict[str, Any] = {
+        "runAsGroup": INT64,
+        "runAsNonRoot": BOOL,
+        "runAsUser": INT64,
+        "seLinuxOptions": obj(level=STRING, role=STRING, type=STRING, user=STRING),
+        "windowsOptions": obj(**windows),
+    }
+    if v2:
+        profile = obj(("type",), localhostProfile=STRING, type=STRING)
+        fields.update(appArmorProfile=profile, seccompProfile=profile)
+    if pod:
+        fields.update(
+            fsGroup=INT64,
+            supplementalGroups=array(INT64),
+            sysctls=array(obj(("name", "value"), name=STRING, value=STRING)),
+        )
+        if v2:
+            fields.update(
+                fsGroupChangePolicy=STRING,
+                seLinuxChangePolicy=STRING,
+                supplementalGroupsPolicy=STRING,
+            )
+    else:
+        fields.update(
+            allowPrivilegeEscalation=BOOL,
+            capabilities=obj(add=strings(), drop=strings()),
+            privileged=BOOL,
+            procMount=STRING,
+            readOnlyRootFilesystem=BOOL,
+        )
+    return obj(**fields)
+
+
 def container(v2: bool) -> dict[str, Any]:
     """A core/v1 Container as the CRD of that version declares it."""
     resources: dict[str, Any] = {
@@ -198,7 +245,7 @@ def container(v2: bool) -> dict[str, Any]:
         ),
         "readinessProbe": probe(v2),
         "resources": obj(**resources),
-        "securityContext": OPAQUE,
+        "securityContext": security_context(v2, pod=False),
         "startupProbe": probe(v2),
         "stdin": BOOL,
         "stdinOnce": BOOL,
@@ -246,12 +293,12 @@ def pod_spec(v2: bool, *, driver: bool) -> dict[str, Any]:
         "memory": STRING,
         "memoryOverhead": STRING,
         "nodeSelector": STRING_MAP,
-        "podSecurityContext": OPAQUE,
+        "podSecurityContext": security_context(v2, pod=True),
         "schedulerName": STRING,
         "secrets": array(
             obj(("name", "path", "secretType"), name=STRING, path=STRING, secretType=STRING)
         ),
-        "securityContext": OPAQUE,
+        "securityContext": security_context(v2, pod=False),
         "serviceAccount": STRING,
         "shareProcessNamespace": BOOL,
         "sidecars": array(container(v2)),

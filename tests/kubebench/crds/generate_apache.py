@@ -40,10 +40,10 @@ Upstream types the whole core/v1 PodTemplateSpec (fabric8 model of Kubernetes 1.
 `required` lists, no list-map keys, no defaults inside it). Typed here: the template's
 metadata (labels, annotations, name, namespace), and of its spec the fields sparkguard's
 admission writes or the stand-in reads: containers, initContainers (the full container
-schema, restartPolicy and restartPolicyRules included), volumes (emptyDir, secret,
-configMap, hostPath, persistentVolumeClaim, projected sources declared as objects),
-serviceAccountName, shareProcessNamespace, terminationGracePeriodSeconds, restartPolicy,
-nodeSelector. The other pod fields (affinity, tolerations, securityContext, ...) and
+schema, restartPolicy, restartPolicyRules and securityContext included), volumes (emptyDir,
+secret, configMap, hostPath, persistentVolumeClaim, projected sources declared as objects),
+securityContext, serviceAccountName, shareProcessNamespace, terminationGracePeriodSeconds,
+restartPolicy, nodeSelector. The other pod fields (affinity, tolerations, ...) and
 status.*.lastObservedDriverStatus beyond phase/reason/message and the container statuses are
 declared `type: object` without properties: their content is pruned here, unlike upstream.
 Also left out: driverServiceIngressList and configMapSpecs inner schemas (declared as
@@ -132,6 +132,54 @@ def env_var() -> dict[str, Any]:
     )
 
 
+def profile() -> dict[str, Any]:
+    """``appArmorProfile`` / ``seccompProfile`` (no enum: upstream declares plain strings)."""
+    return obj(localhostProfile=STRING, type=STRING)
+
+
+def security_fields() -> dict[str, Any]:
+    """The fields core/v1 SecurityContext and PodSecurityContext share."""
+    return {
+        "appArmorProfile": profile(),
+        "runAsGroup": INT,
+        "runAsNonRoot": BOOL,
+        "runAsUser": INT,
+        "seLinuxOptions": obj(level=STRING, role=STRING, type=STRING, user=STRING),
+        "seccompProfile": profile(),
+        "windowsOptions": obj(
+            gmsaCredentialSpec=STRING,
+            gmsaCredentialSpecName=STRING,
+            hostProcess=BOOL,
+            runAsUserName=STRING,
+        ),
+    }
+
+
+def security_context() -> dict[str, Any]:
+    """A container's securityContext (core/v1 SecurityContext)."""
+    return obj(
+        **security_fields(),
+        allowPrivilegeEscalation=BOOL,
+        capabilities=obj(add=strings(), drop=strings()),
+        privileged=BOOL,
+        procMount=STRING,
+        readOnlyRootFilesystem=BOOL,
+    )
+
+
+def pod_security_context() -> dict[str, Any]:
+    """A pod's securityContext (core/v1 PodSecurityContext)."""
+    return obj(
+        **security_fields(),
+        fsGroup=INT,
+        fsGroupChangePolicy=STRING,
+        seLinuxChangePolicy=STRING,
+        supplementalGroups=array(INT),
+        supplementalGroupsPolicy=STRING,
+        sysctls=array(obj(name=STRING, value=STRING)),
+    )
+
+
 def container() -> dict[str, Any]:
     """A core/v1 Container as upstream's v1 schema declares it (Kubernetes 1.34 model)."""
     quantities = {"additionalProperties": INT_OR_STRING, "type": "object"}
@@ -165,7 +213,7 @@ def container() -> dict[str, Any]:
         restartPolicyRules=array(
             obj(action=STRING, exitCodes=obj(operator=STRING, values=array(INT)))
         ),
-        securityContext=OPAQUE,
+        securityContext=security_context(),
         startupProbe=probe(),
         stdin=BOOL,
         stdinOnce=BOOL,
@@ -212,7 +260,7 @@ def pod_template_spec() -> dict[str, Any]:
             initContainers=array(container()),
             nodeSelector=STRING_MAP,
             restartPolicy=STRING,
-            securityContext=OPAQUE,
+            securityContext=pod_security_context(),
             serviceAccountName=STRING,
             shareProcessNamespace=BOOL,
             terminationGracePeriodSeconds=INT,
