@@ -20,8 +20,9 @@
 #           --force     rebuild even if the stamp matches
 set -euo pipefail
 
-log() { printf 'kubebench/build-spark-operator.sh: %s\n' "$*" >&2; }
-die() { printf 'kubebench/build-spark-operator.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/kubebench/build-lib.sh
+source "$here/build-lib.sh"  # log, die, go_build
 
 version=v2.5.2
 module=github.com/kubeflow/spark-operator/v2
@@ -41,7 +42,6 @@ for arg in "$@"; do
   esac
 done
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
 command -v go >/dev/null 2>&1 || die "'go' not found in PATH; install Go >= 1.26 (needed to build the spark-operator)"
@@ -192,23 +192,8 @@ build_log="$bin_dir/build.log"
 trap 'rm -rf "$tmp_out"' EXIT
 log "building spark-operator $version ($src/cmd/operator) with $go_version; log: $build_log"
 log "  (a cold build compiles ~1k packages: a few minutes on 2 cores)"
-start=$(date +%s)
-set +e
-(
-  cd "$src" &&
-    CGO_ENABLED=0 GOPROXY="$proxies" GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-      go build -trimpath -ldflags="$ldflags" -o "$tmp_out/spark-operator" ./cmd/operator
-) >"$build_log" 2>&1
-rc=$?
-set -e
-elapsed=$(( $(date +%s) - start ))
-if [[ $rc -ne 0 ]]; then
-  {
-    echo "kubebench/build-spark-operator.sh: ERROR: go build failed (exit $rc after ${elapsed}s). Last lines of $build_log:"
-    tail -n 40 "$build_log" | sed 's/^/    /'
-  } >&2
-  exit 1
-fi
+GOPROXY="$proxies" go_build "$src" "$build_log" -ldflags="$ldflags" \
+  -o "$tmp_out/spark-operator" ./cmd/operator
 [[ -x "$tmp_out/spark-operator" ]] || die "go build succeeded but produced no spark-operator (see $build_log)"
 mv -f "$tmp_out/spark-operator" "$bin_dir/spark-operator"
 printf '%s\n' "$want_stamp" >"$stamp"

@@ -18,8 +18,9 @@
 # Options:  --force   rebuild even if the stamp matches
 set -euo pipefail
 
-log() { printf 'kubebench/build.sh: %s\n' "$*" >&2; }
-die() { printf 'kubebench/build.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/kubebench/build-lib.sh
+source "$here/build-lib.sh"  # log, die, go_build
 
 force=0
 for arg in "$@"; do
@@ -30,7 +31,6 @@ for arg in "$@"; do
   esac
 done
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 moddir="$here/go"
 [[ -f "$moddir/go.mod" && -f "$moddir/go.sum" ]] || die "missing $moddir/go.mod or go.sum"
 
@@ -110,24 +110,7 @@ log "  output:  $bin_dir"
 log "  log:     $build_log"
 log "  (a cold build compiles ~2k packages: several minutes on 2 cores)"
 
-start=$(date +%s)
-set +e
-(
-  cd "$moddir" &&
-    CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-      go build -trimpath -ldflags="$ldflags" -o "$tmp_out/" "${packages[@]}"
-) >"$build_log" 2>&1
-rc=$?
-set -e
-elapsed=$(( $(date +%s) - start ))
-
-if [[ $rc -ne 0 ]]; then
-  {
-    echo "kubebench/build.sh: ERROR: go build failed (exit $rc after ${elapsed}s). Last lines of $build_log:"
-    tail -n 40 "$build_log" | sed 's/^/    /'
-  } >&2
-  exit 1
-fi
+go_build "$moddir" "$build_log" -ldflags="$ldflags" -o "$tmp_out/" "${packages[@]}"
 sizes=()
 for b in "${binaries[@]}"; do
   [[ -x "$tmp_out/$b" ]] || die "go build succeeded but $b was not produced (see $build_log)"
