@@ -264,13 +264,13 @@ class KubeCluster(KubeBench):
         self,
         *,
         job_namespaces: Sequence[str] = ("default",),
-        spark_operator_args: Mapping[str, str] | None = None,
+        controller_args: Mapping[str, str] | None = None,
         **bench_args: Any,
     ) -> None:
         super().__init__(crd_files=(), **bench_args)
         self.job_namespaces = list(job_namespaces)
-        #: extra ``--flag: value`` for the controller (e.g. ``--zap-log-level: debug``)
-        self._controller_overrides = dict(spark_operator_args or {})
+        #: the controller's flags over the chart's, e.g. ``{"--zap-log-level": "debug"}``
+        self._controller_overrides = dict(controller_args or {})
         self.release: SparkOperatorRelease | None = None
         self._components: list[kubebench._Process] = []
         # /healthz of the control plane: served with a cert of the bench CA, checked as such.
@@ -316,7 +316,9 @@ class KubeCluster(KubeBench):
 
     # -- components ---------------------------------------------------------------------------
 
-    def _start(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Any:
+    def _start(
+        self, name: str, argv: list[str], env: Mapping[str, str] | None = None
+    ) -> kubebench._Process:
         assert self._workdir is not None
         proc = kubebench._Process(name, argv, self._workdir / f"{name}.log", env=env)
         self._components.append(proc)
