@@ -57,11 +57,13 @@ __all__ = [
     "APACHE_SPARK_OPERATOR_CRD",
     "BUILD_SCRIPT",
     "CRD_DIR",
+    "KUBE_BINARIES",
     "SPARK_OPERATOR_CRDS",
     "KubeApiError",
     "KubeBench",
     "KubeBenchError",
     "ensure_binaries",
+    "run_build_script",
 ]
 
 HERE = Path(__file__).resolve().parent
@@ -142,8 +144,13 @@ def _file_tail(path: Path, lines: int = 60) -> str:
     return _tail(data, lines) or f"<{path} is empty>"
 
 
+#: what build.sh makes (ensure_binaries checks the first two; the cluster components the rest)
+KUBE_BINARIES = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler")
+
+
 def ensure_binaries(*, timeout: float = 3 * 3600.0) -> Path:
-    """Return the directory holding ``kube-apiserver`` and ``etcd``, building them if needed.
+    """Return the directory holding ``kube-apiserver`` and ``etcd`` (and build.sh's other
+    binaries, ``KUBE_BINARIES``), building them if needed.
 
     Runs ``build.sh`` (a no-op when its stamp matches). Any failure raises
     :class:`KubeBenchError` carrying the tail of the build output; nothing is ever skipped.
@@ -156,13 +163,20 @@ def ensure_binaries(*, timeout: float = 3 * 3600.0) -> Path:
         if missing:
             raise KubeBenchError(f"${BIN_DIR_ENV}={override} lacks executable {', '.join(missing)}")
         return bin_dir
+    return run_build_script(
+        BUILD_SCRIPT, what="kube-apiserver/etcd", binaries=KUBE_BINARIES, timeout=timeout
+    )
 
+
+def run_build_script(script: Path, *, what: str, binaries: Sequence[str], timeout: float) -> Path:
+    """Run a bench build script (its stdout's last line: the bin dir) and check ``binaries``
+    are executable there. Any failure raises :class:`KubeBenchError` with the script's output."""
     bash = shutil.which("bash")
     if bash is None:
-        raise KubeBenchError("bash not found in PATH; it is needed to run " + str(BUILD_SCRIPT))
+        raise KubeBenchError("bash not found in PATH; it is needed to run " + str(script))
     try:
         proc = subprocess.run(
-            [bash, str(BUILD_SCRIPT)],
+            [bash, str(script)],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -171,20 +185,19 @@ def ensure_binaries(*, timeout: float = 3 * 3600.0) -> Path:
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
         raise KubeBenchError(
-            f"{BUILD_SCRIPT} did not finish within {timeout:.0f}s:\n{_tail(err)}"
+            f"{script} did not finish within {timeout:.0f}s:\n{_tail(err)}"
         ) from exc
     if proc.returncode != 0:
         raise KubeBenchError(
-            f"building kube-apiserver/etcd failed ({BUILD_SCRIPT} exited {proc.returncode}):\n"
+            f"building {what} failed ({script} exited {proc.returncode}):\n"
             f"{_tail(proc.stderr)}\n{_tail(proc.stdout, 5)}".rstrip()
         )
     lines = proc.stdout.strip().splitlines()
     bin_dir = Path(lines[-1]) if lines else Path()
-    for b in ("kube-apiserver", "etcd"):
+    for b in binaries:
         if not os.access(bin_dir / b, os.X_OK):
             raise KubeBenchError(
-                f"{BUILD_SCRIPT} succeeded but {bin_dir / b} is not executable:\n"
-                f"{_tail(proc.stderr)}"
+                f"{script} succeeded but {bin_dir / b} is not executable:\n{_tail(proc.stderr)}"
             )
     return bin_dir
 
@@ -375,7 +388,14 @@ def _preexec_die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 class _Process:
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
@@ -391,7 +411,7 @@ class _Process:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_child_env(),
+                env={**_child_env(), **(env or {})},
                 start_new_session=True,
                 preexec_fn=preexec,  # noqa: PLW1509 - see the comment above
             )
@@ -407,16 +427,26 @@ class _Process:
         return _file_tail(self.log_path, lines)
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-            self.popen.wait(10)
+        """SIGTERM to its process group, then SIGKILL to the group after ``timeout`` or once the
+        process ended: a child it started (the spark-operator's spark-submit) goes with it."""
+        if self.popen.returncode is not None:
+            return  # reaped already: its group id is no longer ours to signal
+        # start_new_session: the group's id is the leader's pid, held until the leader is reaped.
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while not self._ended() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._signal_group(signal.SIGKILL)
+        self.popen.wait(10)
+
+    def _ended(self) -> bool:
+        """The process exited (not reaped: its pid, the group's id, stays ours)."""
+        found = os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        return found is not None
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
 
 
 class _PortClashError(KubeBenchError):

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and etcd for the sparkguard kube test bench.
+# Build kube-apiserver, etcd, kube-controller-manager and kube-scheduler for the sparkguard
+# kube test bench.
 #
-# Both binaries come from the Go module graph pinned in tests/kubebench/go
+# The binaries come from the Go module graph pinned in tests/kubebench/go
 # (k8s.io/kubernetes + its staging modules, and go.etcd.io/etcd/server/v3 at the
 # version k8s.io/kubernetes requires). They are written to
 #
 #   ${SPARKGUARD_CACHE:-$HOME/.cache/sparkguard}/kube/<k8s-version>/bin/
 #
 # outside the repository, so every checkout on this machine shares them. A stamp
-# file records a hash of go.mod, go.sum, the etcd main and the Go version; when it
-# matches and both binaries exist, nothing is rebuilt.
+# file records a hash of go.mod, go.sum, tools.go, the etcd main, the Go version and the
+# ldflags; when it matches and every binary exists, nothing is rebuilt.
 #
 # Progress goes to stderr; on success the only line on stdout is the bin dir.
 # Exit status is non-zero, with a clear message, when anything fails.
@@ -17,8 +18,9 @@
 # Options:  --force   rebuild even if the stamp matches
 set -euo pipefail
 
-log() { printf 'kubebench/build.sh: %s\n' "$*" >&2; }
-die() { printf 'kubebench/build.sh: ERROR: %s\n' "$*" >&2; exit 1; }
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/kubebench/build-lib.sh
+source "$here/build-lib.sh"  # log, die, go_build
 
 force=0
 for arg in "$@"; do
@@ -29,11 +31,14 @@ for arg in "$@"; do
   esac
 done
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 moddir="$here/go"
 [[ -f "$moddir/go.mod" && -f "$moddir/go.sum" ]] || die "missing $moddir/go.mod or go.sum"
 
 command -v go >/dev/null 2>&1 || die "'go' not found in PATH; install Go >= 1.26 (needed to build kube-apiserver and etcd)"
+# What `go build` makes (named after the last element of each package path).
+packages=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 go_version="$(go env GOVERSION)" || die "'go env GOVERSION' failed"
 
 modver() {  # version of a module required in go.mod
@@ -68,12 +73,13 @@ want_stamp="$(
 )"
 
 up_to_date() {
-  [[ $force -eq 0 && -x "$bin_dir/kube-apiserver" && -x "$bin_dir/etcd" && -f "$stamp" ]] &&
-    [[ "$(cat "$stamp")" == "$want_stamp" ]]
+  [[ $force -eq 0 && -f "$stamp" && "$(cat "$stamp")" == "$want_stamp" ]] || return 1
+  local b
+  for b in "${binaries[@]}"; do [[ -x "$bin_dir/$b" ]] || return 1; done
 }
 
 if up_to_date; then
-  log "up to date: kube-apiserver $k8s_version + etcd $etcd_version in $bin_dir (stamp ${want_stamp:0:12})"
+  log "up to date: ${binaries[*]} ($k8s_version, etcd $etcd_version) in $bin_dir (stamp ${want_stamp:0:12})"
   echo "$bin_dir"
   exit 0
 fi
@@ -98,37 +104,21 @@ tmp_out="$(mktemp -d "$bin_dir/.build.XXXXXX")"
 build_log="$bin_dir/build.log"
 trap 'rm -rf "$tmp_out"' EXIT
 
-log "building kube-apiserver $k8s_version and etcd $etcd_version with $go_version"
+log "building ${binaries[*]} ($k8s_version, etcd $etcd_version) with $go_version"
 log "  module:  $moddir"
 log "  output:  $bin_dir"
 log "  log:     $build_log"
 log "  (a cold build compiles ~2k packages: several minutes on 2 cores)"
 
-start=$(date +%s)
-set +e
-(
-  cd "$moddir" &&
-    CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-      go build -trimpath -ldflags="$ldflags" -o "$tmp_out/" \
-        k8s.io/kubernetes/cmd/kube-apiserver ./cmd/etcd
-) >"$build_log" 2>&1
-rc=$?
-set -e
-elapsed=$(( $(date +%s) - start ))
-
-if [[ $rc -ne 0 ]]; then
-  {
-    echo "kubebench/build.sh: ERROR: go build failed (exit $rc after ${elapsed}s). Last lines of $build_log:"
-    tail -n 40 "$build_log" | sed 's/^/    /'
-  } >&2
-  exit 1
-fi
-for b in kube-apiserver etcd; do
+go_build "$moddir" "$build_log" -ldflags="$ldflags" -o "$tmp_out/" "${packages[@]}"
+sizes=()
+for b in "${binaries[@]}"; do
   [[ -x "$tmp_out/$b" ]] || die "go build succeeded but $b was not produced (see $build_log)"
 done
-
-mv -f "$tmp_out/kube-apiserver" "$bin_dir/kube-apiserver"
-mv -f "$tmp_out/etcd" "$bin_dir/etcd"
+for b in "${binaries[@]}"; do
+  mv -f "$tmp_out/$b" "$bin_dir/$b"
+  sizes+=("$(du -h "$bin_dir/$b" | cut -f1) $b")
+done
 printf '%s\n' "$want_stamp" >"$stamp"
-log "built in ${elapsed}s: $(du -h "$bin_dir/kube-apiserver" | cut -f1) kube-apiserver, $(du -h "$bin_dir/etcd" | cut -f1) etcd"
+log "built in ${elapsed}s: $(IFS=,; echo "${sizes[*]}" | sed 's/,/, /g')"
 echo "$bin_dir"

@@ -1,9 +1,12 @@
-"""pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`).
+"""pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`) and
+``kube_cluster`` (a started :class:`~tests.kubebench.cluster.KubeCluster`: a bench of its own with
+kube-controller-manager, kube-scheduler and upstream's spark-operator).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
-* Tests that request ``kube_bench`` get the ``kube`` marker automatically (``-m "not kube"``
-  deselects them); mark tests that reach the bench indirectly with ``@pytest.mark.kube``.
+* Tests that request ``kube_bench`` or ``kube_cluster`` get the ``kube`` marker automatically
+  (``-m "not kube"`` deselects them); mark tests that reach the bench indirectly with
+  ``@pytest.mark.kube``.
 * The binaries are built by the first bench fixture of the run (under pytest-xdist: on the one
   worker that runs the bench tests, while the other runs the rest). Until then a bench test's
   ``pytest-timeout`` is longer by the build's budget, so a cold build (minutes) never counts
@@ -19,8 +22,13 @@ from typing import Any, Final
 import pytest
 
 from tests.kubebench.bench import KubeBench
+from tests.kubebench.cluster import KubeCluster
 
 BENCH_GROUP = "kube-bench"
+#: the fixtures that start a bench (their tests are marked ``kube``)
+BENCH_FIXTURES = ("kube_bench", "kube_cluster")
+#: the namespace where ``kube_cluster``'s spark-operator watches SparkApplications
+CLUSTER_JOB_NAMESPACE = "spark-jobs"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,7 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _needs_bench(item: pytest.Item) -> bool:
     fixturenames = getattr(item, "fixturenames", ())
-    return "kube_bench" in fixturenames or item.get_closest_marker("kube") is not None
+    uses_bench = any(f in fixturenames for f in BENCH_FIXTURES)
+    return uses_bench or item.get_closest_marker("kube") is not None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselection reads the markers
@@ -43,9 +52,8 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     for item in items:
-        if "kube_bench" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
-            "kube"
-        ):
+        fixturenames = getattr(item, "fixturenames", ())
+        if any(f in fixturenames for f in BENCH_FIXTURES) and not item.get_closest_marker("kube"):
             item.add_marker(pytest.mark.kube)
         if _needs_bench(item):
             # Under pytest-xdist's loadgroup every bench test runs on one worker: one
@@ -58,6 +66,8 @@ def pytest_collection_modifyitems(
 BUILD_BUDGET_SECONDS: Final = 3 * 3600.0
 #: a bench started in this process: the binaries are there
 _STARTED = pytest.StashKey[bool]()
+#: a cluster started in this process: the spark-operator is built too
+_CLUSTER_STARTED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -66,7 +76,10 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     has the binaries. The build runs in the bench fixture of the one worker that runs the bench
     tests (loadgroup), so the other worker runs every other test meanwhile, instead of both
     waiting for the build at collection; and the build never counts against a test's limit."""
-    if item.config.stash.get(_STARTED, False) or not _needs_bench(item):
+    built = item.config.stash.get(_STARTED, False)
+    if "kube_cluster" in getattr(item, "fixturenames", ()):
+        built = item.config.stash.get(_CLUSTER_STARTED, False)
+    if built or not _needs_bench(item):
         return None
     import pytest_timeout
 
@@ -87,6 +100,24 @@ def kube_bench(request: pytest.FixtureRequest) -> Iterator[KubeBench]:
         yield bench
     finally:
         bench.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
+    """A cluster of its own (apiserver, etcd, kube-controller-manager, kube-scheduler) with
+    upstream's spark-operator (controller and webhook, the chart's arguments and RBAC)
+    watching ``spark-jobs``; built from Go modules and the release source the first time on a
+    machine (``build.sh``, ``build-spark-operator.sh``). Apart from ``kube_bench``: its
+    controllers (garbage collection, namespaces, ServiceAccounts) and upstream's CRDs would
+    change what the bench's other tests see."""
+    cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE])
+    try:
+        cluster.start()
+        request.config.stash[_STARTED] = True
+        request.config.stash[_CLUSTER_STARTED] = True
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 class _KubeTally:

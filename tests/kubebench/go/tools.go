@@ -3,9 +3,12 @@
 // Package tools records the binaries this module builds so that `go mod tidy`
 // keeps their dependencies in go.mod/go.sum. Build them with:
 //
-//	go build -o bin/ k8s.io/kubernetes/cmd/kube-apiserver ./cmd/etcd
+//	go build -o bin/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+//		k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 )
