@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sparkguard.operator import appmeta, errors, events, patches, recovery, rollbacks
+from sparkguard.operator import appmeta, errors, events, patches, recovery
 from sparkguard.operator import runtime as runtime_
 
 _log = logging.getLogger(__name__)
@@ -119,22 +118,14 @@ async def _roll_back_claimed(
     options = decision.options
     assert options is not None
     meta = marked["metadata"]
-    namespace = meta["namespace"]
-    storage_options = await rollbacks.read_storage_options(runtime.kube, namespace, options)
+    call = await runtime.rollback_call(marked, options)
     claim = _Claim(runtime, marked, decision)
     keeper = asyncio.get_running_loop().create_task(claim.keep())
     try:
         started = time.monotonic()
         try:
             summary = await asyncio.get_running_loop().run_in_executor(
-                runtime.rollback_executor(),
-                functools.partial(
-                    runtime.rollback,
-                    options.job_id,
-                    options.journal,
-                    owner=appmeta.storage_owner(marked.get("metadata")),
-                    storage_options=storage_options,
-                ),
+                runtime.rollback_executor(), call
             )
         except Exception:
             runtime.metrics.rollbacks.labels(outcome="error").inc()
@@ -193,7 +184,7 @@ async def _roll_back_claimed(
         runtime.metrics.failures.labels(reason=conclusion.event.reason.value).inc()
     follow = resubmission[0]
     runtime.metrics.track_recovery(
-        (namespace, meta["name"]),
+        (meta["namespace"], meta["name"]),
         recovering=conclusion.phase is recovery.Phase.ROLLED_BACK and follow is None,
     )
     logger.info("%s", conclusion.event.message)

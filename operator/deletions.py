@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import time
 from collections.abc import Mapping
@@ -196,8 +195,7 @@ async def _bounded_rollback(
     rollback goes on in its thread (it is idempotent), and its slot is released only when the
     thread really ends, so a hung storage never runs more rollbacks than there are slots.
     """
-    meta = app.get("metadata") or {}
-    storage_options = await rollbacks.read_storage_options(runtime.kube, meta["namespace"], options)
+    call = await runtime.rollback_call(app, options)
     loop = asyncio.get_running_loop()
     slots = runtime.rollback_slots()
     await slots.acquire()
@@ -207,15 +205,7 @@ async def _bounded_rollback(
             loop.call_soon_threadsafe(slots.release)
 
     try:
-        future = runtime.rollback_executor().submit(
-            functools.partial(
-                runtime.rollback,
-                options.job_id,
-                options.journal,
-                owner=appmeta.storage_owner(app.get("metadata")),
-                storage_options=storage_options,
-            )
-        )
+        future = runtime.rollback_executor().submit(call)
     except BaseException:
         slots.release()
         raise

@@ -6,14 +6,15 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import datetime
+import functools
 import logging
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
+from sparkguard.operator import appmeta, kube, leadership, metrics, rollbacks
 from sparkguard.operator import config as config_
-from sparkguard.operator import kube, leadership, metrics, rollbacks
 
 #: apps whose Events are posted at once: Events are informational, and in a burst of
 #: failures the patches that make the recoveries should not queue behind them at the API server
@@ -149,3 +150,21 @@ class Runtime:
                 thread_name_prefix="sparkguard-rollback",
             )
         return self.rollback_threads
+
+    async def rollback_call(
+        self, app: Mapping[str, Any], options: appmeta.Options
+    ) -> Callable[[], rollbacks.RollbackSummary]:
+        """The app's rollback as a call for a rollback thread: its job, journal and storage owner,
+        and the storage options of the Secret its annotations name (read now, in the app's
+        namespace; :class:`errors.OperatorError` when that Secret is missing)."""
+        meta = app.get("metadata") or {}
+        storage_options = await rollbacks.read_storage_options(
+            self.kube, meta["namespace"], options
+        )
+        return functools.partial(
+            self.rollback,
+            options.job_id,
+            options.journal,
+            owner=appmeta.storage_owner(meta),
+            storage_options=storage_options,
+        )
