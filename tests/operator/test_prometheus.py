@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -33,6 +32,7 @@ from kubernetes import client
 
 from sparkguard.operator import appmeta, protection
 from tests.chart.conftest import render
+from tests.chart.operator_harness import eventually
 from tests.kubebench.bench import KubeBench
 from tests.kubebench.prometheus import Prometheus, Target, ensure_prometheus, static_scrape_config
 from tests.operator.apps import failed_status, spark_app
@@ -59,17 +59,6 @@ GRAFANA_VARIABLES = {
 }
 #: the alerts this scenario makes fire (the others' left-hand sides must still have data)
 FIRED = {"SparkguardRetriesExhausted", "SparkguardAppUnprotected", "SparkguardRollbackFailures"}
-
-
-def _eventually(check: Any, *, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
-        time.sleep(0.25)
 
 
 def _of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -204,7 +193,7 @@ def observed(kube_bench: KubeBench, tmp_path_factory: pytest.TempPathFactory) ->
         prometheus = stack.enter_context(
             Prometheus(bin_dir, scrape_configs=scrape, rule_files=[rules_file])
         )
-        _eventually(
+        eventually(
             lambda: len(prometheus.query("up == 1")) == 2, what="both targets scraped", timeout=90
         )
         _run_scenario(cluster, sidecar_port, root)
@@ -224,7 +213,7 @@ def _run_scenario(cluster: Cluster, sidecar_port: int, root: Path) -> None:
     # The sidecar: markers acknowledged, then one refused (409) for an instant being decided.
     base = f"http://127.0.0.1:{sidecar_port}/v1/markers"
     ready = f"http://127.0.0.1:{sidecar_port}/readyz"
-    _eventually(lambda: _status(ready) == 200, what="the sidecar is ready")
+    eventually(lambda: _status(ready) == 200, what="the sidecar is ready", timeout=60)
     directory = marker_dir_under(str(root), instant=f"20261206200000000-{uuid.uuid4().hex[:6]}")
     for i in range(5):
         body = {"markerdir": directory, "markername": f"part-{i:05d}.parquet"}
@@ -232,18 +221,25 @@ def _run_scenario(cluster: Cluster, sidecar_port: int, root: Path) -> None:
     assert _status(f"{base}/dir/seal", {"markerdir": directory}) == 200
     assert _status(f"{base}/create", {"markerdir": directory, "markername": "late.parquet"}) == 409
 
-    _eventually(
-        lambda: cluster.notes("etl").get(appmeta.PHASE) == "Resubmitted", what="etl resubmitted"
+    eventually(
+        lambda: cluster.notes("etl").get(appmeta.PHASE) == "Resubmitted",
+        what="etl resubmitted",
+        timeout=60,
     )
-    _eventually(
-        lambda: cluster.notes("once").get(appmeta.PHASE) == "Exhausted", what="once exhausted"
+    eventually(
+        lambda: cluster.notes("once").get(appmeta.PHASE) == "Exhausted",
+        what="once exhausted",
+        timeout=60,
     )
-    _eventually(
+    eventually(
         lambda: cluster.notes("bare").get(appmeta.PROTECTION) == protection.UNPROTECTED,
         what="bare marked unprotected",
+        timeout=60,
     )
-    _eventually(
-        lambda: "RollbackFailed" in cluster.event_reasons("broken"), what="broken's rollback fails"
+    eventually(
+        lambda: "RollbackFailed" in cluster.event_reasons("broken"),
+        what="broken's rollback fails",
+        timeout=60,
     )
 
 
@@ -257,7 +253,7 @@ def test_every_panel_query_returns_data(observed: Observed) -> None:
         return not missing
 
     with contextlib.suppress(AssertionError):
-        _eventually(all_answer, what="every panel query", timeout=60)
+        eventually(all_answer, what="every panel query", timeout=60)
     assert missing == []
 
 
@@ -276,12 +272,13 @@ def test_every_alert_expression_returns_data_and_the_scenarios_alerts_fire(
     prometheus = observed.prometheus
     for name, expr in alerts.items():
         assert prometheus.query(_left_side(expr)), f"{name}: {_left_side(expr)} has no data"
-    fired = _eventually(
+    fired = eventually(
         lambda: (
             {n for n, e in alerts.items() if prometheus.query(e)} >= FIRED
             and {n for n, e in alerts.items() if prometheus.query(e)}
         ),
         what=f"{sorted(FIRED)} firing",
+        timeout=60,
     )
     # Nothing else fires: one leader, no flush failure, no recovery beyond its bound yet.
     assert fired == FIRED
