@@ -101,7 +101,7 @@ if [[ $fast -eq 0 ]]; then
     tests/kubebench/build-spark-operator.sh --download
     # Prometheus and promtool (the dashboard and alert tests): the release module and its
     # dependencies; the build runs in the background above, or in the test's fixture (offline)
-    tests/kubebench/build-prometheus.sh --download
+    tests/kubebench/build-prometheus.sh --download >/dev/null
   fi
 fi
 echo "== pytest${selection:+ ${selection[*]}}"
