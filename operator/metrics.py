@@ -95,6 +95,13 @@ class Metrics:
             ["request"],  # get | patch | event | secret | lease-get | lease-create | ...
             registry=self.registry,
         )
+        self.api_errors = prometheus_client.Counter(
+            "sparkguard_operator_api_errors",
+            "Kubernetes API requests of the operator that failed, by HTTP status (404: gone, "
+            "409: a conflict, both often expected; unreachable: no answer).",
+            ["status"],
+            registry=self.registry,
+        )
         self.leader_changes = prometheus_client.Counter(
             "sparkguard_operator_leader_changes",
             "Times this replica took or lost the leader Lease.",
