@@ -33,6 +33,15 @@ from tests.kubebench.bench import HERE, JsonObj, KubeBenchError
 BUILD_SCRIPT = HERE / "build-prometheus.sh"
 
 
+def is_built() -> bool:
+    """Whether both binaries of the script's pinned version are in the cache already (a cheap
+    look, for test timers: a build may still be needed if the stamp changed)."""
+    found = re.search(r"^version=(\S+)", BUILD_SCRIPT.read_text(), re.MULTILINE)
+    cache = Path(os.environ.get("SPARKGUARD_CACHE") or Path.home() / ".cache" / "sparkguard")
+    bin_dir = cache / "prometheus" / (found.group(1) if found else "?") / "bin"
+    return all(os.access(bin_dir / b, os.X_OK) for b in ("prometheus", "promtool"))
+
+
 def ensure_prometheus(*, timeout: float = 3 * 3600.0) -> Path:
     """Build ``prometheus`` and ``promtool`` if needed (a no-op when the stamp matches); the
     bin dir. A failure raises :class:`KubeBenchError`, never a skip."""

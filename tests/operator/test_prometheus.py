@@ -34,10 +34,21 @@ from sparkguard.operator import appmeta, protection
 from tests.chart.conftest import render
 from tests.chart.operator_harness import eventually
 from tests.kubebench.bench import KubeBench
-from tests.kubebench.prometheus import Prometheus, Target, ensure_prometheus, static_scrape_config
+from tests.kubebench.fixtures import BUILD_BUDGET_SECONDS
+from tests.kubebench.prometheus import (
+    Prometheus,
+    Target,
+    ensure_prometheus,
+    is_built,
+    static_scrape_config,
+)
 from tests.operator.apps import failed_status, spark_app
 from tests.operator.test_real_apiserver import Cluster, Replicas, _free_port, bench_cluster
 from tests.sidecar.conftest import marker_dir_under
+
+#: a first build of Prometheus (cold: 5 to 40 minutes on 2 cores, or waiting for the one
+#: scripts/test.sh runs in the background) must not count against pytest-timeout's limit
+pytestmark = [] if is_built() else [pytest.mark.timeout(BUILD_BUDGET_SECONDS + 600)]
 
 #: the chart's monitoring, all on (release "sg" in namespace "sparkguard", as ``render`` does)
 MONITORING = {
