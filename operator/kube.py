@@ -55,29 +55,20 @@ class KubeClient:
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking client call in the client's own threads."""
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(
-                self._executor, functools.partial(fn, *args, **kwargs)
-            )
-        except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
-            self._count_error(exc)
-            raise
+        return await self._run(self._executor, functools.partial(fn, *args, **kwargs))
 
     async def _lease_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking Lease call in the Lease's own thread."""
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(
-                self._lease_executor, functools.partial(fn, *args, **kwargs)
-            )
-        except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
-            self._count_error(exc)
-            raise
+        return await self._run(self._lease_executor, functools.partial(fn, *args, **kwargs))
 
-    def _count_error(self, exc: Exception) -> None:
-        if self.on_error is not None:
-            self.on_error(str(exc.status) if isinstance(exc, ApiException) else "unreachable")
+    async def _run(self, executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:
+        """``call`` in ``executor``; a failed request is counted (``on_error``) and re-raised."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, call)
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
+            if self.on_error is not None:
+                self.on_error(str(exc.status) if isinstance(exc, ApiException) else "unreachable")
+            raise
 
     def _count(self, request: str) -> None:
         if self.on_request is not None:
