@@ -138,6 +138,7 @@ async def _roll_back_claimed(
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
+    runtime.metrics.record_rollback(summary)
     result = {
         "instants_rolled_back": tuple(summary.instants_rolled_back),
         "instants_committed": tuple(summary.instants_committed),

@@ -151,6 +151,7 @@ async def _roll_back_on_delete(
             runtime, app, reason=finalizers.Reason.ROLLBACK_ON_DELETE_ABANDONED, message=message
         )
         return {appmeta.MESSAGE: message[:1000]}
+    runtime.metrics.record_rollback(summary)
     result = {
         "instants_rolled_back": tuple(summary.instants_rolled_back),
         "instants_committed": tuple(summary.instants_committed),

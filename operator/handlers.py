@@ -27,6 +27,7 @@ from sparkguard.operator import (
     metrics,
     mutation,
     podwatch,
+    protection,
     reconciliation,
     recovery,
     recreation,
@@ -135,7 +136,17 @@ def _register_recovery(
         if type == "DELETED":
             runtime.pending.pop(key.id, None)
             runtime.metrics.track_recovery((namespace, name), recovering=False)
+            runtime.metrics.track_app((namespace, name), protected=None)
             return
+        # the dashboard's protected/unprotected apps: from the annotation the pod watch writes
+        runtime.metrics.track_app(
+            (namespace, name),
+            protected=(
+                appmeta.of(app).get(appmeta.PROTECTION) != protection.UNPROTECTED
+                if appmeta.opted_in(app)
+                else None
+            ),
+        )
         held = deletions.held_back(runtime, key, app)
         if held is None:
             decision = recovery.decide(

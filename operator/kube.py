@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, cast
 
 import kopf
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -33,7 +34,9 @@ class KubeClient:
     """SparkApplications, Secrets, Events and Leases, through one ``kubernetes.client.ApiClient``.
 
     ``on_request`` (if set) is called with a short name of every API request made (``get``,
-    ``patch``, ``event``, ``lease-get``...): the operator counts them in its metrics.
+    ``patch``, ``event``, ``lease-get``...), and ``on_error`` with the HTTP status of every
+    request that failed (``unreachable`` when none came back): the operator counts them in its
+    metrics.
     """
 
     def __init__(self, api_client: client.ApiClient) -> None:
@@ -42,6 +45,7 @@ class KubeClient:
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
         self.on_request: Callable[[str], None] | None = None
+        self.on_error: Callable[[str], None] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=API_THREADS, thread_name_prefix="sparkguard-kube"
         )
@@ -51,15 +55,20 @@ class KubeClient:
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking client call in the client's own threads."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        return await self._run(self._executor, functools.partial(fn, *args, **kwargs))
 
     async def _lease_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking Lease call in the Lease's own thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._lease_executor, functools.partial(fn, *args, **kwargs)
-        )
+        return await self._run(self._lease_executor, functools.partial(fn, *args, **kwargs))
+
+    async def _run(self, executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:
+        """``call`` in ``executor``; a failed request is counted (``on_error``) and re-raised."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, call)
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
+            if self.on_error is not None:
+                self.on_error(str(exc.status) if isinstance(exc, ApiException) else "unreachable")
+            raise
 
     def _count(self, request: str) -> None:
         if self.on_request is not None:

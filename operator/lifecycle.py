@@ -28,6 +28,7 @@ def start_leader_election(runtime: runtime_.Runtime) -> None:
 
     async def changed(leading: bool) -> None:
         runtime.metrics.leader.set(1 if leading else 0)
+        runtime.metrics.leader_changes.inc()
         if leading:
             reconciliation.resync(runtime)
             for namespace, name in list(runtime.records.values()):

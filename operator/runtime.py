@@ -115,6 +115,7 @@ class Runtime:
         self.kube.on_request = lambda request: self.metrics.api_requests.labels(
             request=request
         ).inc()
+        self.kube.on_error = lambda status: self.metrics.api_errors.labels(status=status).inc()
 
     def leading(self) -> bool:
         """Whether this process runs recoveries now (always, without leader election)."""

@@ -25,14 +25,16 @@ fi
 # The kube bench's binaries, started first so that a cold build (about 9 minutes of Go on 2
 # cores; nothing when cached) overlaps the venv set-up, lint, types and the JVM build: build.sh
 # (kube-apiserver, etcd, kube-controller-manager, kube-scheduler), then upstream's
-# spark-operator (build-spark-operator.sh), one after the other so they never compete for the
-# cores. The bench fixtures run each script again, which waits on this one's lock, and report
-# its errors. Not for --fast (no bench test) nor for a run of chosen test paths.
+# spark-operator (build-spark-operator.sh), then Prometheus (build-prometheus.sh), one after the
+# other so they never compete for the cores. The bench fixtures run each script again, which
+# waits on this one's lock, and report its errors. Not for --fast (no bench test) nor for a run
+# of chosen test paths.
 paths_given=0
 for arg in "$@"; do [[ "$arg" == -* ]] || paths_given=1; done
 if [[ $fast -eq 0 && $paths_given -eq 0 && -z "${SPARKGUARD_KUBE_BIN_DIR:-}" ]]; then
   mkdir -p .cache
-  { tests/kubebench/build.sh && tests/kubebench/build-spark-operator.sh; } \
+  { tests/kubebench/build.sh && tests/kubebench/build-spark-operator.sh &&
+    tests/kubebench/build-prometheus.sh; } \
     > .cache/kubebench-build.log 2>&1 &
 fi
 
@@ -97,6 +99,9 @@ if [[ $fast -eq 0 ]]; then
     (cd tests/kubebench/go && GOFLAGS=-mod=readonly go mod download)
     # upstream's spark-operator: its release source and modules (a no-op once it is built)
     tests/kubebench/build-spark-operator.sh --download
+    # Prometheus and promtool (the dashboard and alert tests): the release module and its
+    # dependencies; the build runs in the background above, or in the test's fixture (offline)
+    tests/kubebench/build-prometheus.sh --download >/dev/null
   fi
 fi
 echo "== pytest${selection:+ ${selection[*]}}"

@@ -72,6 +72,13 @@ FLIPPED: dict[str, Any] = {
         "enabled": True,
         "port": 9191,
         "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+        "prometheusRule": {
+            "enabled": True,
+            "recoveryBoundSeconds": 7200,
+            "labels": {"release": "prom"},
+        },
+        "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Spark"}},
     },
     "livenessPort": 8181,
 }

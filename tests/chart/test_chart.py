@@ -21,7 +21,7 @@ from sparkguard.operator import podsecurity
 from tests.chart.conftest import CHART, FLIPPED, render
 
 #: Kinds without a schema in kubernetes-validate (CRDs of other projects); checked by hand.
-FOREIGN_KINDS = {"ServiceMonitor", "Certificate", "Issuer"}
+FOREIGN_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate", "Issuer"}
 
 
 def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -5,7 +5,8 @@
 Settings come from ``SPARKGUARD_*`` variables, as for ``sparkguard operator``. The rollback is
 a stand-in that appends one JSON line per call to ``--calls`` (job id, owner, replica), takes
 ``--rollback-seconds``, and, with ``--gate``, does not return before that file exists (a
-rollback that is still running when the test kills this process). Everything else is the
+rollback that is still running when the test kills this process); with ``--fail-jobs REGEX``
+it raises for the job ids that match (storage unreachable). Everything else is the
 product: kopf, leader election, claims, patches, Events. SIGTERM stops it like a pod
 termination; SIGKILL is a crash.
 """
@@ -17,6 +18,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -32,6 +34,13 @@ class Summary:
     instants_committed: tuple[str, ...] = ()
     files_deleted: int = 1
     files_kept: int = 0
+    #: per instant, as the library's summary has them: the instant rolled back, a late file
+    #: of an earlier rolled-back instant removed, a committed instant's markers cleaned
+    details: tuple[dict[str, Any], ...] = (
+        {"action": "rolled_back", "filesDeleted": 1, "markersDeleted": 1},
+        {"action": "nothing", "filesDeleted": 1, "markersDeleted": 0},
+        {"action": "committed", "filesDeleted": 0, "markersDeleted": 1},
+    )
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -43,6 +52,7 @@ class FileRollback:
     replica: str
     gate: Path | None
     seconds: float
+    fail: re.Pattern[str] | None = None
 
     def __call__(
         self,
@@ -63,6 +73,8 @@ class FileRollback:
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline or (self.gate is not None and not self.gate.exists()):
             time.sleep(0.02)
+        if self.fail is not None and self.fail.search(job_id):
+            raise OSError(f"storage unreachable (the stand-in fails job {job_id})")
         return Summary()
 
 
@@ -77,11 +89,14 @@ def main() -> int:
     parser.add_argument("--gate", type=Path)
     parser.add_argument("--rollback-seconds", type=float, default=0.0)
     parser.add_argument("--decisions", type=Path, help="append every decision here (JSONL)")
+    parser.add_argument("--fail-jobs", type=re.compile, help="rollbacks of these job ids fail")
     args = parser.parse_args()
     settings = config.load_config(os.environ)
     api = kube.load_api_client(kubeconfig=args.kubeconfig)
     runtime = runtime_.Runtime(config=settings, kube=kube.KubeClient(api))
-    runtime.rollback = FileRollback(args.calls, runtime.identity, args.gate, args.rollback_seconds)
+    runtime.rollback = FileRollback(
+        args.calls, runtime.identity, args.gate, args.rollback_seconds, args.fail_jobs
+    )
     if args.decisions is not None:
         decisions = args.decisions.open("a", buffering=1)
 

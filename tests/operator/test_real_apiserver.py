@@ -399,11 +399,18 @@ class Replicas:
         }
         self.running: list[Replica] = []
 
-    def start(self, name: str, *, gate: Path | None = None, rollback_seconds: float = 0) -> Replica:
+    def start(
+        self,
+        name: str,
+        *,
+        gate: Path | None = None,
+        rollback_seconds: float = 0,
+        extra_args: tuple[str, ...] = (),
+    ) -> Replica:
         log = self.workdir / f"replica-{name}.log"
         command = [sys.executable, str(REPLICA), "--kubeconfig", self.cluster.bench.kubeconfig_path]
         command += ["--calls", str(self.calls), "--decisions", str(self.decisions)]
-        command += ["--rollback-seconds", str(rollback_seconds)]
+        command += ["--rollback-seconds", str(rollback_seconds), *extra_args]
         if gate is not None:
             command += ["--gate", str(gate)]
         with log.open("wb") as out:
