@@ -52,7 +52,6 @@ from sparkguard.operator import appmeta, errors, finalizers, podsecurity
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib.base import errors as lib_errors
 from sparkguard.spark_lib.spark import sparkconf
-from sparkguard.spark_lib.tools import bundle
 
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"
@@ -122,11 +121,11 @@ LIB_INIT_NAME: Final = "sparkguard-lib"
 ROLLBACK_INIT_NAME: Final = "sparkguard-rollback"
 LIB_VOLUME: Final = "sparkguard-lib"
 TOKEN_VOLUME: Final = "sparkguard-token"  # noqa: S105 - a volume's name
-LIB_DIR: Final = "/opt/sparkguard/lib"
+LIB_DIR: Final = sparkconf.POD_LIB_DIR
 TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
 #: the JVM layer's jar in the library volume, as Spark finds it in every pod (driver and
-#: executors mount the volume): ``local://`` = "already on this node, don't upload or fetch"
-JAR_URI: Final = f"local://{LIB_DIR}/{bundle.JAR_IN_BUNDLE}"
+#: executors mount the volume); ``sparkguard spark-conf --for-pod`` prints the same location
+JAR_URI: Final = sparkconf.POD_JAR_URI
 #: the writable temp directory of every injected container (their root filesystem is read-only):
 #: a subPath of the library volume, because spark-operator's pod webhook adds a volume to the
 #: pod only when the Spark container mounts it; a dot name, which Python never imports from

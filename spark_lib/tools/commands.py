@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, TextIO
 
 from sparkguard.spark_lib import filemanager
-from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.base import errors, paths
 from sparkguard.spark_lib.spark import config
 from sparkguard.spark_lib.storage import markers, reader, rollback, snapshots, timeline
 
@@ -158,13 +158,7 @@ def open_location(
     A URL sparkguard cannot open raises :class:`~sparkguard.spark_lib.base.errors.ConfigError`
     naming ``what`` (the flag or argument) and the fix, so the CLI exits 2.
     """
-    protocol = filemanager.protocol_of(url)
-    if protocol not in filemanager.DEFAULT_KINDS:
-        known = ", ".join(f"{p}://" for p in sorted(filemanager.DEFAULT_KINDS) if p != "file")
-        raise errors.ConfigError(
-            f"{what} {url!r}: sparkguard cannot open {protocol}:// locations; give a local path "
-            f"or a URL starting with one of {known}"
-        )
+    url = filemanager.check_location(url, what=what)
     try:
         return filemanager.resolve(url, storage_options=options, options_source=STORAGE_ENV)
     except errors.ConfigError as exc:
@@ -173,20 +167,12 @@ def open_location(
         raise errors.ConfigError(f"{what} {url!r}: {exc}") from None
 
 
-def _memory_hint(url: str) -> str:
-    if filemanager.protocol_of(url) == "memory":
-        return (
-            " (memory:// lives inside one process: no other process, such as this command, sees it)"
-        )
-    return ""
-
-
 def require_directory(
     manager: filemanager.FileManager, path: str, *, what: str, url: str, fix: str
 ) -> None:
     """Raise ConfigError unless ``path`` is an existing directory (a file or nothing is not)."""
     if not manager.exists(path):
-        raise errors.ConfigError(f"{what} {url!r} does not exist{_memory_hint(url)}; {fix}")
+        raise errors.ConfigError(f"{what} {url!r} does not exist; {fix}")
     if manager.fs.isfile(path):
         raise errors.ConfigError(f"{what} {url!r} is a file, not a directory; {fix}")
 
@@ -202,6 +188,73 @@ def open_table(url: str, *, options: Mapping[str, Any]) -> tuple[filemanager.Fil
         fix="give the table's directory (the URL it was saved to)",
     )
     return manager, path
+
+
+def require_sparkguard_table(
+    manager: filemanager.FileManager, path: str, *, url: str, streams: bool = False
+) -> None:
+    """Raise ConfigError, saying what that means, unless the table at ``path`` has a sparkguard
+    timeline (``streams``: or a streaming sink's log) -- a directory plain Spark wrote has none."""
+    if timeline.Timeline(manager, path).exists():
+        return
+    if streams and reader.stream_jobs(manager, path):
+        return
+    raise errors.ConfigError(
+        f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
+        f"{timeline.TIMELINE_DIR}/): sparkguard never wrote there, so it has no writes to "
+        "show, and sparkguard's readers see none of its files; give a table written through "
+        "sparkguard"
+    )
+
+
+#: how many folders beside or below a journal are searched for the job's record
+NEAR_MISS_LIMIT: Final = 200
+
+
+def require_job_recorded(
+    manager: filemanager.FileManager, path: str, *, url: str, job_id: str, allow: bool
+) -> None:
+    """Raise ConfigError unless the journal at ``path`` has a folder for ``job_id``, saying
+    where it looked and naming a near miss: the job's folder one level below (the chart's
+    journal root given instead of its per-namespace folder) or beside it, or a table given
+    as the journal. ``allow`` (``--allow-missing-journal``): no record means nothing to do."""
+    if allow or manager.exists(paths.join(path, job_id)):
+        return
+    looked = f"--journal {url!r} has no record of job {job_id} (no {paths.join(url, job_id)}/)"
+    if manager.exists(paths.join(path, timeline.SPARKGUARD_DIR)):
+        raise errors.ConfigError(
+            f"{looked}: it is a table, not a journal; give the journal the job wrote (its "
+            "spark.sparkguard.journal)"
+        )
+    near = next(iter(_near_journals(manager, path, url=url, job_id=job_id)), None)
+    if near is not None:
+        raise errors.ConfigError(
+            f"{looked}; found {paths.join(near, job_id)}: use --journal {near}"
+        )
+    raise errors.ConfigError(
+        f"{looked}, nor do the folders beside or below it; give the journal the job wrote (its "
+        "spark.sparkguard.journal; with the operator, <journal root>/<namespace>, or use --app "
+        "<namespace>/<name>), or add --allow-missing-journal if the job never wrote"
+    )
+
+
+def _near_journals(
+    manager: filemanager.FileManager, path: str, *, url: str, job_id: str
+) -> Iterable[str]:
+    """URLs of folders below, then beside, ``path`` that hold a folder ``job_id``."""
+    base = url.rstrip("/")
+    below = [(info.path, f"{base}/{info.name}") for info in manager.list(path) if info.is_dir]
+    parent = paths.parent(path)
+    beside = []
+    if parent and parent != path and "/" in base:
+        beside = [
+            (info.path, f"{base.rsplit('/', 1)[0]}/{info.name}")
+            for info in manager.list(parent)
+            if info.is_dir and info.path.rstrip("/") != path.rstrip("/")
+        ]
+    for folder, folder_url in [*below, *beside][:NEAR_MISS_LIMIT]:
+        if manager.exists(paths.join(folder, job_id)):
+            yield folder_url
 
 
 def run_rollback(
@@ -223,6 +276,9 @@ def run_rollback(
         )
     else:
         require_directory(manager, path, what="--journal", url=args.journal, fix=fix)
+        require_job_recorded(
+            manager, path, url=args.journal, job_id=args.job_id, allow=args.allow_missing_journal
+        )
     summary = rollback.rollback_job(
         args.job_id,
         args.journal,
@@ -452,11 +508,7 @@ def run_compact(
 ) -> int:
     """``sparkguard compact``."""
     manager, path = open_table(url, options=options)
-    if not timeline.Timeline(manager, path).exists():
-        raise errors.ConfigError(
-            f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
-            f"{timeline.TIMELINE_DIR}/): give a table written through sparkguard"
-        )
+    require_sparkguard_table(manager, path, url=url)
     result = snapshots.compact(manager, path, archive_retention_days=retention_days)
     report = {"table": reader.table_url(url), **result.to_json()}
     if as_json:
@@ -486,7 +538,8 @@ def run_inspect(
     archived: bool = False,
 ) -> int:
     """``sparkguard inspect``."""
-    open_table(url, options=options)  # refuses a missing table, naming the fix
+    manager, path = open_table(url, options=options)  # refuses a missing table, naming the fix
+    require_sparkguard_table(manager, path, url=url, streams=True)
     report = inspect_table(url, options=options, archived=archived)
     if as_json:
         json.dump(report, out, indent=2)

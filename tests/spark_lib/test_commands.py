@@ -104,6 +104,7 @@ def test_inspect_missing_table(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_rollback_with_nothing_to_do_is_quick(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "idle-1").mkdir()  # the job's journal folder, no table recorded in it
     code, out, _ = _run(
         "rollback", ["--job-id", "idle-1", "--journal", str(tmp_path), "--json"], capsys
     )
