@@ -47,6 +47,15 @@ def _owner(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _app_ref(value: str) -> tuple[str, str]:
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(
+            f"--app {value!r} is not valid: give the SparkApplication as <namespace>/<name>"
+        )
+    return namespace, name
+
+
 def _non_empty(flag: str) -> Any:
     def parse(value: str) -> str:
         if not value.strip():
@@ -88,9 +97,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
         parser.set_defaults(_command="compact")
         return
-    parser.add_argument("--job-id", required=True, type=_job_id, help="the job to roll back")
     parser.add_argument(
-        "--journal", required=True, type=_non_empty("--journal"), help="job journal URL"
+        "--app",
+        metavar="NAMESPACE/NAME",
+        type=_app_ref,
+        help="the SparkApplication to roll back as the operator would: its job id, journal and "
+        "owner read from the app through the kubeconfig (replaces --job-id and --owner)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        help="with --app: the kubeconfig (default: in-cluster, else $KUBECONFIG or "
+        "~/.kube/config, as kubectl)",
+    )
+    parser.add_argument(
+        "--job-id", type=_job_id, help="the job to roll back (required without --app)"
+    )
+    parser.add_argument(
+        "--journal",
+        type=_non_empty("--journal"),
+        help="job journal URL (required without --app; with the operator: <journal "
+        "root>/<namespace>)",
     )
     parser.add_argument(
         "--owner",
@@ -266,6 +292,8 @@ def run_rollback(
         if not args.quiet:
             print(f"rollback {args.job_id}: {phase} {done}/{total}", file=err, flush=True)
 
+    if args.job_id is None or args.journal is None:  # the entry point checks this first
+        raise errors.ConfigError("--job-id and --journal are required (or --app)")
     manager, path = open_location(args.journal, what="--journal", options=options)
     fix = "give the journal location the job wrote (its spark.sparkguard.journal)"
     if args.allow_missing_journal and not manager.exists(path):

@@ -69,6 +69,11 @@ a driver that is still alive fails), then its data files are deleted. Files that
 a committed write lists are never deleted. Safe to run again at any time: a
 second run resumes an interrupted one and removes files written late.
 
+With --app NAMESPACE/NAME it rolls back what the operator would for that
+SparkApplication: its job id, journal and owner read from the app through the
+kubeconfig. Without cluster access give --job-id, --journal and, for an app the
+operator admitted, --owner (its sparkguard.io/owner annotation).
+
 {STORAGE_ENV}""",
     ),
     "inspect": Subcommand(
@@ -238,6 +243,62 @@ def build_parser() -> CommandLineParser:
     return parser
 
 
+def check_rollback_target(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Fill ``rollback``'s job id, journal and owner from ``--app`` (the SparkApplication, read
+    through the kubeconfig; the operator's own reading of its annotations), or require
+    ``--job-id`` and ``--journal``. Returns 0, or the exit code after one line on stderr."""
+    if args.app is None:
+        missing = [
+            flag
+            for flag in ("--job-id", "--journal")
+            if not getattr(args, flag[2:].replace("-", "_"))
+        ]
+        if missing:
+            parser.error(f"the following arguments are required: {', '.join(missing)}")
+        return 0
+    if args.job_id or args.owner:
+        parser.error(
+            "argument --app: --app reads the job id and owner from the app; drop --job-id and "
+            "--owner"
+        )
+    import urllib3.exceptions
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    from sparkguard.operator import errors, kube, mutation
+
+    namespace, name = args.app
+    where = f"--app {namespace}/{name}"
+    try:
+        app = kube.read_application(namespace, name, kubeconfig=args.kubeconfig)
+        target = mutation.rollback_target(app, journal=args.journal)
+    except (LookupError, errors.InvalidApplicationError, ConfigException) as exc:
+        print(f"sparkguard rollback: error: {where}: {exc}", file=sys.stderr)
+        return 2
+    except urllib3.exceptions.HTTPError as exc:
+        print(
+            f"sparkguard rollback: failed: {where}: cannot reach the API server ({exc}); check "
+            "the kubeconfig, or give --job-id, --journal and --owner instead",
+            file=sys.stderr,
+        )
+        return 1
+    except ApiException as exc:
+        print(
+            f"sparkguard rollback: failed: {where}: the API server refused the read "
+            f"({exc.status} {exc.reason}); check the kubeconfig's context and that it may get "
+            "sparkapplications in that namespace",
+            file=sys.stderr,
+        )
+        return 1
+    args.job_id, args.journal, args.owner = target.job_id, target.journal, target.owner
+    print(
+        f"rollback {args.app[0]}/{args.app[1]}: --job-id {target.job_id} --journal "
+        f"{target.journal}" + (f" --owner {target.owner}" if target.owner else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
@@ -247,7 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     module = importlib.import_module(args._module)
     try:
-        code: int = module.run(args)
+        code: int = 0
+        if args.command == "rollback":
+            code = check_rollback_target(args, parser.subcommands["rollback"])
+        if not code:
+            code = module.run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

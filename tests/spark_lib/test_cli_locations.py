@@ -5,10 +5,13 @@ never wrote says so, and every command checks a journal location the same way.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -153,3 +156,95 @@ def test_spark_conf_for_a_pod_names_the_bundle_as_the_operator_injects_it() -> N
         == "local:///opt/sparkguard/lib/sparkguard/spark_lib/jars/sparkguard-spark.jar"
     )
     assert done.stderr == ""
+
+
+OWNER = "k8s:etl/nightly/5b0e2c1d"
+
+
+class _ApiServer(http.server.ThreadingHTTPServer):
+    """The one read ``rollback --app`` makes, as the API server answers it: the app's object,
+    404 for anything else (so the Apache kind's path is tried after Kubeflow's)."""
+
+    def __init__(self, apps: dict[str, dict[str, object]]) -> None:
+        self.apps = apps
+        self.paths: list[str] = []
+        super().__init__(("127.0.0.1", 0), _ApiHandler)
+
+
+class _ApiHandler(http.server.BaseHTTPRequestHandler):
+    server: _ApiServer
+
+    def do_GET(self) -> None:
+        self.server.paths.append(self.path)
+        app = self.server.apps.get(self.path)
+        body = json.dumps(app or {"kind": "Status", "code": 404, "reason": "NotFound"}).encode()
+        self.send_response(200 if app else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api_server(tmp_path: Path) -> Iterator[tuple[_ApiServer, Path]]:
+    """A loopback API server and a kubeconfig pointing at it."""
+    server = _ApiServer({})
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    yield server, kubeconfig
+    server.shutdown()
+    server.server_close()
+
+
+def test_rollback_app_reads_job_journal_and_owner_from_the_app(
+    tmp_path: Path, api_server: tuple[_ApiServer, Path]
+) -> None:
+    server, kubeconfig = api_server
+    root, table = tmp_path / "journal", tmp_path / "table"
+    # Admission's doing: the owner annotation, and the journal <journal root>/<namespace>.
+    _task(_start(str(table), str(root / "etl"), {}, "etl.nightly", owner=OWNER), 0, PARTS[0])
+    server.apps["/apis/sparkoperator.k8s.io/v1beta2/namespaces/etl/sparkapplications/nightly"] = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {
+            "namespace": "etl",
+            "name": "nightly",
+            "labels": {"sparkguard.io/enabled": "true"},
+            "annotations": {"sparkguard.io/job-id": "etl.nightly", "sparkguard.io/owner": OWNER},
+        },
+        "spec": {"sparkConf": {"spark.sparkguard.journal": f"{root}/etl"}},
+    }
+    # The bare flags without --owner skip the operator's writes (the owner is not job:<id>) ...
+    done = sparkguard("rollback", "--job-id", "etl.nightly", "--journal", f"{root}/etl")
+    assert done.returncode == 0, done.stderr
+    assert "left alone: " in done.stdout
+    assert f"--owner '{OWNER}'" in done.stdout
+    # ... --app cannot get it wrong.
+    done = sparkguard("rollback", "--app", "etl/nightly", "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 0, done.stderr
+    assert f"--job-id etl.nightly --journal {root}/etl --owner {OWNER}" in done.stderr
+    assert "rolled back: 1" in done.stdout
+    assert "left alone" not in done.stdout
+    # An app the cluster does not have: one line, exit 2; both kinds were asked.
+    done = sparkguard("rollback", "--app", "etl/gone", "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 2
+    assert "no SparkApplication etl/gone" in one_line(done.stderr)
+    assert any("spark.apache.org" in p for p in server.paths)
