@@ -155,12 +155,14 @@ def build_spark_conf(
     """
     timeline.validate_job_id(job_id, what=names["job_id"])
     try:
-        mode = MarkerMode(str(markers).lower())
-    except ValueError:
+        marker_type = marker_files.parse_marker_type(str(markers), key=names["markers"])
+    except errors.ConfigError:
         raise errors.ConfigError(
             f"{names['markers']} {markers!r} is not valid: use 'direct' (markers on storage) or "
             "'sidecar' (batched by the driver's marker sidecar)"
         ) from None
+    timeline_server = marker_type is marker_files.MarkerType.TIMELINE_SERVER_BASED
+    mode = MarkerMode.SIDECAR if timeline_server else MarkerMode.DIRECT
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
         CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
@@ -267,7 +269,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--markers",
         default=MarkerMode.DIRECT.value,
-        help="direct (markers on storage, the default) or sidecar (batched by the marker sidecar)",
+        help="direct (markers on storage, the default) or sidecar (batched by the marker "
+        "sidecar); timeline-server and TIMELINE_SERVER_BASED are accepted for sidecar",
     )
     parser.add_argument("--endpoint", help="the sidecar's URL, with --markers sidecar")
     parser.add_argument("--token-file", help="the sidecar's bearer token file")

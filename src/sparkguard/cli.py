@@ -108,8 +108,10 @@ Run the marker-batching sidecar next to a Spark driver.
 Executors send it the name of each data file before they write it; it appends
 the names in batches to marker files beside the table, so a rollback can find
 every file of a failed write. Settings come from SPARKGUARD_SIDECAR_*
-environment variables; the flags override them. docs/sidecar.md describes every
-setting and route.""",
+environment variables; the flags override them. Two come from the environment
+only: SPARKGUARD_SIDECAR_TOKEN (the bearer token executors send, unless
+--token-file) and SPARKGUARD_STORAGE_OPTIONS (a JSON object of fsspec storage
+options). docs/sidecar.md describes every setting and route.""",
     ),
     "bundle": Subcommand(
         "sparkguard.spark_lib.tools.bundle",

@@ -248,3 +248,15 @@ def test_rollback_app_reads_job_journal_and_owner_from_the_app(
     assert done.returncode == 2
     assert "no SparkApplication etl/gone" in one_line(done.stderr)
     assert any("spark.apache.org" in p for p in server.paths)
+
+
+def test_spark_conf_takes_every_spelling_of_the_marker_mode(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One spelling (``sidecar``) for users; the annotation's and Hudi's stay accepted."""
+    printed = set()
+    for mode in ("sidecar", "timeline-server", "TIMELINE_SERVER_BASED"):
+        argv = ["spark-conf", "--job-id", "j-1", "--for-pod", "--markers", mode]
+        assert cli.main([*argv, "--endpoint", "http://{driverHost}:7070", "--format", "json"]) == 0
+        printed.add(json.loads(capsys.readouterr().out)["spark.sparkguard.markers.type"])
+    assert printed == {"TIMELINE_SERVER_BASED"}
