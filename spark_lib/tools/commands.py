@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TextIO
 
 from sparkguard.spark_lib import filemanager
@@ -85,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(_command="inspect")
         return
+    if command == "adopt":
+        parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="list the files it would adopt, record nothing"
+        )
+        parser.set_defaults(_command="adopt")
+        return
     if command == "compact":
         parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
         parser.add_argument(
@@ -143,26 +150,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``rollback`` or ``inspect``; returns the exit code (2 for bad input, 1 on failure)."""
+    """Run ``rollback``, ``inspect``, ``compact`` or ``adopt``; returns the exit code (2 for
+    bad input, 1 on failure)."""
     try:
         options = storage_options_from_env(os.environ)
-        if args._command == "inspect":
-            return run_inspect(
-                args.table,
+        out = sys.stdout
+        table: str = getattr(args, "table", "")  # rollback has none
+        by_command: dict[str, Callable[[], int]] = {
+            "inspect": lambda: run_inspect(
+                table, as_json=args.json, options=options, out=out, archived=args.archived
+            ),
+            "compact": lambda: run_compact(
+                table,
                 as_json=args.json,
                 options=options,
-                out=sys.stdout,
-                archived=args.archived,
-            )
-        if args._command == "compact":
-            return run_compact(
-                args.table,
-                as_json=args.json,
-                options=options,
-                out=sys.stdout,
+                out=out,
                 retention_days=args.archive_retention_days,
-            )
-        return run_rollback(args, options=options, out=sys.stdout, err=sys.stderr)
+            ),
+            "adopt": lambda: run_adopt(table, dry_run=args.dry_run, options=options, out=out),
+            "rollback": lambda: run_rollback(args, options=options, out=out, err=sys.stderr),
+        }
+        return by_command[args._command]()
     except errors.ConfigError as exc:
         print(f"sparkguard {args._command}: error: {exc}", file=sys.stderr)
         return 2
@@ -229,7 +237,7 @@ def require_sparkguard_table(
         f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
         f"{timeline.TIMELINE_DIR}/): sparkguard never wrote there, so it has no writes to "
         "show, and sparkguard's readers see none of its files; give a table written through "
-        "sparkguard"
+        f"sparkguard, or record its files as committed with 'sparkguard adopt {url}'"
     )
 
 
@@ -524,6 +532,51 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
         "warnings": [],
         "error": error,
     }
+
+
+#: the job id of the instant that adopts a table's existing files
+ADOPT_JOB: Final = "sparkguard.adopt"
+
+
+def existing_data_files(manager: filemanager.FileManager, path: str) -> list[timeline.DataFile]:
+    """The data files under the table at ``path`` as Spark's file listing sees them: every file
+    no segment of whose relative path starts with ``_`` or ``.`` (Spark's hidden names, our
+    ``_sparkguard/`` among them), temp files left out; rows unknown (-1)."""
+    found = []
+    for full, info in sorted(manager.fs.find(path, detail=True).items()):
+        relative = full[len(path.rstrip("/")) + 1 :]
+        hidden = any(segment.startswith(("_", ".")) for segment in relative.split("/"))
+        if hidden or info.get("type") == "directory" or filemanager.is_temp_name(relative):
+            continue
+        found.append(timeline.DataFile(path=relative, size=int(info.get("size") or 0), rows=-1))
+    return found
+
+
+def run_adopt(url: str, *, dry_run: bool, options: Mapping[str, Any], out: TextIO) -> int:
+    """``sparkguard adopt``: record a table's existing files, once, as a committed baseline
+    (one committed instant of job ``sparkguard.adopt``), so sparkguard's readers see them and
+    rollbacks and overwrites treat them as committed."""
+    manager, path = open_table(url, options=options)
+    tl = timeline.Timeline(manager, path)
+    if tl.exists():
+        adopted = any(s.job_id == ADOPT_JOB for s in tl.statuses(job_id=ADOPT_JOB))
+        raise errors.ConfigError(
+            f"table {url!r} "
+            + ("was adopted already" if adopted else "already has a sparkguard timeline")
+            + ": its files are recorded there; adopt only a table sparkguard never wrote"
+        )
+    files = existing_data_files(manager, path)
+    if not files:
+        raise errors.ConfigError(
+            f"table {url!r} holds no data file (hidden '_' and '.' names aside): nothing to adopt"
+        )
+    if not dry_run:
+        instant = tl.start(ADOPT_JOB, attempt=0, marker_type="DIRECT", extra={"adopted": True})
+        tl.commit(instant, files, extra={"adopted": True})
+    total = sum(f.size for f in files)
+    verb = "would adopt" if dry_run else "adopted"
+    out.write(f"{reader.table_url(url)}: {verb} {len(files)} files, {total} bytes\n")
+    return 0
 
 
 def run_compact(

@@ -86,6 +86,21 @@ and rows a reader sees. --archived also lists the writes the archive holds.
 
 {STORAGE_ENV}""",
     ),
+    "adopt": Subcommand(
+        "sparkguard.spark_lib.tools.commands",
+        "record a table's existing files as its committed baseline",
+        f"""\
+Record the files a table holds now, written before sparkguard (by plain Spark or
+anything else), as one committed write: its baseline. Run it once, before the
+table's first protected write. Afterwards sparkguard's committed-only readers
+see those files like any reader does, a rollback never touches them, and an
+overwrite through sparkguard replaces them as it replaces any committed file.
+Files are those Spark's listing sees (names starting with '_' or '.' are left
+out). Refused on a table that already has a sparkguard timeline. Run it while
+nothing writes the table: a file written meanwhile may be left out.
+
+{STORAGE_ENV}""",
+    ),
     "compact": Subcommand(
         "sparkguard.spark_lib.tools.commands",
         "snapshot a table's timeline and archive its settled instants",
