@@ -343,8 +343,9 @@ class DirectPutFileManager(FileManager):
                 f"the store at {endpoint} ignores If-None-Match: * on PUT in bucket {bucket!r} "
                 "(a second create of a probe key replaced the first), so sparkguard's "
                 "create-if-absent would silently overwrite; use a store release that honours "
-                "conditional writes, or set spark.sparkguard.createMode=check-then-put (a racy "
-                "check: one writer per path only)"
+                "conditional writes, or set spark.sparkguard.createMode=check-then-put (commands "
+                "and the sidecar: SPARKGUARD_CREATE_MODE=check-then-put; a racy check: one "
+                "writer per path only)"
             )
 
     def _delete_files(self, file_paths: builtins.list[str]) -> None:

@@ -109,6 +109,12 @@ def parse_kind(
         ) from None
 
 
+#: the create mode of a process that is given none (the CLI, the marker sidecar, the operator's
+#: rollback initContainer): ``check-then-put`` lets them work on a store that ignores
+#: ``If-None-Match``, as ``spark.sparkguard.createMode`` lets the writer
+CREATE_MODE_ENV: Final = "SPARKGUARD_CREATE_MODE"
+
+
 def parse_create_mode(
     value: str | CreateMode | None, *, key: str = "spark.sparkguard.createMode"
 ) -> CreateMode:
@@ -161,6 +167,8 @@ def resolve(
             f"cannot open storage {url!r}: {exc}. Install the fsspec backend for {protocol!r}"
         ) from exc
     check_storage_options(fs_class, protocol, storage_options or {}, source=options_source)
+    if create_mode is None and os.environ.get(CREATE_MODE_ENV):
+        create_mode = parse_create_mode(os.environ[CREATE_MODE_ENV], key=CREATE_MODE_ENV)
     options: dict[str, Any] = {"skip_instance_cache": True}
     if chosen is Kind.DIRECT_PUT:
         options["use_listings_cache"] = False

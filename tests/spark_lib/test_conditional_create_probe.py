@@ -69,3 +69,20 @@ def test_a_store_honouring_it_is_probed_once_and_left_clean(
     assert not manager.put_if_absent(f"{path}/a.json", b"{}")
     assert _keys(s3_server, bucket) == ["t/a.json"]  # the probe key is gone
     assert any(store[2] == bucket for store in direct_put._CONDITIONAL_CREATE)
+
+
+def test_commands_take_the_racy_choice_from_the_environment(
+    s3_server: s3server.S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI, the sidecar and the rollback initContainer take no Spark conf: on such a store
+    they work with SPARKGUARD_CREATE_MODE=check-then-put, as the writer with createMode."""
+    bucket = s3_server.create_bucket(ignores_if_none_match=True)
+    monkeypatch.setenv(filemanager.registry.CREATE_MODE_ENV, "check-then-put")
+    manager, path = filemanager.resolve(
+        f"s3://{bucket}/j", storage_options=s3_server.storage_options
+    )
+    assert manager.put_if_absent(f"{path}/a.json", b"{}")
+    assert not manager.put_if_absent(f"{path}/a.json", b"{}")  # the check still sees it
+    monkeypatch.setenv(filemanager.registry.CREATE_MODE_ENV, "sometimes")
+    with pytest.raises(errors.ConfigError, match="SPARKGUARD_CREATE_MODE='sometimes'"):
+        filemanager.resolve(f"s3://{bucket}/j", storage_options=s3_server.storage_options)
