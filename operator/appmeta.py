@@ -7,7 +7,7 @@ Options (set by users)::
     sparkguard.io/max-retries     0..20 resubmissions (default 3)
     sparkguard.io/backoff         first wait before a resubmission (default 30s), doubling
     sparkguard.io/backoff-max     cap of that wait (default 10m)
-    sparkguard.io/marker-type     "timeline-server" (default) | "direct"
+    sparkguard.io/marker-type     "sidecar" (default) | "direct" ("timeline-server" accepted)
     sparkguard.io/storage-secret  Secret in the app's namespace with storage credentials
     sparkguard.io/journal         the job journal's URL (default: <journal root>/<namespace>)
     sparkguard.io/jvm-layer       "true" (default) | "false": Spark's own writes through
@@ -425,15 +425,27 @@ def _parse_backoff(
     return value
 
 
+#: "sidecar" is how users write it everywhere; "timeline-server" (its former name) is accepted
+_MARKER_SPELLINGS: Final[Mapping[str, MarkerType]] = {
+    "sidecar": MarkerType.TIMELINE_SERVER,
+    "timeline-server": MarkerType.TIMELINE_SERVER,
+    "direct": MarkerType.DIRECT,
+}
+
+
 def _parse_marker_type(raw: str | None, *, problems: list[Problem]) -> MarkerType | None:
     if raw is None:
         return MarkerType.TIMELINE_SERVER
-    try:
-        return MarkerType(raw)
-    except ValueError:
-        allowed = " or ".join(f'"{m.value}"' for m in MarkerType)
-        problems.append(Problem(MARKER_TYPE, f"is {shown(raw)}; write {allowed}"))
-        return None
+    found = _MARKER_SPELLINGS.get(raw)
+    if found is None:
+        problems.append(
+            Problem(
+                MARKER_TYPE,
+                f'is {shown(raw)}; write "sidecar" (markers batched by the driver\'s marker '
+                'sidecar, the default) or "direct" (written to storage by each task)',
+            )
+        )
+    return found
 
 
 def _parse_switch(

@@ -374,6 +374,24 @@ def load_api_client(*, kubeconfig: str | None = None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def read_application(namespace: str, name: str, *, kubeconfig: str | None = None) -> Any:
+    """The SparkApplication ``namespace/name`` (Kubeflow's kind, else Apache's), read through
+    ``kubeconfig`` (default: in-cluster, else ``~/.kube/config``) as kubectl reads it; for
+    commands run by hand. Raises :class:`LookupError` when neither kind has it, and the
+    client's ``ApiException`` on any other refusal."""
+    api = client.CustomObjectsApi(load_api_client(kubeconfig=kubeconfig))
+    for kind in mutation.KINDS:
+        try:
+            return api.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    kinds = " or ".join(kind.api_version for kind in mutation.KINDS)
+    raise LookupError(f"no SparkApplication {namespace}/{name} ({kinds}) in that cluster")
+
+
 def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
     """kopf's credentials for the same endpoint and identity as ``configuration``."""
     header = configuration.get_api_key_with_prefix(

@@ -52,7 +52,6 @@ from sparkguard.operator import appmeta, errors, finalizers, podsecurity
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib.base import errors as lib_errors
 from sparkguard.spark_lib.spark import sparkconf
-from sparkguard.spark_lib.tools import bundle
 
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"
@@ -122,11 +121,11 @@ LIB_INIT_NAME: Final = "sparkguard-lib"
 ROLLBACK_INIT_NAME: Final = "sparkguard-rollback"
 LIB_VOLUME: Final = "sparkguard-lib"
 TOKEN_VOLUME: Final = "sparkguard-token"  # noqa: S105 - a volume's name
-LIB_DIR: Final = "/opt/sparkguard/lib"
+LIB_DIR: Final = sparkconf.POD_LIB_DIR
 TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
 #: the JVM layer's jar in the library volume, as Spark finds it in every pod (driver and
-#: executors mount the volume): ``local://`` = "already on this node, don't upload or fetch"
-JAR_URI: Final = f"local://{LIB_DIR}/{bundle.JAR_IN_BUNDLE}"
+#: executors mount the volume); ``sparkguard spark-conf --for-pod`` prints the same location
+JAR_URI: Final = sparkconf.POD_JAR_URI
 #: the writable temp directory of every injected container (their root filesystem is read-only):
 #: a subPath of the library volume, because spark-operator's pod webhook adds a volume to the
 #: pod only when the Spark container mounts it; a dot name, which Python never imports from
@@ -1115,3 +1114,55 @@ def _append_path(value: str) -> str:
     if LIB_DIR in parts:
         return value
     return ":".join([*parts, LIB_DIR])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RollbackTarget:
+    """What the operator's rollback of one app rolls back: its job, journal and storage owner."""
+
+    job_id: str
+    journal: str
+    owner: str | None
+
+
+def rollback_target(app: Mapping[str, Any], *, journal: str | None = None) -> RollbackTarget:
+    """The job, journal and owner the operator rolls back for ``app`` (what its rollback
+    initContainer is given, see :func:`build_rollback_init`), for a rollback run by hand
+    (``sparkguard rollback --app``).
+
+    A purely computational function with no side-effects. The options come from
+    :func:`appmeta.parse`, as the operator reads them; the default journal
+    (``<journal root>/<namespace>``) needs the operator's journal root, which is not on the
+    app: it is taken from the ``spark.sparkguard.journal`` admission wrote into
+    ``spec.sparkConf``. ``journal`` overrides the journal. Raises
+    :class:`errors.InvalidApplicationError` naming what is missing.
+    """
+    meta = app.get("metadata") or {}
+    if not appmeta.opted_in(app):
+        raise errors.InvalidApplicationError(
+            [appmeta.Problem(appmeta.ENABLED, "is not set: sparkguard never guarded this app")]
+        )
+    spec = app.get("spec")
+    conf = spec.get("sparkConf") if isinstance(spec, Mapping) else None
+    injected = str(conf.get(CONF_JOURNAL) or "") if isinstance(conf, Mapping) else ""
+    suffix = f"/{meta.get('namespace')}"
+    root = injected.removesuffix(suffix) if injected.endswith(suffix) else None
+    if journal is None and root is None and appmeta.JOURNAL not in appmeta.of(app):
+        raise errors.InvalidApplicationError(
+            [
+                appmeta.Problem(
+                    f"spec.sparkConf[{CONF_JOURNAL}]",
+                    f"is {'not set' if not injected else appmeta.shown(injected)} and the app "
+                    f"has no {appmeta.JOURNAL}: sparkguard's admission never prepared it; give "
+                    "--journal <the operator's journal root>/<namespace>",
+                )
+            ]
+        )
+    parsed = appmeta.parse(app, config=config_.OperatorConfig(journal_root=journal or root))
+    if parsed.options is None:
+        raise errors.InvalidApplicationError(parsed.problems)
+    return RollbackTarget(
+        job_id=parsed.options.job_id,
+        journal=journal or parsed.options.journal,
+        owner=appmeta.storage_owner(meta),
+    )

@@ -28,10 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_const",
                 const="true",
                 default=None,
-                help=f"serve without bearer-token auth, for local use only (env {env})",
+                help=f"{config.MEANINGS[setting]} (default: off; env {env}=true)",
             )
             continue
-        parser.add_argument(flag, dest=setting, default=None, help=f"(env {env})")
+        parser.add_argument(
+            flag,
+            dest=setting,
+            default=None,
+            help=f"{config.MEANINGS[setting]} (default: {config.default_of(setting)}; env {env})",
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -108,6 +108,58 @@ SETTINGS: Final[Mapping[str, tuple[str, str]]] = {
 }
 
 
+#: setting -> what it means, for ``sparkguard sidecar --help`` (docs/sidecar.md has more)
+MEANINGS: Final[Mapping[str, str]] = {
+    "allowed_roots": "comma-separated URL prefixes (s3://bucket/warehouse,/data/tables); every "
+    "marker directory must lie below one",
+    "host": "listen address; 0.0.0.0 in a pod that executors reach",
+    "port": "the port executors send markers to",
+    "token": "the bearer token executors send",
+    "token_file": "file holding the bearer token executors send (a mounted Secret); exclusive "
+    "with SPARKGUARD_SIDECAR_TOKEN",
+    "auth_disabled": "serve without bearer-token auth, for local use only",
+    "flush_mode": "adaptive, interval or group-commit: when queued marker names are appended",
+    "batch_interval_ms": "adaptive: the longest the oldest queued name waits; interval: the "
+    "tick (1-60000)",
+    "batch_size": "adaptive: a flush starts once this many names are queued (1-100000)",
+    "batch_threads": "at most this many MARKERS<i> files, and concurrent flushes, per directory",
+    "max_pending": "markers queued or being written before new ones are answered 503",
+    "max_body_bytes": "request body limit in bytes",
+    "max_cached_dirs": "idle directory states kept in memory",
+    "max_connections": "open client connections; the one past it is answered 503 and closed "
+    "(lowered at start to what the open-files limit holds)",
+    "header_timeout_s": "seconds a connection has to send a complete request head (also "
+    "closes idle kept-alive connections)",
+    "body_timeout_s": "seconds a request body has to arrive once its head is read (else 408)",
+    "shutdown_timeout_s": "graceful-stop budget in seconds (half of it for draining)",
+    "storage_options": "JSON object of fsspec storage options",
+    "exit_with_process": "a regular expression (as pgrep -f): once a process whose command "
+    "line matches has come and gone, drain and exit 0 (a regular sidecar container)",
+    "exit_with_process_wait_s": "with --exit-with-process: also stop if no matching process "
+    "appeared within this many seconds of the start",
+}
+
+
+def default_of(setting: str) -> str:
+    """The default of ``setting`` as a user writes it (``unset`` when it has none).
+
+    A purely computational function with no side-effects.
+    """
+    field = {f.name: f for f in dataclasses.fields(SidecarConfig)}.get(setting)
+    if field is not None and field.default is dataclasses.MISSING:
+        return "none, required"
+    if field is None or field.default is None:
+        return "unset"  # the token file's only field is the token it holds
+    value = field.default
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _name(setting: str) -> str:
     env, flag = SETTINGS[setting]
     return env if flag.startswith("(") else f"{env} / {flag}"

@@ -46,6 +46,7 @@ from sparkguard.spark_lib.filemanager.memory import MemoryFileManager
 from sparkguard.spark_lib.filemanager.registry import (
     DEFAULT_KINDS,
     atomic_writer,
+    check_location,
     check_storage_options,
     parse_create_mode,
     parse_kind,
@@ -77,6 +78,7 @@ __all__ = [
     "MemoryFileManager",
     "RenameFileManager",
     "atomic_writer",
+    "check_location",
     "check_storage_options",
     "checksum_of",
     "checksum_owner",

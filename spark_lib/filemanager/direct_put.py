@@ -172,6 +172,11 @@ class _CheckThenPutStream(AtomicStream):
 _CONDITIONAL_BULK_DELETE: dict[tuple[str, str, str], bool] = {}
 
 
+#: per store (filesystem class, endpoint) and bucket: whether ``If-None-Match: *`` on PUT is
+#: honoured (probed once per process, :meth:`DirectPutFileManager.require_conditional_create`)
+_CONDITIONAL_CREATE: dict[tuple[str, str, str], bool] = {}
+
+
 class DirectPutFileManager(FileManager):
     """Publication by a single (possibly multipart) upload straight to the key."""
 
@@ -217,6 +222,7 @@ class DirectPutFileManager(FileManager):
         no object has must be refused); a store that ignores it gets no versioned writes."""
         if not self.versioned_writes:
             return super().write_versioned(path, data, expected)
+        self.require_conditional_create(path)
         bucket, key, _ = self.fs.split_path(path)
         if self._if_match is None:
             written = self._probe_if_match(bucket, key, data)
@@ -291,7 +297,56 @@ class DirectPutFileManager(FileManager):
                 "create-if-absent cannot be atomic there; set spark.sparkguard.createMode="
                 "check-then-put to accept a racy check (single writer per path only)"
             )
+        self.require_conditional_create(path)
         return _DirectPutStream(self.fs, path, overwrite=False, block_size=self.block_size)
+
+    def _store_key(self, bucket: str) -> tuple[str, str, str]:
+        endpoint = getattr(self.fs, "endpoint_url", None) or (
+            getattr(self.fs, "client_kwargs", None) or {}
+        ).get("endpoint_url", "")
+        return (type(self.fs).__name__, str(endpoint or ""), bucket)
+
+    def require_conditional_create(self, sample: str) -> None:
+        """Refuse a store that ignores ``If-None-Match: *`` on PUT, before the first
+        create-if-absent in its bucket: on such a store a second create silently replaces the
+        first, so put-if-absent, and with it exactly-once, would not hold.
+
+        Asked once per process, store (filesystem class and endpoint) and bucket: a probe key
+        beside ``sample`` (a hidden name) is created twice with ``If-None-Match: *``; the
+        second must be refused (412). Then the probe is deleted. Raises
+        :class:`~sparkguard.spark_lib.base.errors.UnsupportedStoreError` naming the store, the
+        bucket and the choices; the Spark JVM layer asks the same way
+        (``ConditionalCreateProbe``)."""
+        bucket, _, _ = self.fs.split_path(sample)
+        store = self._store_key(bucket)
+        if store not in _CONDITIONAL_CREATE:
+            probe = paths.join(paths.parent(sample), f".sg-create-probe-{uuid.uuid4().hex}")
+            _, key, _ = self.fs.split_path(probe)
+            honoured = False
+            try:
+                for _ in range(2):
+                    self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*")
+            except OSError as exc:
+                if not (isinstance(exc, FileExistsError) or _is_precondition_failed(exc)):
+                    raise
+                honoured = True
+            finally:
+                with contextlib.suppress(OSError):
+                    self.fs.call_s3("delete_object", Bucket=bucket, Key=key)
+            _CONDITIONAL_CREATE[store] = honoured
+            logger.info(
+                "bucket %s %s If-None-Match on PUT", bucket, "honours" if honoured else "ignores"
+            )
+        if not _CONDITIONAL_CREATE[store]:
+            endpoint = store[1] or "the default S3 endpoint"
+            raise errors.UnsupportedStoreError(
+                f"the store at {endpoint} ignores If-None-Match: * on PUT in bucket {bucket!r} "
+                "(a second create of a probe key replaced the first), so sparkguard's "
+                "create-if-absent would silently overwrite; use a store release that honours "
+                "conditional writes, or set spark.sparkguard.createMode=check-then-put (commands "
+                "and the sidecar: SPARKGUARD_CREATE_MODE=check-then-put; a racy check: one "
+                "writer per path only)"
+            )
 
     def _delete_files(self, file_paths: builtins.list[str]) -> None:
         # One bulk request per 1,000 keys on S3; missing keys are not an error there.
@@ -418,10 +473,7 @@ class DirectPutFileManager(FileManager):
         if self.conditional_bulk_delete is not None:
             return self.conditional_bulk_delete
         bucket, _, _ = self.fs.split_path(sample)
-        endpoint = getattr(self.fs, "endpoint_url", None) or (
-            getattr(self.fs, "client_kwargs", None) or {}
-        ).get("endpoint_url", "")
-        store = (type(self.fs).__name__, str(endpoint or ""), bucket)
+        store = self._store_key(bucket)
         if store not in _CONDITIONAL_BULK_DELETE:
             probe = paths.join(paths.parent(sample), f".sg-absent-probe-{uuid.uuid4().hex}")
             try:

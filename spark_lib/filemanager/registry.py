@@ -11,6 +11,7 @@ import contextlib
 import functools
 import inspect
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -53,6 +54,46 @@ def protocol_of(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
+#: ``scheme:`` at the start of a location: with no ``//`` after it, a URL typed wrong
+_SCHEME: Final = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?!//)")
+
+
+def check_location(url: str, *, what: str) -> str:
+    """``url`` (stripped) if it is a location another process can open, else raise
+    :class:`~sparkguard.spark_lib.base.errors.ConfigError` naming ``what`` (the flag) and the fix.
+
+    A purely computational function with no side-effects, shared by every command that takes a
+    journal or a table (rollback, inspect, compact, spark-conf, demo), so all of them accept the
+    same locations: a local path, or a URL of a protocol in :data:`DEFAULT_KINDS` other than
+    ``memory://`` (which lives inside one process: no other process sees it).
+    """
+    value = url.strip()
+    if not value:
+        raise errors.ConfigError(f"{what} must not be empty; give a storage URL")
+    malformed = _SCHEME.match(value)
+    if malformed and "://" not in value and len(malformed.group("scheme")) > 1:  # not C:\
+        scheme = malformed.group("scheme").lower()
+        rest = value[malformed.end() :].lstrip("/")
+        raise errors.ConfigError(
+            f"{what} {url!r} is not a URL sparkguard can open (no '//' after '{scheme}:'); "
+            f"write {scheme}://{rest}"
+        )
+    protocol = protocol_of(value)
+    if protocol not in DEFAULT_KINDS:
+        known = ", ".join(f"{p}://" for p in sorted(DEFAULT_KINDS) if p not in ("file", "memory"))
+        raise errors.ConfigError(
+            f"{what} {url!r}: sparkguard cannot open {protocol}:// locations; give a local path "
+            f"or a URL starting with one of {known}"
+        )
+    if protocol == "memory":
+        raise errors.ConfigError(
+            f"{what} {url!r}: memory:// lives inside one process, so no other process (a "
+            "Spark job, a rollback, this command) sees it; give a local path or an object "
+            "store URL"
+        )
+    return value
+
+
 def parse_kind(
     value: str | Kind | None, *, key: str = "spark.sparkguard.fileManager"
 ) -> Kind | None:
@@ -66,6 +107,12 @@ def parse_kind(
         raise errors.ConfigError(
             f"{key}={value!r} is not a file manager; use one of {choices}"
         ) from None
+
+
+#: the create mode of a process that is given none (the CLI, the marker sidecar, the operator's
+#: rollback initContainer): ``check-then-put`` lets them work on a store that ignores
+#: ``If-None-Match``, as ``spark.sparkguard.createMode`` lets the writer
+CREATE_MODE_ENV: Final = "SPARKGUARD_CREATE_MODE"
 
 
 def parse_create_mode(
@@ -120,6 +167,8 @@ def resolve(
             f"cannot open storage {url!r}: {exc}. Install the fsspec backend for {protocol!r}"
         ) from exc
     check_storage_options(fs_class, protocol, storage_options or {}, source=options_source)
+    if create_mode is None and os.environ.get(CREATE_MODE_ENV):
+        create_mode = parse_create_mode(os.environ[CREATE_MODE_ENV], key=CREATE_MODE_ENV)
     options: dict[str, Any] = {"skip_instance_cache": True}
     if chosen is Kind.DIRECT_PUT:
         options["use_listings_cache"] = False

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors
 from sparkguard.spark_lib.spark import config
 from sparkguard.spark_lib.storage import markers as marker_files
@@ -49,6 +50,14 @@ OWNED_FS: Final = {
 #: The jar's file name inside the package (``sparkguard/spark_lib/jars/``).
 JAR_NAME: Final = "sparkguard-spark.jar"
 JARS_DIR: Final = Path(__file__).resolve().parents[1] / "jars"  # spark_lib/jars
+#: Where the jar lands, relative to the root of a bundle (``sparkguard bundle --dest``).
+JAR_IN_BUNDLE: Final = f"sparkguard/spark_lib/jars/{JAR_NAME}"
+#: Where the operator's initContainer writes the bundle in every guarded pod (driver and
+#: executors mount it there).
+POD_LIB_DIR: Final = "/opt/sparkguard/lib"
+#: The jar as Spark finds it in such a pod: ``local://`` = "already on this node, don't upload
+#: or fetch". The operator injects this location; ``sparkguard spark-conf --for-pod`` prints it.
+POD_JAR_URI: Final = f"local://{POD_LIB_DIR}/{JAR_IN_BUNDLE}"
 
 
 class MarkerMode(enum.StrEnum):
@@ -146,12 +155,14 @@ def build_spark_conf(
     """
     timeline.validate_job_id(job_id, what=names["job_id"])
     try:
-        mode = MarkerMode(str(markers).lower())
-    except ValueError:
+        marker_type = marker_files.parse_marker_type(str(markers), key=names["markers"])
+    except errors.ConfigError:
         raise errors.ConfigError(
             f"{names['markers']} {markers!r} is not valid: use 'direct' (markers on storage) or "
             "'sidecar' (batched by the driver's marker sidecar)"
         ) from None
+    timeline_server = marker_type is marker_files.MarkerType.TIMELINE_SERVER_BASED
+    mode = MarkerMode.SIDECAR if timeline_server else MarkerMode.DIRECT
     conf: dict[str, str] = {
         COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
         CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
@@ -258,7 +269,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--markers",
         default=MarkerMode.DIRECT.value,
-        help="direct (markers on storage, the default) or sidecar (batched by the marker sidecar)",
+        help="direct (markers on storage, the default) or sidecar (batched by the marker "
+        "sidecar); timeline-server and TIMELINE_SERVER_BASED are accepted for sidecar",
     )
     parser.add_argument("--endpoint", help="the sidecar's URL, with --markers sidecar")
     parser.add_argument("--token-file", help="the sidecar's bearer token file")
@@ -267,8 +279,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the job journal's location, where each write records its table: 'sparkguard "
         "rollback --journal' needs it to find what a failed run left (give one)",
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--jar", help="where Spark finds sparkguard's jar (default: the one installed here)"
+    )
+    where.add_argument(
+        "--for-pod",
+        action="store_true",
+        help=f"for a Spark pod (a SparkApplication's sparkConf): the jar at {POD_JAR_URI}, "
+        f"where the operator puts it; without the operator, run 'sparkguard bundle --dest "
+        f"{POD_LIB_DIR}' in an initContainer sharing that directory with the driver and the "
+        "executors",
     )
     parser.add_argument(
         "--extra-jars",
@@ -287,21 +308,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         default=OutputFormat.ARGS.value,
         choices=[f.value for f in OutputFormat],
-        help="args: --conf k=v lines for spark-submit (default); json; properties",
+        help="args: --conf k=v lines for spark-submit (default); json (with --for-pod: a "
+        "SparkApplication's sparkConf); properties",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the conf; exit 2 on bad input, 1 when the jar is missing."""
     try:
+        # the same check as every command that takes a journal (rollback, inspect, ...)
+        journal = args.journal
+        if journal is not None:
+            journal = filemanager.check_location(journal, what="--journal")
         conf = build_spark_conf(
             args.job_id,
             owner=args.owner,
             markers=args.markers,
             endpoint=args.endpoint,
             token_file=args.token_file,
-            journal=args.journal,
-            jar=args.jar,
+            journal=journal,
+            jar=POD_JAR_URI if args.for_pod else args.jar,
             extra_jars=args.extra_jars,
             streaming_sink=args.streaming_sink,
             names=FLAG_NAMES,
@@ -322,6 +348,12 @@ def run(args: argparse.Namespace) -> int:
             "sparkguard spark-conf: note: no --journal, so 'sparkguard rollback' cannot find "
             "what a failed run of this job left; give --journal URL (e.g. "
             "s3a://bucket/sparkguard/journal)",
+            file=sys.stderr,
+        )
+    if args.format == OutputFormat.JSON and not (args.for_pod or args.jar):
+        print(
+            f"sparkguard spark-conf: note: spark.jars names this machine's jar; for a "
+            f"SparkApplication's sparkConf add --for-pod (the jar at {POD_JAR_URI})",
             file=sys.stderr,
         )
     sys.stdout.write(format_conf(conf, args.format))

@@ -52,17 +52,34 @@ class IOType(enum.StrEnum):
     APPEND = "APPEND"
 
 
+#: the marker modes as users write them everywhere (the annotation, ``spark-conf --markers``,
+#: ``spark.sparkguard.markers.type``): ``sidecar`` (batched by the driver's marker sidecar) or
+#: ``direct`` (written to storage by each task)
+USER_SPELLING: Final[Mapping[MarkerType, str]] = {
+    MarkerType.TIMELINE_SERVER_BASED: "sidecar",
+    MarkerType.DIRECT: "direct",
+}
+#: other spellings still accepted, in any case and with ``-`` or ``_``: Hudi's names (the
+#: values of ``MARKERS.type``), the annotation's former ``timeline-server``
+_ALIASES: Final[Mapping[str, MarkerType]] = {
+    "SIDECAR": MarkerType.TIMELINE_SERVER_BASED,
+    "TIMELINE_SERVER": MarkerType.TIMELINE_SERVER_BASED,
+    "TIMELINE_SERVER_BASED": MarkerType.TIMELINE_SERVER_BASED,
+    "BATCHED": MarkerType.TIMELINE_SERVER_BASED,
+    "DIRECT": MarkerType.DIRECT,
+}
+
+
 def parse_marker_type(value: str, *, key: str = "spark.sparkguard.markers.type") -> MarkerType:
-    """Parse a configured marker type (case-insensitive; ``timeline-server`` accepted)."""
-    normalised = value.strip().upper().replace("-", "_")
-    if normalised in ("TIMELINE_SERVER", "BATCHED"):
-        normalised = MarkerType.TIMELINE_SERVER_BASED.value
-    try:
-        return MarkerType(normalised)
-    except ValueError:
+    """Parse a marker mode: ``sidecar`` or ``direct``, in any case; ``timeline-server`` and
+    ``TIMELINE_SERVER_BASED`` are accepted for ``sidecar``. A purely computational function."""
+    found = _ALIASES.get(value.strip().upper().replace("-", "_"))
+    if found is None:
         raise errors.ConfigError(
-            f"{key}={value!r} is not a marker type; use DIRECT or TIMELINE_SERVER_BASED"
-        ) from None
+            f"{key}={value!r} is not a marker mode; use sidecar (batched by the driver's marker "
+            "sidecar) or direct (markers written to storage by each task)"
+        )
+    return found
 
 
 def marker_dir(table: str, instant: str) -> str:

@@ -33,7 +33,7 @@ SPARKGUARD_FILES = ("__init__.py", "py.typed")
 #: (in a checkout; the built jar is in jars/).
 LIBRARY_IGNORE = ("__pycache__", "*.pyc", "jvm", ".*")
 #: Where the jar lands, relative to the bundle's root.
-JAR_IN_BUNDLE = f"sparkguard/spark_lib/jars/{sparkconf.JAR_NAME}"
+JAR_IN_BUNDLE = sparkconf.JAR_IN_BUNDLE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,11 +15,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TextIO
 
 from sparkguard.spark_lib import filemanager
-from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.base import errors, paths
 from sparkguard.spark_lib.spark import config
 from sparkguard.spark_lib.storage import markers, reader, rollback, snapshots, timeline
 
@@ -45,6 +45,15 @@ def _owner(value: str) -> str:
         return timeline.validate_owner(value, what="--owner")
     except errors.ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _app_ref(value: str) -> tuple[str, str]:
+    namespace, _, name = value.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(
+            f"--app {value!r} is not valid: give the SparkApplication as <namespace>/<name>"
+        )
+    return namespace, name
 
 
 def _non_empty(flag: str) -> Any:
@@ -76,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         parser.set_defaults(_command="inspect")
         return
+    if command == "adopt":
+        parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="list the files it would adopt, record nothing"
+        )
+        parser.set_defaults(_command="adopt")
+        return
     if command == "compact":
         parser.add_argument("table", type=_non_empty("<table-url>"), help="table URL or path")
         parser.add_argument(
@@ -88,9 +104,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
         parser.set_defaults(_command="compact")
         return
-    parser.add_argument("--job-id", required=True, type=_job_id, help="the job to roll back")
     parser.add_argument(
-        "--journal", required=True, type=_non_empty("--journal"), help="job journal URL"
+        "--app",
+        metavar="NAMESPACE/NAME",
+        type=_app_ref,
+        help="the SparkApplication to roll back as the operator would: its job id, journal and "
+        "owner read from the app through the kubeconfig (replaces --job-id and --owner)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        help="with --app: the kubeconfig (default: in-cluster, else $KUBECONFIG or "
+        "~/.kube/config, as kubectl)",
+    )
+    parser.add_argument(
+        "--job-id", type=_job_id, help="the job to roll back (required without --app)"
+    )
+    parser.add_argument(
+        "--journal",
+        type=_non_empty("--journal"),
+        help="job journal URL (required without --app; with the operator: <journal "
+        "root>/<namespace>)",
     )
     parser.add_argument(
         "--owner",
@@ -117,26 +150,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``rollback`` or ``inspect``; returns the exit code (2 for bad input, 1 on failure)."""
+    """Run ``rollback``, ``inspect``, ``compact`` or ``adopt``; returns the exit code (2 for
+    bad input, 1 on failure)."""
     try:
         options = storage_options_from_env(os.environ)
-        if args._command == "inspect":
-            return run_inspect(
-                args.table,
+        out = sys.stdout
+        table: str = getattr(args, "table", "")  # rollback has none
+        by_command: dict[str, Callable[[], int]] = {
+            "inspect": lambda: run_inspect(
+                table, as_json=args.json, options=options, out=out, archived=args.archived
+            ),
+            "compact": lambda: run_compact(
+                table,
                 as_json=args.json,
                 options=options,
-                out=sys.stdout,
-                archived=args.archived,
-            )
-        if args._command == "compact":
-            return run_compact(
-                args.table,
-                as_json=args.json,
-                options=options,
-                out=sys.stdout,
+                out=out,
                 retention_days=args.archive_retention_days,
-            )
-        return run_rollback(args, options=options, out=sys.stdout, err=sys.stderr)
+            ),
+            "adopt": lambda: run_adopt(table, dry_run=args.dry_run, options=options, out=out),
+            "rollback": lambda: run_rollback(args, options=options, out=out, err=sys.stderr),
+        }
+        return by_command[args._command]()
     except errors.ConfigError as exc:
         print(f"sparkguard {args._command}: error: {exc}", file=sys.stderr)
         return 2
@@ -158,13 +192,7 @@ def open_location(
     A URL sparkguard cannot open raises :class:`~sparkguard.spark_lib.base.errors.ConfigError`
     naming ``what`` (the flag or argument) and the fix, so the CLI exits 2.
     """
-    protocol = filemanager.protocol_of(url)
-    if protocol not in filemanager.DEFAULT_KINDS:
-        known = ", ".join(f"{p}://" for p in sorted(filemanager.DEFAULT_KINDS) if p != "file")
-        raise errors.ConfigError(
-            f"{what} {url!r}: sparkguard cannot open {protocol}:// locations; give a local path "
-            f"or a URL starting with one of {known}"
-        )
+    url = filemanager.check_location(url, what=what)
     try:
         return filemanager.resolve(url, storage_options=options, options_source=STORAGE_ENV)
     except errors.ConfigError as exc:
@@ -173,20 +201,12 @@ def open_location(
         raise errors.ConfigError(f"{what} {url!r}: {exc}") from None
 
 
-def _memory_hint(url: str) -> str:
-    if filemanager.protocol_of(url) == "memory":
-        return (
-            " (memory:// lives inside one process: no other process, such as this command, sees it)"
-        )
-    return ""
-
-
 def require_directory(
     manager: filemanager.FileManager, path: str, *, what: str, url: str, fix: str
 ) -> None:
     """Raise ConfigError unless ``path`` is an existing directory (a file or nothing is not)."""
     if not manager.exists(path):
-        raise errors.ConfigError(f"{what} {url!r} does not exist{_memory_hint(url)}; {fix}")
+        raise errors.ConfigError(f"{what} {url!r} does not exist; {fix}")
     if manager.fs.isfile(path):
         raise errors.ConfigError(f"{what} {url!r} is a file, not a directory; {fix}")
 
@@ -204,6 +224,73 @@ def open_table(url: str, *, options: Mapping[str, Any]) -> tuple[filemanager.Fil
     return manager, path
 
 
+def require_sparkguard_table(
+    manager: filemanager.FileManager, path: str, *, url: str, streams: bool = False
+) -> None:
+    """Raise ConfigError, saying what that means, unless the table at ``path`` has a sparkguard
+    timeline (``streams``: or a streaming sink's log) -- a directory plain Spark wrote has none."""
+    if timeline.Timeline(manager, path).exists():
+        return
+    if streams and reader.stream_jobs(manager, path):
+        return
+    raise errors.ConfigError(
+        f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
+        f"{timeline.TIMELINE_DIR}/): sparkguard never wrote there, so it has no writes to "
+        "show, and sparkguard's readers see none of its files; give a table written through "
+        f"sparkguard, or record its files as committed with 'sparkguard adopt {url}'"
+    )
+
+
+#: how many folders beside or below a journal are searched for the job's record
+NEAR_MISS_LIMIT: Final = 200
+
+
+def require_job_recorded(
+    manager: filemanager.FileManager, path: str, *, url: str, job_id: str, allow: bool
+) -> None:
+    """Raise ConfigError unless the journal at ``path`` has a folder for ``job_id``, saying
+    where it looked and naming a near miss: the job's folder one level below (the chart's
+    journal root given instead of its per-namespace folder) or beside it, or a table given
+    as the journal. ``allow`` (``--allow-missing-journal``): no record means nothing to do."""
+    if allow or manager.exists(paths.join(path, job_id)):
+        return
+    looked = f"--journal {url!r} has no record of job {job_id} (no {paths.join(url, job_id)}/)"
+    if manager.exists(paths.join(path, timeline.SPARKGUARD_DIR)):
+        raise errors.ConfigError(
+            f"{looked}: it is a table, not a journal; give the journal the job wrote (its "
+            "spark.sparkguard.journal)"
+        )
+    near = next(iter(_near_journals(manager, path, url=url, job_id=job_id)), None)
+    if near is not None:
+        raise errors.ConfigError(
+            f"{looked}; found {paths.join(near, job_id)}: use --journal {near}"
+        )
+    raise errors.ConfigError(
+        f"{looked}, nor do the folders beside or below it; give the journal the job wrote (its "
+        "spark.sparkguard.journal; with the operator, <journal root>/<namespace>, or use --app "
+        "<namespace>/<name>), or add --allow-missing-journal if the job never wrote"
+    )
+
+
+def _near_journals(
+    manager: filemanager.FileManager, path: str, *, url: str, job_id: str
+) -> Iterable[str]:
+    """URLs of folders below, then beside, ``path`` that hold a folder ``job_id``."""
+    base = url.rstrip("/")
+    below = [(info.path, f"{base}/{info.name}") for info in manager.list(path) if info.is_dir]
+    parent = paths.parent(path)
+    beside = []
+    if parent and parent != path and "/" in base:
+        beside = [
+            (info.path, f"{base.rsplit('/', 1)[0]}/{info.name}")
+            for info in manager.list(parent)
+            if info.is_dir and info.path.rstrip("/") != path.rstrip("/")
+        ]
+    for folder, folder_url in [*below, *beside][:NEAR_MISS_LIMIT]:
+        if manager.exists(paths.join(folder, job_id)):
+            yield folder_url
+
+
 def run_rollback(
     args: argparse.Namespace, *, options: dict[str, Any], out: TextIO, err: TextIO
 ) -> int:
@@ -213,6 +300,8 @@ def run_rollback(
         if not args.quiet:
             print(f"rollback {args.job_id}: {phase} {done}/{total}", file=err, flush=True)
 
+    if args.job_id is None or args.journal is None:  # the entry point checks this first
+        raise errors.ConfigError("--job-id and --journal are required (or --app)")
     manager, path = open_location(args.journal, what="--journal", options=options)
     fix = "give the journal location the job wrote (its spark.sparkguard.journal)"
     if args.allow_missing_journal and not manager.exists(path):
@@ -223,6 +312,9 @@ def run_rollback(
         )
     else:
         require_directory(manager, path, what="--journal", url=args.journal, fix=fix)
+        require_job_recorded(
+            manager, path, url=args.journal, job_id=args.job_id, allow=args.allow_missing_journal
+        )
     summary = rollback.rollback_job(
         args.job_id,
         args.journal,
@@ -442,6 +534,51 @@ def _damaged_instant(instant: str, error: str) -> dict[str, Any]:
     }
 
 
+#: the job id of the instant that adopts a table's existing files
+ADOPT_JOB: Final = "sparkguard.adopt"
+
+
+def existing_data_files(manager: filemanager.FileManager, path: str) -> list[timeline.DataFile]:
+    """The data files under the table at ``path`` as Spark's file listing sees them: every file
+    no segment of whose relative path starts with ``_`` or ``.`` (Spark's hidden names, our
+    ``_sparkguard/`` among them), temp files left out; rows unknown (-1)."""
+    found = []
+    for full, info in sorted(manager.fs.find(path, detail=True).items()):
+        relative = full[len(path.rstrip("/")) + 1 :]
+        hidden = any(segment.startswith(("_", ".")) for segment in relative.split("/"))
+        if hidden or info.get("type") == "directory" or filemanager.is_temp_name(relative):
+            continue
+        found.append(timeline.DataFile(path=relative, size=int(info.get("size") or 0), rows=-1))
+    return found
+
+
+def run_adopt(url: str, *, dry_run: bool, options: Mapping[str, Any], out: TextIO) -> int:
+    """``sparkguard adopt``: record a table's existing files, once, as a committed baseline
+    (one committed instant of job ``sparkguard.adopt``), so sparkguard's readers see them and
+    rollbacks and overwrites treat them as committed."""
+    manager, path = open_table(url, options=options)
+    tl = timeline.Timeline(manager, path)
+    if tl.exists():
+        adopted = any(s.job_id == ADOPT_JOB for s in tl.statuses(job_id=ADOPT_JOB))
+        raise errors.ConfigError(
+            f"table {url!r} "
+            + ("was adopted already" if adopted else "already has a sparkguard timeline")
+            + ": its files are recorded there; adopt only a table sparkguard never wrote"
+        )
+    files = existing_data_files(manager, path)
+    if not files:
+        raise errors.ConfigError(
+            f"table {url!r} holds no data file (hidden '_' and '.' names aside): nothing to adopt"
+        )
+    if not dry_run:
+        instant = tl.start(ADOPT_JOB, attempt=0, marker_type="DIRECT", extra={"adopted": True})
+        tl.commit(instant, files, extra={"adopted": True})
+    total = sum(f.size for f in files)
+    verb = "would adopt" if dry_run else "adopted"
+    out.write(f"{reader.table_url(url)}: {verb} {len(files)} files, {total} bytes\n")
+    return 0
+
+
 def run_compact(
     url: str,
     *,
@@ -452,11 +589,7 @@ def run_compact(
 ) -> int:
     """``sparkguard compact``."""
     manager, path = open_table(url, options=options)
-    if not timeline.Timeline(manager, path).exists():
-        raise errors.ConfigError(
-            f"table {url!r} has no sparkguard timeline (no {timeline.SPARKGUARD_DIR}/"
-            f"{timeline.TIMELINE_DIR}/): give a table written through sparkguard"
-        )
+    require_sparkguard_table(manager, path, url=url)
     result = snapshots.compact(manager, path, archive_retention_days=retention_days)
     report = {"table": reader.table_url(url), **result.to_json()}
     if as_json:
@@ -486,7 +619,8 @@ def run_inspect(
     archived: bool = False,
 ) -> int:
     """``sparkguard inspect``."""
-    open_table(url, options=options)  # refuses a missing table, naming the fix
+    manager, path = open_table(url, options=options)  # refuses a missing table, naming the fix
+    require_sparkguard_table(manager, path, url=url, streams=True)
     report = inspect_table(url, options=options, archived=archived)
     if as_json:
         json.dump(report, out, indent=2)

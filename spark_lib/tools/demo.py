@@ -366,14 +366,9 @@ def _prepare(args: argparse.Namespace) -> tuple[_Setup, str | None]:
     """Check the flags (ConfigError: bad input), then create the working directory; returns the
     setup and why the demo chose the fsspec writer by itself (``None``: it did not)."""
     options = commands.storage_options_from_env(os.environ)
-    if args.storage and filemanager.protocol_of(args.storage) == "memory":
-        raise errors.ConfigError(
-            f"--storage {args.storage!r}: memory:// lives inside one process and the demo's "
-            "Spark job runs in others; give a local path or an object store URL"
-        )
-    writer, reason = choose_writer(args.writer, args.storage or "table")
-    if args.storage:
+    if args.storage:  # the checks every command makes (memory:// is refused: one process)
         commands.open_location(args.storage, what="--storage", options=options)
+    writer, reason = choose_writer(args.writer, args.storage or "table")
     default = DEFAULT_SIZES[writer]
     size = Size(
         rows=default.rows if args.rows is None else args.rows,

@@ -69,6 +69,11 @@ a driver that is still alive fails), then its data files are deleted. Files that
 a committed write lists are never deleted. Safe to run again at any time: a
 second run resumes an interrupted one and removes files written late.
 
+With --app NAMESPACE/NAME it rolls back what the operator would for that
+SparkApplication: its job id, journal and owner read from the app through the
+kubeconfig. Without cluster access give --job-id, --journal and, for an app the
+operator admitted, --owner (its sparkguard.io/owner annotation).
+
 {STORAGE_ENV}""",
     ),
     "inspect": Subcommand(
@@ -78,6 +83,21 @@ second run resumes an interrupted one and removes files written late.
 Show a table's writes (instants): job, state, operation, files, bytes, rows and
 marked files; its streams; its latest timeline snapshot; and the files, bytes
 and rows a reader sees. --archived also lists the writes the archive holds.
+
+{STORAGE_ENV}""",
+    ),
+    "adopt": Subcommand(
+        "sparkguard.spark_lib.tools.commands",
+        "record a table's existing files as its committed baseline",
+        f"""\
+Record the files a table holds now, written before sparkguard (by plain Spark or
+anything else), as one committed write: its baseline. Run it once, before the
+table's first protected write. Afterwards sparkguard's committed-only readers
+see those files like any reader does, a rollback never touches them, and an
+overwrite through sparkguard replaces them as it replaces any committed file.
+Files are those Spark's listing sees (names starting with '_' or '.' are left
+out). Refused on a table that already has a sparkguard timeline. Run it while
+nothing writes the table: a file written meanwhile may be left out.
 
 {STORAGE_ENV}""",
     ),
@@ -103,8 +123,10 @@ Run the marker-batching sidecar next to a Spark driver.
 Executors send it the name of each data file before they write it; it appends
 the names in batches to marker files beside the table, so a rollback can find
 every file of a failed write. Settings come from SPARKGUARD_SIDECAR_*
-environment variables; the flags override them. docs/sidecar.md describes every
-setting and route.""",
+environment variables; the flags override them. Two come from the environment
+only: SPARKGUARD_SIDECAR_TOKEN (the bearer token executors send, unless
+--token-file) and SPARKGUARD_STORAGE_OPTIONS (a JSON object of fsspec storage
+options). docs/sidecar.md describes every setting and route.""",
     ),
     "bundle": Subcommand(
         "sparkguard.spark_lib.tools.bundle",
@@ -238,6 +260,62 @@ def build_parser() -> CommandLineParser:
     return parser
 
 
+def check_rollback_target(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Fill ``rollback``'s job id, journal and owner from ``--app`` (the SparkApplication, read
+    through the kubeconfig; the operator's own reading of its annotations), or require
+    ``--job-id`` and ``--journal``. Returns 0, or the exit code after one line on stderr."""
+    if args.app is None:
+        missing = [
+            flag
+            for flag in ("--job-id", "--journal")
+            if not getattr(args, flag[2:].replace("-", "_"))
+        ]
+        if missing:
+            parser.error(f"the following arguments are required: {', '.join(missing)}")
+        return 0
+    if args.job_id or args.owner:
+        parser.error(
+            "argument --app: --app reads the job id and owner from the app; drop --job-id and "
+            "--owner"
+        )
+    import urllib3.exceptions
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    from sparkguard.operator import errors, kube, mutation
+
+    namespace, name = args.app
+    where = f"--app {namespace}/{name}"
+    try:
+        app = kube.read_application(namespace, name, kubeconfig=args.kubeconfig)
+        target = mutation.rollback_target(app, journal=args.journal)
+    except (LookupError, errors.InvalidApplicationError, ConfigException) as exc:
+        print(f"sparkguard rollback: error: {where}: {exc}", file=sys.stderr)
+        return 2
+    except urllib3.exceptions.HTTPError as exc:
+        print(
+            f"sparkguard rollback: failed: {where}: cannot reach the API server ({exc}); check "
+            "the kubeconfig, or give --job-id, --journal and --owner instead",
+            file=sys.stderr,
+        )
+        return 1
+    except ApiException as exc:
+        print(
+            f"sparkguard rollback: failed: {where}: the API server refused the read "
+            f"({exc.status} {exc.reason}); check the kubeconfig's context and that it may get "
+            "sparkapplications in that namespace",
+            file=sys.stderr,
+        )
+        return 1
+    args.job_id, args.journal, args.owner = target.job_id, target.journal, target.owner
+    print(
+        f"rollback {args.app[0]}/{args.app[1]}: --job-id {target.job_id} --journal "
+        f"{target.journal}" + (f" --owner {target.owner}" if target.owner else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
@@ -247,7 +325,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     module = importlib.import_module(args._module)
     try:
-        code: int = module.run(args)
+        code: int = 0
+        if args.command == "rollback":
+            code = check_rollback_target(args, parser.subcommands["rollback"])
+        if not code:
+            code = module.run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -86,22 +86,26 @@ def run_job(
     shared_driver.py``: a new SparkContext of its own conf in a JVM that stays warm), or as its
     own process when its conf sets what only a JVM's start reads, or with
     ``SPARKGUARD_TEST_SHARED_DRIVER=0``."""
-    result: Any
-    if shared_driver.shareable(conf):
-        result = _shared().run(JOBS / script, [json.dumps(conf), *args], conf, timeout=timeout)
-    else:
-        result = subprocess.run(
-            job_command(script, *args, conf=conf),
-            capture_output=True,
-            text=True,
-            env=job_env(),
-            timeout=timeout,
-            check=False,
-        )
+    result = job_result(script, *args, conf=conf, timeout=timeout)
     assert result.returncode == expect_exit, (
         f"{script} exited {result.returncode}, expected {expect_exit}:\n{result.stderr}"
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def job_result(script: str, *args: str, conf: dict[str, str], timeout: float = 300) -> Any:
+    """Run ``tests/jvm/jobs/<script>`` as :func:`run_job` does; returns what it left (its
+    ``returncode``, ``stdout`` and ``stderr``: the driver's log), whatever its exit."""
+    if shared_driver.shareable(conf):
+        return _shared().run(JOBS / script, [json.dumps(conf), *args], conf, timeout=timeout)
+    return subprocess.run(
+        job_command(script, *args, conf=conf),
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        timeout=timeout,
+        check=False,
+    )
 
 
 _SHARED: list[shared_driver.SharedDriver] = []

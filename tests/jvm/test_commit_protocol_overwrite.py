@@ -224,3 +224,26 @@ def test_an_overwrite_killed_mid_write_leaves_the_old_data_then_the_rerun_replac
     assert leftovers == []
     markers_root = table / "_sparkguard" / "markers"
     assert not markers_root.exists() or list(markers_root.iterdir()) == []
+
+
+def test_an_adopted_table_is_overwritten_as_committed_and_a_failed_overwrite_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """Files plain Spark wrote, once adopted (``sparkguard adopt``), are committed files to the
+    JVM protocol too: a failed overwrite leaves them whole (its deletes wait for its commit),
+    and a committed one replaces them."""
+    table, journal = tmp_path / "t", tmp_path / "journal"
+    table.mkdir()
+    pq.write_table(pa.table({"n": pa.array([-3, -2, -1], pa.int64())}), table / "part-0.parquet")
+    assert cli.main(["adopt", str(table)]) == 0
+    adopted = reader.committed_paths(str(table))
+    assert len(adopted) == 1
+    args = ("plain_write.py", str(table), "40", "2", "overwrite")
+    failed = run_job(*args, "30", conf=_conf("jvm-ow-adopt", journal), expect_exit=3)
+    assert failed == {"failed": True}
+    assert cli.main(["rollback", "--job-id", "jvm-ow-adopt", "--journal", str(journal)]) == 0
+    assert reader.committed_paths(str(table)) == adopted
+    assert _directory_ids(table) == [-3, -2, -1]  # every reader: the adopted rows, whole
+    run_job(*args, conf=_conf("jvm-ow-adopt", journal))
+    assert _directory_ids(table) == list(range(40))
+    assert not (table / "part-0.parquet").exists()  # replaced, as any committed file

@@ -222,6 +222,24 @@ def test_speculation_is_refused_on_s3_before_anything_is_written(
     assert _keys(s3_server, bucket, "") == []
 
 
+def test_a_store_ignoring_if_none_match_is_refused_before_anything_is_written(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    # On a store that ignores If-None-Match: * the timeline's put-if-absent would silently
+    # overwrite: the store's first use probes it (a key created twice must get 412) and refuses.
+    bucket = s3_server.create_bucket(ignores_if_none_match=True)
+    conf = _conf(s3_server, s3a_jars, f"s3a://{bucket}/journal")
+    failed = conftest.job_result(
+        "plain_write.py", f"s3a://{bucket}/s", "100", "2", "append", "1000", conf=conf,
+        timeout=900,
+    )  # fmt: skip
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    refusal = f"ignores If-None-Match: * on PUT in bucket '{bucket}'"
+    assert refusal in failed.stderr, failed.stderr[-3000:]
+    assert f"the store at {s3_server.endpoint}" in failed.stderr
+    assert _keys(s3_server, bucket, "") == []  # no data, no timeline, no probe key
+
+
 def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
     s3_server: s3server.S3Server, s3a_jars: Path
 ) -> None:

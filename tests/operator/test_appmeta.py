@@ -74,7 +74,7 @@ def test_every_option_set(config: config_.OperatorConfig) -> None:
         (appmeta.BACKOFF, "25h", "at most 24h"),
         (appmeta.BACKOFF_MAX, "10x", "'30s', '2m', '1h30m'"),
         (appmeta.BACKOFF_MAX, "10s", "at least as long"),
-        (appmeta.MARKER_TYPE, "sidecar", '"timeline-server" or "direct"'),
+        (appmeta.MARKER_TYPE, "SIDECAR", 'write "sidecar"'),
         (appmeta.STORAGE_SECRET, "Not A Name", "name a Secret"),
         (appmeta.JOURNAL, "bucket/journal", "write a URL"),
         ("sparkguard.io/max-retry", "3", "not a sparkguard annotation"),
@@ -242,3 +242,23 @@ def test_storage_owner_and_the_owner_annotation_is_known(config: config_.Operato
     assert appmeta.parse(app, config=config).problems == ()
     assert appmeta.storage_owner(spark_app()["metadata"]) is None
     assert appmeta.storage_owner({}) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "wanted"),
+    [
+        ("sidecar", appmeta.MarkerType.TIMELINE_SERVER),
+        ("timeline-server", appmeta.MarkerType.TIMELINE_SERVER),  # the former name
+        ("direct", appmeta.MarkerType.DIRECT),
+    ],
+)
+def test_marker_type_is_written_sidecar_or_direct(
+    raw: str, wanted: appmeta.MarkerType, config: config_.OperatorConfig
+) -> None:
+    options = appmeta.parse(
+        spark_app(annotations={appmeta.MARKER_TYPE: raw}), config=config
+    ).options
+    assert options is not None
+    assert options.marker_type is wanted
+    refused = appmeta.parse(spark_app(annotations={appmeta.MARKER_TYPE: "batched"}), config=config)
+    assert 'write "sidecar"' in str(refused.problems[0])

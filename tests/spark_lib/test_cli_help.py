@@ -40,3 +40,22 @@ def test_rollback_and_inspect_say_where_credentials_come_from(
         text = _help([command], capsys)
         assert "SPARKGUARD_STORAGE_OPTIONS" in text
         assert "AWS_*" in text
+
+
+def test_sidecar_help_says_what_each_flag_means_and_its_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = " ".join(_help(["sidecar"], capsys).split())
+    flags = [
+        action
+        for action in cli.build_parser().subcommands["sidecar"]._actions
+        if action.option_strings and action.dest != "help"
+    ]
+    assert len(flags) >= 15
+    for action in flags:
+        meaning, _, rest = (action.help or "").partition(" (default: ")
+        assert len(meaning.split()) >= 3, f"{action.option_strings}: {action.help!r}"
+        assert rest.split(";")[0], f"{action.option_strings} names no default"
+        assert "env SPARKGUARD_" in rest
+    assert "--port PORT the port executors send markers to (default: 26754;" in text
+    assert "--allowed-roots ALLOWED_ROOTS comma-separated" in text

@@ -17,6 +17,14 @@ check before the store). Here every write of a key runs under that key's lock, s
 the store are one step against the key's other writes, as S3 makes them; writes of different
 keys and all reads run alongside, as before.
 
+Ignored conditions (always, in buckets named ``ignores-inm-...``; every bucket with
+``--ignore-if-none-match``). Some S3-compatible stores (older MinIO and Ceph RGW releases,
+some appliances) accept ``If-None-Match: *`` and ignore it: a create over an existing key
+replaces it, answered 200. In those buckets the header is dropped before moto reads it, on
+``PutObject`` and ``CompleteMultipartUpload`` (``S3Response.put_object`` and
+``_key_response_post`` read it), so they behave like such a store; the session's one server
+serves both kinds of bucket (a second server would cost seconds per test session).
+
 Conditional bulk deletes (``--conditional-deletes``). AWS S3 (general purpose buckets, since
 2025) honours an ``ETag`` per key of ``DeleteObjects``: ``*`` deletes the key only if it exists,
 any other value only if it is the key's current ETag; a key whose condition fails is reported
@@ -41,6 +49,7 @@ from moto import server
 from moto.core.responses import ActionResult
 from moto.s3.models import S3Backend
 from moto.s3.responses import S3Response
+from werkzeug.datastructures import Headers
 
 _GUARD = threading.Lock()
 _KEY_LOCKS: dict[tuple[str, str], threading.Lock] = {}
@@ -140,6 +149,36 @@ def _delete_keys(self: Any, bucket_name: str, authenticated: bool = True) -> Any
     return self.serialized(ActionResult({"Deleted": deleted, "Errors": failed}))
 
 
+#: buckets whose name starts with this ignore ``If-None-Match`` (``""``: every bucket)
+IGNORING_PREFIX = "ignores-inm-"
+_ignoring = [IGNORING_PREFIX]
+
+
+def _without_if_none_match(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` with the request's ``If-None-Match`` header gone in an ignoring bucket, as a
+    store that ignores it."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(getattr(self, "bucket_name", "")).startswith(_ignoring[0]):
+            headers = Headers(self.headers)  # case-insensitive, as moto reads it
+            headers.remove("If-None-Match")
+            self.headers = headers
+        return method(self, *args, **kwargs)
+
+    return run
+
+
+def ignore_if_none_match(prefix: str = IGNORING_PREFIX) -> None:
+    """Make buckets named ``prefix...`` ignore ``If-None-Match`` on writes, as stores that do
+    not honour it do: the second create of a key replaces the first."""
+    _ignoring[0] = prefix
+    S3Response.put_object = _without_if_none_match(S3Response.put_object)  # type: ignore[method-assign]
+    S3Response._key_response_post = _without_if_none_match(  # type: ignore[method-assign]
+        S3Response._key_response_post
+    )
+
+
 def widen_race_window(milliseconds: int) -> None:
     """Every lookup of a key that is missing answers ``milliseconds`` later."""
     lookup = S3Backend.get_object
@@ -158,6 +197,11 @@ def main(argv: list[str]) -> None:
     if "--conditional-deletes" in argv:
         argv.remove("--conditional-deletes")
         S3Response._bucket_response_delete_keys = _delete_keys  # type: ignore[method-assign]
+    if "--ignore-if-none-match" in argv:
+        argv.remove("--ignore-if-none-match")
+        ignore_if_none_match("")
+    else:
+        ignore_if_none_match()
     if "--race-window-ms" in argv:
         at = argv.index("--race-window-ms")
         widen_race_window(int(argv[at + 1]))

@@ -64,9 +64,11 @@ class S3Server:
             region_name="us-east-1",
         )
 
-    def create_bucket(self, name: str | None = None) -> str:
-        """Create a fresh bucket; returns its name."""
-        bucket = name or f"sg-{uuid.uuid4().hex[:12]}"
+    def create_bucket(self, name: str | None = None, *, ignores_if_none_match: bool = False) -> str:
+        """Create a fresh bucket; returns its name. ``ignores_if_none_match``: a bucket where
+        the server ignores ``If-None-Match: *``, as some S3-compatible stores do."""
+        prefix = "ignores-inm-" if ignores_if_none_match else "sg-"  # moto_conditional.py
+        bucket = name or f"{prefix}{uuid.uuid4().hex[:12]}"
         self.client().create_bucket(Bucket=bucket)
         return bucket
 
@@ -76,12 +78,16 @@ def run_s3_server(
     port: int | None = None,
     *,
     conditional_deletes: bool = False,
+    ignore_if_none_match: bool = False,
     server_flags: tuple[str, ...] = (),
 ) -> Iterator[S3Server]:
     """Start moto's server on 127.0.0.1 and stop it afterwards. Its conditional writes are
     atomic, as AWS S3's are (moto alone can let two racing creates both succeed);
     ``conditional_deletes``: it also honours ``ETag`` per key of ``DeleteObjects`` as AWS S3
-    does (moto alone reports every key deleted). Both: ``tests/support/moto_conditional.py``;
+    does (moto alone reports every key deleted); ``ignore_if_none_match``: every bucket
+    ignores ``If-None-Match: *`` as some S3-compatible stores do (a create replaces the key;
+    without it, only buckets made by ``create_bucket(ignores_if_none_match=True)``). All
+    three: ``tests/support/moto_conditional.py``;
     ``server_flags``: more of its flags (its own tests' switches)."""
     port = port or free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -92,6 +98,8 @@ def run_s3_server(
     server = [str(Path(__file__).with_name("moto_conditional.py"))]
     if conditional_deletes:
         server.append("--conditional-deletes")
+    if ignore_if_none_match:
+        server.append("--ignore-if-none-match")
     server.extend(server_flags)
     process = subprocess.Popen(
         [sys.executable, *server, "-H", "127.0.0.1", "-p", str(port)],

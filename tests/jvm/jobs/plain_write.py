@@ -56,7 +56,8 @@ def main() -> None:
         if fail_at is not None:
             try:
                 writer.format(write_format).save(url)
-            except Exception:
+            except Exception as exc:
+                print(f"the write failed: {exc}", file=sys.stderr)
                 print(json.dumps({"failed": True}))
                 sys.exit(3)
             raise SystemExit("the injected failure did not fail the write")

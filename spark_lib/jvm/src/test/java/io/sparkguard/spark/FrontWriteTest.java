@@ -179,9 +179,8 @@ class FrontWriteTest {
         "format", new String[] {"avro", "option 'format'='avro' is not supported; use one of"},
         "maxRecordsPerFile", new String[] {"-2", "option 'maxRecordsPerFile'='-2' must be an"
             + " integer >= 0"},
-        "markerType", new String[] {"SIDECAR", "write option 'markerType'"
-            + " (spark.sparkguard.markers.type) 'SIDECAR' is not valid: use DIRECT or"
-            + " TIMELINE_SERVER_BASED"});
+        "markerType", new String[] {"BATCHES", "write option 'markerType'"
+            + " (spark.sparkguard.markers.type) 'BATCHES' is not valid: use sidecar"});
     for (Map.Entry<String, String[]> bad : cases.entrySet()) {
       Exception error = assertThrows(Exception.class, () -> rows(4, 1).write()
           .format("sparkguard").option("jobId", "front-5")

@@ -2,6 +2,7 @@ package io.sparkguard.spark.common;
 
 import io.sparkguard.spark.common.SparkguardException.ConfigException;
 import java.io.Serializable;
+import java.util.Locale;
 import java.util.Optional;
 import java.util.function.Function;
 import java.util.regex.Pattern;
@@ -108,11 +109,12 @@ public final class ProtocolSettings implements Serializable {
             ATTEMPT_KEY + " '" + rawAttempt + "' is not valid: give a non-negative integer");
       }
     }
-    String markerType = Optional.ofNullable(lookup.apply(MARKER_TYPE_KEY)).orElse("DIRECT");
-    if (!markerType.equals("DIRECT") && !markerType.equals("TIMELINE_SERVER_BASED")) {
+    String rawMarkerType = Optional.ofNullable(lookup.apply(MARKER_TYPE_KEY)).orElse("direct");
+    String markerType = normaliseMarkerType(rawMarkerType);
+    if (markerType == null) {
       throw new ConfigException(
-          MARKER_TYPE_KEY + " '" + markerType + "' is not valid: use DIRECT or"
-              + " TIMELINE_SERVER_BASED");
+          MARKER_TYPE_KEY + " '" + rawMarkerType + "' is not valid: use sidecar (batched by the"
+              + " driver's marker sidecar) or direct (markers written to storage by each task)");
     }
     String endpoint = null;
     if (markerType.equals("TIMELINE_SERVER_BASED")) {
@@ -199,6 +201,26 @@ public final class ProtocolSettings implements Serializable {
   /** The job journal's location, or {@code null}. */
   public String journal() {
     return journal;
+  }
+
+  /**
+   * A marker mode as users write it, {@code sidecar} or {@code direct} in any case ({@code
+   * timeline-server} and {@code TIMELINE_SERVER_BASED} accepted for {@code sidecar}), as the
+   * Python side's {@code markers.parse_marker_type}: {@code TIMELINE_SERVER_BASED}, {@code
+   * DIRECT}, or null for anything else.
+   */
+  static String normaliseMarkerType(String raw) {
+    switch (raw.trim().toUpperCase(Locale.ROOT).replace('-', '_')) {
+      case "SIDECAR":
+      case "TIMELINE_SERVER":
+      case "TIMELINE_SERVER_BASED":
+      case "BATCHED":
+        return "TIMELINE_SERVER_BASED";
+      case "DIRECT":
+        return "DIRECT";
+      default:
+        return null;
+    }
   }
 
   /** {@code DIRECT} (markers on storage) or {@code TIMELINE_SERVER_BASED} (the sidecar). */

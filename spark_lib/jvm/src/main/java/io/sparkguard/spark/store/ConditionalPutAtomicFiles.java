@@ -65,6 +65,8 @@ public final class ConditionalPutAtomicFiles implements AtomicFiles {
     if (overwrite) {
       builder.must(CREATE_PERFORMANCE, true);
     } else {
+      Path parent = path.getParent();
+      ConditionalCreateProbe.require(fs, parent == null ? path : parent);
       builder.must(Options.CreateFileOptionKeys.FS_OPTION_CREATE_CONDITIONAL_OVERWRITE, true);
     }
     return new Output(path, (FSDataOutputStream) builder.build());

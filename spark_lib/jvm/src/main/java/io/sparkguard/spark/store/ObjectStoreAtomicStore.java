@@ -93,6 +93,8 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
               + " the timeline's put-if-absent cannot be made safe there, and a check-then-create"
               + " would let two writers both win. " + fix);
     }
+    Path parent = table.getParent();
+    ConditionalCreateProbe.require(fs, parent == null ? table : parent);
     boolean replaces = fs.hasPathCapability(table, S3A_CREATE_PERFORMANCE);
     return new ObjectStoreAtomicStore(fs.getUri(), copy, fs, replaces);
   }
