@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import hashlib
 import logging
 import os
 import uuid
@@ -66,6 +67,8 @@ class _DirectPutStream(AtomicStream):
         self._buffer = bytearray()
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
+        #: MD5 digests of the uploaded parts: the ETag S3 gives the completed object
+        self._part_digests: list[bytes] = []
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         return self._fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
@@ -82,6 +85,15 @@ class _DirectPutStream(AtomicStream):
         number = len(self._parts) + 1
         result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=chunk)
         self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
+        self._part_digests.append(hashlib.md5(chunk, usedforsecurity=False).digest())
+
+    def _expected_etag(self) -> str:
+        """The ETag S3 gives the object this stream publishes (MD5 of a single PUT's body; of
+        the parts' MD5s, dash, part count, for a multipart upload)."""
+        if not self._part_digests:
+            return f'"{hashlib.md5(self._buffer, usedforsecurity=False).hexdigest()}"'
+        joined = hashlib.md5(b"".join(self._part_digests), usedforsecurity=False).hexdigest()
+        return f'"{joined}-{len(self._part_digests)}"'
 
     def _publish(self) -> None:
         try:
@@ -90,6 +102,7 @@ class _DirectPutStream(AtomicStream):
             else:
                 if self._buffer:
                     self._upload_part(bytes(self._buffer))
+                    self._buffer = bytearray()
                 self._call(
                     "complete_multipart_upload",
                     UploadId=self._upload_id,
@@ -98,7 +111,18 @@ class _DirectPutStream(AtomicStream):
                 )
                 self._upload_id = None
         except (FileExistsError, OSError) as exc:
-            if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+            refused = isinstance(exc, FileExistsError) or _is_precondition_failed(exc)
+            # A write whose answer was lost (a reset after the store applied it) is retried by
+            # botocore; the retry of a conditional create then meets the object it created
+            # (412), and the retry of a completion meets an upload that is gone (404). Either
+            # is this stream's own write when the key holds exactly its bytes: success.
+            if (refused or isinstance(exc, FileNotFoundError)) and _holds(
+                self._fs, self._bucket, self._key, self._expected_etag()
+            ):
+                logger.info("%s: a retried write found its own earlier attempt stored", self.path)
+                self._upload_id = None
+                return
+            if refused:
                 raise errors.AlreadyExistsError(
                     f"{self.path} already exists; nothing was written (conditional put got 412)"
                 ) from None
@@ -118,6 +142,17 @@ class _DirectPutStream(AtomicStream):
             upload_id, self._upload_id = self._upload_id, None
             with contextlib.suppress(FileNotFoundError):
                 self._call("abort_multipart_upload", UploadId=upload_id)
+
+
+def _holds(fs: AbstractFileSystem, bucket: str, key: str, etag: str) -> bool:
+    """Whether ``bucket``/``key`` exists with ETag ``etag`` (one HEAD): recognises a write
+    that landed although its answer was lost (S3's ETag of an unencrypted or SSE-S3 object is
+    its content's MD5, so an equal ETag is an equal content)."""
+    try:
+        head = fs.call_s3("head_object", Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return False
+    return str(head.get("ETag", "")) == etag
 
 
 def _read_body(fs: AbstractFileSystem, body: Any) -> bytes:
@@ -233,6 +268,11 @@ class DirectPutFileManager(FileManager):
             ) from None
         except OSError as exc:
             if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+                mine = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+                if _holds(self.fs, bucket, key, mine):
+                    # this put's own earlier attempt (its answer lost, botocore retried it)
+                    # or an identical write: the key is as this call wanted it
+                    return mine
                 if expected is None:
                     raise errors.AlreadyExistsError(
                         f"{path} already exists; nothing was written (conditional put got 412)"
@@ -614,10 +654,11 @@ class DirectPutFileManager(FileManager):
         bucket, _, _ = self.fs.split_path(prefix)
         pending = self.list_pending_uploads(prefix)
         for upload in pending:
-            self.fs.call_s3(
-                "abort_multipart_upload",
-                Bucket=bucket,
-                Key=upload["Key"],
-                UploadId=upload["UploadId"],
-            )
+            with contextlib.suppress(FileNotFoundError):  # a retried abort that had landed
+                self.fs.call_s3(
+                    "abort_multipart_upload",
+                    Bucket=bucket,
+                    Key=upload["Key"],
+                    UploadId=upload["UploadId"],
+                )
         return len(pending)
