@@ -217,6 +217,16 @@ class S3FaultFront:
             "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
         }
 
+    def env(self) -> dict[str, str]:
+        """Environment variables for a subprocess whose S3 clients should go through here."""
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+        }
+
     # -- control -------------------------------------------------------------------------
 
     def set_rates(self, rates: Mapping[Op, Rates] | Rates | None) -> None:
