@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import hashlib
 import logging
 import os
 import uuid
@@ -44,6 +43,10 @@ CONCURRENCY: Final = 32
 #: the error codes a conditional delete (``ETag: *``) of an absent key gets back
 _ABSENT_CODES: Final = frozenset({"NoSuchKey", "PreconditionFailed", "404", "412"})
 
+#: the user-metadata key (``x-amz-meta-sparkguard-write``) of a conditional write's random token:
+#: how a retried write that had landed is told from another writer's object
+WRITE_ID: Final = "sparkguard-write"
+
 #: Object stores known to honour ``If-None-Match: *`` on put (conditional create).
 CONDITIONAL_PUT_PROTOCOLS: Final = frozenset({"s3", "s3a"})
 
@@ -63,12 +66,13 @@ class _DirectPutStream(AtomicStream):
         self._fs = fs
         self._bucket, self._key, _ = fs.split_path(path)
         self._conditions: dict[str, str] = {} if overwrite else {"IfNoneMatch": "*"}
+        #: a conditional create's own token, stored with the object (see :func:`_landed`)
+        self._token = uuid.uuid4().hex
+        self._metadata: dict[str, Any] = {} if overwrite else {"Metadata": {WRITE_ID: self._token}}
         self._block_size = block_size
         self._buffer = bytearray()
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
-        #: MD5 digests of the uploaded parts: the ETag S3 gives the completed object
-        self._part_digests: list[bytes] = []
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         return self._fs.call_s3(method, Bucket=self._bucket, Key=self._key, **kwargs)
@@ -81,24 +85,19 @@ class _DirectPutStream(AtomicStream):
 
     def _upload_part(self, chunk: bytes) -> None:
         if self._upload_id is None:
-            self._upload_id = str(self._call("create_multipart_upload")["UploadId"])
+            self._upload_id = str(
+                self._call("create_multipart_upload", **self._metadata)["UploadId"]
+            )
         number = len(self._parts) + 1
         result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=chunk)
         self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
-        self._part_digests.append(hashlib.md5(chunk, usedforsecurity=False).digest())
-
-    def _expected_etag(self) -> str:
-        """The ETag S3 gives the object this stream publishes (MD5 of a single PUT's body; of
-        the parts' MD5s, dash, part count, for a multipart upload)."""
-        if not self._part_digests:
-            return f'"{hashlib.md5(self._buffer, usedforsecurity=False).hexdigest()}"'
-        joined = hashlib.md5(b"".join(self._part_digests), usedforsecurity=False).hexdigest()
-        return f'"{joined}-{len(self._part_digests)}"'
 
     def _publish(self) -> None:
         try:
             if self._upload_id is None:
-                self._call("put_object", Body=bytes(self._buffer), **self._conditions)
+                self._call(
+                    "put_object", Body=bytes(self._buffer), **self._conditions, **self._metadata
+                )
             else:
                 if self._buffer:
                     self._upload_part(bytes(self._buffer))
@@ -114,10 +113,12 @@ class _DirectPutStream(AtomicStream):
             refused = isinstance(exc, FileExistsError) or _is_precondition_failed(exc)
             # A write whose answer was lost (a reset after the store applied it) is retried by
             # botocore; the retry of a conditional create then meets the object it created
-            # (412), and the retry of a completion meets an upload that is gone (404). Either
-            # is this stream's own write when the key holds exactly its bytes: success.
-            if (refused or isinstance(exc, FileNotFoundError)) and _holds(
-                self._fs, self._bucket, self._key, self._expected_etag()
+            # (412), and the retry of a completion meets an upload that is gone (404). After a
+            # retry, either is this stream's own write when the key carries its token.
+            if (
+                (refused or isinstance(exc, FileNotFoundError))
+                and self._conditions
+                and _landed(self._fs, self._bucket, self._key, self._token) is not None
             ):
                 logger.info("%s: a retried write found its own earlier attempt stored", self.path)
                 self._upload_id = None
@@ -144,15 +145,18 @@ class _DirectPutStream(AtomicStream):
                 self._call("abort_multipart_upload", UploadId=upload_id)
 
 
-def _holds(fs: AbstractFileSystem, bucket: str, key: str, etag: str) -> bool:
-    """Whether ``bucket``/``key`` exists with ETag ``etag`` (one HEAD): recognises a write
-    that landed although its answer was lost (S3's ETag of an unencrypted or SSE-S3 object is
-    its content's MD5, so an equal ETag is an equal content)."""
+def _landed(fs: AbstractFileSystem, bucket: str, key: str, token: str) -> str | None:
+    """The ETag of ``bucket``/``key`` when the write that carries ``token`` in its metadata
+    (:data:`WRITE_ID`) made it, else None (one HEAD): recognises a write that landed although
+    its answer was lost, and only that one (another writer's object, even with equal bytes,
+    carries another token)."""
     try:
         head = fs.call_s3("head_object", Bucket=bucket, Key=key)
     except FileNotFoundError:
-        return False
-    return str(head.get("ETag", "")) == etag
+        return None
+    if head.get("Metadata", {}).get(WRITE_ID) != token:
+        return None
+    return str(head["ETag"])
 
 
 def _read_body(fs: AbstractFileSystem, body: Any) -> bytes:
@@ -258,9 +262,15 @@ class DirectPutFileManager(FileManager):
             if written is not None:
                 return written
         conditions = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected}
+        token = uuid.uuid4().hex
         try:
             response = self.fs.call_s3(
-                "put_object", Bucket=bucket, Key=key, Body=data, **conditions
+                "put_object",
+                Bucket=bucket,
+                Key=key,
+                Body=data,
+                Metadata={WRITE_ID: token},
+                **conditions,
             )
         except FileNotFoundError:
             raise errors.VersionConflictError(
@@ -268,11 +278,10 @@ class DirectPutFileManager(FileManager):
             ) from None
         except OSError as exc:
             if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
-                mine = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
-                if _holds(self.fs, bucket, key, mine):
-                    # this put's own earlier attempt (its answer lost, botocore retried it)
-                    # or an identical write: the key is as this call wanted it
-                    return mine
+                landed = _landed(self.fs, bucket, key, token)
+                if landed is not None:
+                    # this put's own earlier attempt: its answer was lost, and it was retried
+                    return landed
                 if expected is None:
                     raise errors.AlreadyExistsError(
                         f"{path} already exists; nothing was written (conditional put got 412)"
