@@ -32,7 +32,11 @@ def test_a_failed_jvm_write_rolled_back_and_rerun_under_s3_faults(
     s3_faults.set_rates(
         Rates(slowdown=0.03, internal=0.02, delay=0.02, reset_before=0.02, reset_after=0.02)
     )
-    s3_faults.fail_next(Op.PUT, Fault.RESET_AFTER, 2)  # the first PUTs land, then reset
+    # Each kind for sure, besides the draws: the first PUTs land and then reset, the first
+    # HEADs are delayed, the first LIST is reset before the store.
+    s3_faults.fail_next(Op.PUT, Fault.RESET_AFTER, 2)
+    s3_faults.fail_next(Op.HEAD, Fault.DELAY, 2)
+    s3_faults.fail_next(Op.LIST, Fault.RESET_BEFORE)
     failed = on_s3.run_job(
         "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
     )
