@@ -19,6 +19,7 @@ import pytest
 
 from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.filemanager import registry
 from sparkguard.spark_lib.filemanager.direct_put import DirectPutFileManager
 from sparkguard.spark_lib.storage import markers, metadatalog, rollback, snapshots
 from sparkguard.spark_lib.storage import timeline as timeline_
@@ -168,3 +169,14 @@ def test_a_burst_longer_than_the_retry_policy_fails_with_one_clear_error(
     with pytest.raises(OSError, match="reduce your request rate"):
         tl.statuses()
     assert time.monotonic() - started < 30
+
+
+def test_every_s3_client_gets_botocores_retry_policy_unless_the_options_name_one() -> None:
+    options = {"key": "k", "secret": "s", "endpoint_url": "http://127.0.0.1:9"}
+    manager, _ = filemanager.resolve("s3://bucket/t", storage_options=options)
+    assert manager.fs.config_kwargs["retries"] == registry.S3_RETRIES
+    own = {**options, "config_kwargs": {"retries": {"mode": "adaptive"}, "read_timeout": 5}}
+    manager, _ = filemanager.resolve("s3://bucket/t", storage_options=own)
+    assert manager.fs.config_kwargs == {"retries": {"mode": "adaptive"}, "read_timeout": 5}
+    manager, _ = filemanager.resolve("/tmp/t")
+    assert not hasattr(manager.fs, "config_kwargs")
