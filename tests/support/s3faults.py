@@ -46,6 +46,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from tests.support import s3server
+
 #: headers a proxy must not forward (hop-by-hop, or re-made here)
 _HOP_HEADERS: Final = frozenset(
     {
@@ -211,21 +213,11 @@ class S3FaultFront:
     @property
     def storage_options(self) -> dict[str, Any]:
         """s3fs storage options that reach the store through this front (the test keys)."""
-        return {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
-        }
+        return s3server.storage_options_for(self.endpoint)
 
     def env(self) -> dict[str, str]:
         """Environment variables for a subprocess whose S3 clients should go through here."""
-        return {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ENDPOINT_URL_S3": self.endpoint,
-        }
+        return s3server.env_for(self.endpoint)
 
     # -- control -------------------------------------------------------------------------
 
