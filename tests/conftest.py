@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import jvm_options, netguard, run_tmp, s3server, xdist_groups
+from tests.support import jvm_options, netguard, run_tmp, s3faults, s3server, xdist_groups
 
 # The run's own temp directory (tests/support/run_tmp.py): TMPDIR for this process, the xdist
 # workers and everything they start, java.io.tmpdir of the test JVMs; made by the process
@@ -157,3 +158,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(f"spark-session:{item.nodeid.split('::')[0]}"))
     xdist_groups.suffix_node_ids(config, items)
+
+
+@pytest.fixture
+def s3_faults(s3_server: s3server.S3Server) -> Iterator[s3faults.S3FaultFront]:
+    """A fault-injecting front (``tests/support/s3faults.py``) before the session's S3 server,
+    seeded by the test's name; no faults until the test sets rates or bursts. Prints the faults
+    it injected when the test ends."""
+    seed = zlib.crc32(os.environ.get("PYTEST_CURRENT_TEST", "").encode())
+    with s3faults.S3FaultFront(s3_server.endpoint, seed=seed, delay_s=0.05) as front:
+        yield front
+        print(f"S3 faults injected (seed {seed}):\n{front.report()}")

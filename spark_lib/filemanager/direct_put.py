@@ -43,6 +43,10 @@ CONCURRENCY: Final = 32
 #: the error codes a conditional delete (``ETag: *``) of an absent key gets back
 _ABSENT_CODES: Final = frozenset({"NoSuchKey", "PreconditionFailed", "404", "412"})
 
+#: the user-metadata key (``x-amz-meta-sparkguard-write``) of a conditional write's random token:
+#: how a retried write that had landed is told from another writer's object
+WRITE_ID: Final = "sparkguard-write"
+
 #: Object stores known to honour ``If-None-Match: *`` on put (conditional create).
 CONDITIONAL_PUT_PROTOCOLS: Final = frozenset({"s3", "s3a"})
 
@@ -62,6 +66,9 @@ class _DirectPutStream(AtomicStream):
         self._fs = fs
         self._bucket, self._key, _ = fs.split_path(path)
         self._conditions: dict[str, str] = {} if overwrite else {"IfNoneMatch": "*"}
+        #: a conditional create's own token, stored with the object (see :func:`_landed`)
+        self._token = uuid.uuid4().hex
+        self._metadata: dict[str, Any] = {} if overwrite else {"Metadata": {WRITE_ID: self._token}}
         self._block_size = block_size
         self._buffer = bytearray()
         self._upload_id: str | None = None
@@ -78,7 +85,9 @@ class _DirectPutStream(AtomicStream):
 
     def _upload_part(self, chunk: bytes) -> None:
         if self._upload_id is None:
-            self._upload_id = str(self._call("create_multipart_upload")["UploadId"])
+            self._upload_id = str(
+                self._call("create_multipart_upload", **self._metadata)["UploadId"]
+            )
         number = len(self._parts) + 1
         result = self._call("upload_part", UploadId=self._upload_id, PartNumber=number, Body=chunk)
         self._parts.append({"PartNumber": number, "ETag": result["ETag"]})
@@ -86,10 +95,13 @@ class _DirectPutStream(AtomicStream):
     def _publish(self) -> None:
         try:
             if self._upload_id is None:
-                self._call("put_object", Body=bytes(self._buffer), **self._conditions)
+                self._call(
+                    "put_object", Body=bytes(self._buffer), **self._conditions, **self._metadata
+                )
             else:
                 if self._buffer:
                     self._upload_part(bytes(self._buffer))
+                    self._buffer = bytearray()
                 self._call(
                     "complete_multipart_upload",
                     UploadId=self._upload_id,
@@ -98,7 +110,20 @@ class _DirectPutStream(AtomicStream):
                 )
                 self._upload_id = None
         except (FileExistsError, OSError) as exc:
-            if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+            refused = isinstance(exc, FileExistsError) or _is_precondition_failed(exc)
+            # A write whose answer was lost (a reset after the store applied it) is retried by
+            # botocore; the retry of a conditional create then meets the object it created
+            # (412), and the retry of a completion meets an upload that is gone (404). After a
+            # retry, either is this stream's own write when the key carries its token.
+            if (
+                (refused or isinstance(exc, FileNotFoundError))
+                and self._conditions
+                and _landed(self._fs, self._bucket, self._key, self._token) is not None
+            ):
+                logger.info("%s: a retried write found its own earlier attempt stored", self.path)
+                self._upload_id = None
+                return
+            if refused:
                 raise errors.AlreadyExistsError(
                     f"{self.path} already exists; nothing was written (conditional put got 412)"
                 ) from None
@@ -118,6 +143,20 @@ class _DirectPutStream(AtomicStream):
             upload_id, self._upload_id = self._upload_id, None
             with contextlib.suppress(FileNotFoundError):
                 self._call("abort_multipart_upload", UploadId=upload_id)
+
+
+def _landed(fs: AbstractFileSystem, bucket: str, key: str, token: str) -> str | None:
+    """The ETag of ``bucket``/``key`` when the write that carries ``token`` in its metadata
+    (:data:`WRITE_ID`) made it, else None (one HEAD): recognises a write that landed although
+    its answer was lost, and only that one (another writer's object, even with equal bytes,
+    carries another token)."""
+    try:
+        head = fs.call_s3("head_object", Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return None
+    if head.get("Metadata", {}).get(WRITE_ID) != token:
+        return None
+    return str(head["ETag"])
 
 
 def _read_body(fs: AbstractFileSystem, body: Any) -> bytes:
@@ -229,9 +268,15 @@ class DirectPutFileManager(FileManager):
             if written is not None:
                 return written
         conditions = {"IfNoneMatch": "*"} if expected is None else {"IfMatch": expected}
+        token = uuid.uuid4().hex
         try:
             response = self.fs.call_s3(
-                "put_object", Bucket=bucket, Key=key, Body=data, **conditions
+                "put_object",
+                Bucket=bucket,
+                Key=key,
+                Body=data,
+                Metadata={WRITE_ID: token},
+                **conditions,
             )
         except FileNotFoundError:
             raise errors.VersionConflictError(
@@ -239,6 +284,10 @@ class DirectPutFileManager(FileManager):
             ) from None
         except OSError as exc:
             if isinstance(exc, FileExistsError) or _is_precondition_failed(exc):
+                landed = _landed(self.fs, bucket, key, token)
+                if landed is not None:
+                    # this put's own earlier attempt: its answer was lost, and it was retried
+                    return landed
                 if expected is None:
                     raise errors.AlreadyExistsError(
                         f"{path} already exists; nothing was written (conditional put got 412)"
@@ -666,10 +715,11 @@ class DirectPutFileManager(FileManager):
         bucket, _, _ = self.fs.split_path(prefix)
         pending = self.list_pending_uploads(prefix)
         for upload in pending:
-            self.fs.call_s3(
-                "abort_multipart_upload",
-                Bucket=bucket,
-                Key=upload["Key"],
-                UploadId=upload["UploadId"],
-            )
+            with contextlib.suppress(FileNotFoundError):  # a retried abort that had landed
+                self.fs.call_s3(
+                    "abort_multipart_upload",
+                    Bucket=bucket,
+                    Key=upload["Key"],
+                    UploadId=upload["UploadId"],
+                )
         return len(pending)

@@ -130,6 +130,26 @@ def parse_create_mode(
         ) from None
 
 
+#: protocols served by s3fs (botocore underneath)
+S3_PROTOCOLS: Final = frozenset({"s3", "s3a"})
+
+#: botocore's retry policy for every S3 client of sparkguard, unless the storage options give
+#: one (``config_kwargs={"retries": ...}``): botocore's "standard" mode retries throttling
+#: (503 SlowDown, 429), transient 5xx (500, 502, 503, 504) and connection errors (resets,
+#: timeouts) with exponential backoff and full jitter, capped at 20 s a wait, here up to 10
+#: attempts a request (about a minute in the worst case); a retried write that had landed is
+#: recognised by the file manager (direct_put: ``_holds``). s3fs adds its own bounded loop
+#: (5 attempts) around that for connection errors and SlowDown.
+S3_RETRIES: Final = {"mode": "standard", "total_max_attempts": 10}
+
+
+def with_retry_policy(config_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """botocore ``Config`` arguments with :data:`S3_RETRIES` unless they name a policy."""
+    result = dict(config_kwargs or {})
+    result.setdefault("retries", dict(S3_RETRIES))
+    return result
+
+
 def resolve(
     url: str,
     *,
@@ -173,6 +193,8 @@ def resolve(
     if chosen is Kind.DIRECT_PUT:
         options["use_listings_cache"] = False
     options.update(storage_options or {})
+    if protocol in S3_PROTOCOLS:
+        options["config_kwargs"] = with_retry_policy(options.get("config_kwargs"))
     fs = fs_class(**options)
     path = paths.validate_base(fs._strip_protocol(url), what="storage URL")
     if protocol in ("file", "local"):

@@ -22,6 +22,7 @@ from sparkguard.spark_lib.spark.marker_http import HttpMarkerClient
 from sparkguard.spark_lib.storage import markers
 from tests.sidecar.conftest import TOKEN, free_port, marker_dir_under, run_sidecar
 from tests.support import s3server
+from tests.support.s3faults import REALISTIC, Fault, Op, S3FaultFront
 
 WRITERS = 6
 
@@ -175,3 +176,49 @@ def test_torn_last_line_is_dropped_on_load_not_buried(tmp_path: Any) -> None:
     parsed = markers.parse_batch_content(appended, source="MARKERS0")
     assert parsed.names == ("a.parquet.marker.CREATE", "c.parquet.marker.CREATE")
     assert parsed.torn is None
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+def test_kill_9_under_s3_faults_loses_no_acknowledged_marker(
+    s3_faults: S3FaultFront, s3_bucket: str
+) -> None:
+    """The sidecar's flushes go through the fault front (a few percent of every fault, and a
+    burst of 503 SlowDown on every PUT at the start): a marker is acknowledged only once its
+    flush got through, so no acknowledged marker is lost across kills; faults did fire."""
+    options = s3_faults.storage_options
+    directory = marker_dir_under(s3_bucket, storage_options=options)
+    manager, path = filemanager.resolve(directory, storage_options=options)
+    s3_faults.set_rates(REALISTIC)
+    s3_faults.burst(Op.PUT, Fault.SLOWDOWN, 1.0)
+    kill_loop(
+        rounds=3,
+        roots=s3_bucket,
+        directory=directory,
+        manager=_FaultsOff(manager, s3_faults),
+        path=path,
+        extra_env=s3_faults.env(),
+        seed=11,
+    )
+    by_fault = s3_faults.injected_by_fault()
+    assert by_fault[Fault.SLOWDOWN] > 0, s3_faults.report()
+    assert sum(by_fault.values()) > by_fault[Fault.SLOWDOWN], s3_faults.report()
+
+
+class _FaultsOff:
+    """A file manager whose every call runs with the front's faults off (verification)."""
+
+    def __init__(self, manager: filemanager.FileManager, front: S3FaultFront) -> None:
+        self._manager = manager
+        self._front = front
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._manager, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._front.off():
+                return attribute(*args, **kwargs)
+
+        return call

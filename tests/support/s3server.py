@@ -27,6 +27,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def storage_options_for(endpoint: str) -> dict[str, Any]:
+    """s3fs storage options that reach an S3 API at ``endpoint`` with the tests' keys."""
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+
+
+def env_for(endpoint: str) -> dict[str, str]:
+    """Environment variables for a subprocess whose S3 clients should reach ``endpoint``."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ENDPOINT_URL_S3": endpoint,
+    }
+
+
 @dataclass(frozen=True)
 class S3Server:
     """Where the server listens, and the options s3fs needs to reach it."""
@@ -36,21 +56,11 @@ class S3Server:
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        return {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
-        }
+        return storage_options_for(self.endpoint)
 
     def env(self) -> dict[str, str]:
         """Environment variables for a subprocess that should reach this server."""
-        return {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ENDPOINT_URL_S3": self.endpoint,
-        }
+        return env_for(self.endpoint)
 
     def client(self) -> Any:
         """A boto3 S3 client of this server (the tests' keys and region)."""
