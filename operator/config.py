@@ -74,8 +74,8 @@ class OperatorConfig:
         "hdfs://",
         "file:///",
     )
-    #: Secret (in each app's namespace) holding the marker sidecar's bearer token
-    sidecar_token_secret: str = "sparkguard-marker-token"  # noqa: S105 - a Secret's name
+    #: file name of the marker sidecar's bearer token in its mounted directory (the token is
+    #: each app's own, from a pod annotation: see mutation.MARKER_TOKEN_ANNOTATION)
     sidecar_token_key: str = "token"  # noqa: S105 - a key's name
     #: the securityContext of every container sparkguard injects (initContainers and the marker
     #: sidecar): Pod Security "restricted" by default; see podsecurity.py
@@ -289,7 +289,6 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "sidecar_cpu_limit": ("SIDECAR_CPU_LIMIT", _quantity),
     "sidecar_memory_limit": ("SIDECAR_MEMORY_LIMIT", _quantity),
     "sidecar_allowed_roots": ("SIDECAR_ALLOWED_ROOTS", _roots),
-    "sidecar_token_secret": ("SIDECAR_TOKEN_SECRET", _k8s_name),
     "sidecar_token_key": ("SIDECAR_TOKEN_KEY", _text),
     "sidecar_native": ("SIDECAR_NATIVE", _auto_bool),
     "injected_security_context": ("INJECTED_SECURITY_CONTEXT", podsecurity.parse),

@@ -63,7 +63,6 @@ FLIPPED: dict[str, Any] = {
             "requests": {"cpu": "50m", "memory": "64Mi"},
             "limits": {"cpu": "1", "memory": "128Mi"},
         },
-        "tokenSecret": "markers-token",
         "allowedRoots": ["s3://warehouse/", "s3://staging/"],
     },
     "injected": {
