@@ -152,3 +152,48 @@ def test_the_chart_needs_kubernetes_1_29() -> None:
     below it Helm refuses to install the chart instead of leaving it half working."""
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["kubeVersion"] == ">=1.29.0-0"
+
+
+def test_the_operator_reads_secrets_only_by_the_names_admission_allows() -> None:
+    """`secrets get` is limited by name, and the operator is told the same names, so admission
+    refuses an app whose storage Secret it could not read at its first rollback."""
+    from sparkguard.operator import appmeta
+    from sparkguard.operator import config as operator_config
+    from tests.operator.apps import spark_app
+
+    objects = render(
+        {
+            "rbac": {"storageSecretNames": ["s3-etl", "s3-ml"]},
+            "operator": {"journalRoot": "s3://warehouse/_journal"},
+        }
+    )
+    (role,) = [r for r in objects if r["kind"] == "ClusterRole" and "crd" not in str(r)]
+    (secrets,) = [rule for rule in role["rules"] if rule["resources"] == ["secrets"]]
+    assert secrets == {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": ["s3-etl", "s3-ml"],
+        "verbs": ["get"],
+    }
+    (container,) = _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    config = operator_config.load_config(env)
+    assert config.storage_secret_names == ("s3-etl", "s3-ml")
+
+    def problems(secret: str) -> list[str]:
+        app = spark_app(annotations={appmeta.STORAGE_SECRET: secret})
+        return [str(p) for p in appmeta.parse(app, config=config).problems]
+
+    assert problems("s3-ml") == []
+    (refused,) = problems("team-creds")
+    assert "'team-creds'" in refused
+    assert "s3-etl, s3-ml" in refused
+    assert "rbac.storageSecretNames" in refused
+    # by default: one name, sparkguard-storage; without Secret reads, no rule at all
+    (default_role,) = [
+        r for r in render(None) if r["kind"] == "ClusterRole" and "crd" not in str(r)
+    ]
+    assert {"resourceNames": ["sparkguard-storage"]}.items() <= next(
+        rule for rule in default_role["rules"] if rule["resources"] == ["secrets"]
+    ).items()
+    assert "secrets" not in str(render({"rbac": {"readStorageSecrets": False}}))
