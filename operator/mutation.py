@@ -51,11 +51,12 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from sparkguard.operator import appmeta, errors, finalizers, podsecurity
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib.base import errors as lib_errors
-from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.spark import firstwrite, sparkconf
 from sparkguard.spark_lib.tools import bundle
 
 GROUP: Final = "sparkoperator.k8s.io"
@@ -534,6 +535,17 @@ def marker_token_of(app: Mapping[str, Any]) -> str | None:
     return str(token) if token else None
 
 
+def _has_token_volume(app: Mapping[str, Any]) -> bool:
+    """Whether ``app`` already mounts a marker token volume (of either kind)."""
+    spec = copy.deepcopy(dict(app.get("spec") or {}))
+    if kind_of(app) is APACHE:
+        pod = _dict_at(_dict_at(_dict_at(spec, "driverSpec"), "podTemplateSpec"), "spec")
+        volumes = pod.get("volumes")
+    else:
+        volumes = spec.get("volumes")
+    return any(isinstance(v, Mapping) and v.get("name") == TOKEN_VOLUME for v in volumes or ())
+
+
 def _share_marker_token(spec: dict[str, Any], *, kind: AppKind, fresh: str | None) -> None:
     """The driver pod's marker token (``fresh`` when it has none) on the executor pods too:
     ours alone, always rewritten, so every pod of the app holds the same token."""
@@ -835,6 +847,10 @@ def review(
                     ),
                 )
     kept = marker_token_of(old) if old is not None else None
+    if old is not None and not kept and _has_token_volume(old):
+        # admitted by a sparkguard that mounted a Secret: a token now would change the spec
+        # (spark-operator reruns an app whose spec changes) for nothing
+        marker_token = None
     try:
         mutated = mutate(
             prepared,
@@ -942,8 +958,29 @@ def _apply_jvm_layer(
         return
     if options.jvm_layer:
         _ensure_jvm_layer(spec, conf, jvm_conf, problems, kind=kind)
+        problems.extend(first_write_problems(conf, options))
     else:
         _remove_jvm_layer(spec, conf, jvm_conf, kind=kind)
+
+
+def first_write_problems(
+    conf: Mapping[str, Any], options: appmeta.Options
+) -> list[appmeta.Problem]:
+    """What the JVM layer would refuse at the app's first write, with its own messages
+    (:mod:`sparkguard.spark_lib.spark.firstwrite`: one rules file for both), so the app is
+    refused at admission instead of failing every attempt. The app's tables are taken to be
+    on its journal's store (the only store admission knows).
+
+    A purely computational function with no side-effects.
+    """
+    scheme = urlsplit(options.journal).scheme or "file"
+    strings = {str(k): str(v) for k, v in conf.items()}
+    return [
+        appmeta.Problem(f"spec.sparkConf[{refusal.key}]", refusal.message)
+        for refusal in firstwrite.refusals(
+            strings, store=options.journal, where=f"a table on {scheme}:// (as the journal)"
+        )
+    ]
 
 
 def _ensure_jvm_layer(
