@@ -197,3 +197,14 @@ def test_the_operator_reads_secrets_only_by_the_names_admission_allows() -> None
         rule for rule in default_role["rules"] if rule["resources"] == ["secrets"]
     ).items()
     assert "secrets" not in str(render({"rbac": {"readStorageSecrets": False}}))
+
+
+def test_the_operator_memory_limit_holds_sixteen_large_rollbacks() -> None:
+    """benchmarks/rollback_memory.py: 16 rollbacks at once (the default concurrency) of
+    100,000 marked files each peaked at 1,042 MiB; the limit leaves room above it."""
+    (container,) = _pod(None)["containers"]
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi")
+    assert int(limit[:-2]) >= 1042 * 1.2
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SPARKGUARD_MAX_CONCURRENT_ROLLBACKS"] == "16"
