@@ -110,6 +110,7 @@ class Admission:
             old=old,
             config=self.config,
             owner_id=secrets.token_hex(8),
+            marker_token=secrets.token_urlsafe(32),
             native_sidecar=True if apache else await self.native_sidecars(),
             keep_owner=keep_owner,
         )

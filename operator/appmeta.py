@@ -327,7 +327,9 @@ def parse(app: Mapping[str, Any], *, config: config_.OperatorConfig) -> Parsed:
             )
         )
     marker_type = _parse_marker_type(values.get(MARKER_TYPE), problems=problems)
-    storage_secret = _parse_secret(values.get(STORAGE_SECRET), problems=problems)
+    storage_secret = _parse_secret(
+        values.get(STORAGE_SECRET), allowed=config.storage_secret_names, problems=problems
+    )
     journal = _parse_journal(
         values.get(JOURNAL), namespace=meta.get("namespace"), config=config, problems=problems
     )
@@ -459,12 +461,25 @@ def _parse_switch(
     return raw == "true"
 
 
-def _parse_secret(raw: str | None, *, problems: list[Problem]) -> str | None:
+def _parse_secret(
+    raw: str | None, *, allowed: tuple[str, ...], problems: list[Problem]
+) -> str | None:
     if raw is None:
         return None
     if not raw.isascii() or not _SECRET_NAME.fullmatch(raw):
         problems.append(
             Problem(STORAGE_SECRET, f"is {shown(raw)}; name a Secret in the app's namespace")
+        )
+        return None
+    if allowed and raw not in allowed:
+        # the operator could not read it for a rollback: refused now, not at the first failure
+        problems.append(
+            Problem(
+                STORAGE_SECRET,
+                f"is {shown(raw)}, but the operator may read only the Secrets named "
+                f"{', '.join(allowed)} (the chart's rbac.storageSecretNames): give your "
+                "Secret one of these names, or add its name there",
+            )
         )
         return None
     return raw

@@ -74,9 +74,12 @@ class OperatorConfig:
         "hdfs://",
         "file:///",
     )
-    #: Secret (in each app's namespace) holding the marker sidecar's bearer token
-    sidecar_token_secret: str = "sparkguard-marker-token"  # noqa: S105 - a Secret's name
+    #: file name of the marker sidecar's bearer token in its mounted directory (the token is
+    #: each app's own, from a pod annotation: see mutation.MARKER_TOKEN_ANNOTATION)
     sidecar_token_key: str = "token"  # noqa: S105 - a key's name
+    #: the only names ``sparkguard.io/storage-secret`` may give, as the chart's RBAC grants
+    #: ``secrets get`` by name (``rbac.storageSecretNames``); empty: any name
+    storage_secret_names: tuple[str, ...] = ()
     #: the securityContext of every container sparkguard injects (initContainers and the marker
     #: sidecar): Pod Security "restricted" by default; see podsecurity.py
     injected_security_context: Mapping[str, Any] = dataclasses.field(
@@ -212,6 +215,10 @@ def _roots(value: str) -> tuple[str, ...]:
     return roots
 
 
+def _k8s_names(value: str) -> tuple[str, ...]:
+    return tuple(_k8s_name(n) for n in value.split(",") if n.strip())
+
+
 def _k8s_name(value: str) -> str:
     value = value.strip()
     if not _K8S_NAME.match(value):
@@ -289,8 +296,8 @@ _FIELDS: Final[dict[str, tuple[str, Callable[[str], object]]]] = {
     "sidecar_cpu_limit": ("SIDECAR_CPU_LIMIT", _quantity),
     "sidecar_memory_limit": ("SIDECAR_MEMORY_LIMIT", _quantity),
     "sidecar_allowed_roots": ("SIDECAR_ALLOWED_ROOTS", _roots),
-    "sidecar_token_secret": ("SIDECAR_TOKEN_SECRET", _k8s_name),
     "sidecar_token_key": ("SIDECAR_TOKEN_KEY", _text),
+    "storage_secret_names": ("STORAGE_SECRET_NAMES", _k8s_names),
     "sidecar_native": ("SIDECAR_NATIVE", _auto_bool),
     "injected_security_context": ("INJECTED_SECURITY_CONTEXT", podsecurity.parse),
     "init_cpu_request": ("INIT_CPU_REQUEST", _quantity),

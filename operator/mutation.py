@@ -13,6 +13,10 @@ The additions (see docs/operator.md)::
     metadata.annotations  sparkguard.io/owner at CREATE (see :func:`review`), job-id
     metadata.labels       sparkguard.io/job-id-hash (to find the apps that use a job id)
     spec.volumes, volumeMounts, PYTHONPATH  the library (and the sidecar token) in every pod
+    spec.{driver,executor}.annotations      sparkguard.io/marker-token: the app's own marker
+                          token (random, written at CREATE by :func:`review`), which a
+                          downward API volume turns into the token file of the sidecar and
+                          the executors: no Secret to create per namespace
     spec.sparkConf        the JVM layer (unless ``sparkguard.io/jvm-layer: "false"``): what
                           :func:`sparkguard.spark_lib.spark.sparkconf.build_spark_conf`
                           returns, e.g. spark.sql.sources.commitProtocolClass, and the bundle's jar
@@ -47,11 +51,12 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from sparkguard.operator import appmeta, errors, finalizers, podsecurity
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib.base import errors as lib_errors
-from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.spark import firstwrite, sparkconf
 
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"
@@ -123,6 +128,9 @@ LIB_VOLUME: Final = "sparkguard-lib"
 TOKEN_VOLUME: Final = "sparkguard-token"  # noqa: S105 - a volume's name
 LIB_DIR: Final = sparkconf.POD_LIB_DIR
 TOKEN_DIR: Final = "/var/run/sparkguard/token"  # noqa: S105 - a mount path
+#: the pod annotation holding an app's marker token (driver and executor pods), projected into
+#: :data:`TOKEN_DIR` by a downward API volume; see docs/decisions.md
+MARKER_TOKEN_ANNOTATION: Final = "sparkguard.io/marker-token"  # noqa: S105 - a key
 #: the JVM layer's jar in the library volume, as Spark finds it in every pod (driver and
 #: executors mount the volume); ``sparkguard spark-conf --for-pod`` prints the same location
 JAR_URI: Final = sparkconf.POD_JAR_URI
@@ -423,7 +431,11 @@ _STRICT_CONF: Final = {
 
 
 def mutate(
-    app: Mapping[str, Any], *, config: config_.OperatorConfig, native_sidecar: bool = False
+    app: Mapping[str, Any],
+    *,
+    config: config_.OperatorConfig,
+    native_sidecar: bool = False,
+    marker_token: str | None = None,
 ) -> dict[str, Any]:
     """A copy of ``app`` with everything sparkguard needs added (or an unchanged copy).
 
@@ -434,6 +446,8 @@ def mutate(
     ``spark.sparkguard.owner`` and the rollback initContainer's ``--owner``, overwriting any
     other value there. ``native_sidecar`` puts a new marker sidecar among the driver's
     initContainers (a sidecar of ours already in either list stays where it is).
+    ``marker_token``: the app's marker token when its driver pod has none yet (kept otherwise),
+    copied to its executor pods (:func:`_share_marker_token`).
     """
     result = copy.deepcopy(dict(app))
     parsed = appmeta.parse(result, config=config)
@@ -462,15 +476,8 @@ def mutate(
     timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
     volumes = [{"name": LIB_VOLUME, "emptyDir": {}}]
     if timeline_server:
-        volumes.append(
-            {
-                "name": TOKEN_VOLUME,
-                "secret": {
-                    "secretName": config.sidecar_token_secret,
-                    "items": [{"key": config.sidecar_token_key, "path": config.sidecar_token_key}],
-                },
-            }
-        )
+        _share_marker_token(spec, kind=kind, fresh=marker_token)
+        volumes.append(build_token_volume(config))
     mounts = [{"name": LIB_VOLUME, "mountPath": LIB_DIR, "readOnly": True}]
     if timeline_server:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
@@ -490,6 +497,61 @@ def mutate(
     if problems:
         raise errors.InvalidApplicationError(problems)
     return result
+
+
+def build_token_volume(config: config_.OperatorConfig) -> dict[str, Any]:
+    """The volume that makes a pod's :data:`MARKER_TOKEN_ANNOTATION` its marker token file.
+
+    A purely computational function with no side-effects. A downward API volume needs nothing
+    else to exist, so it never holds a pod in ContainerCreating (a Secret volume waits for its
+    Secret); without the annotation the file is empty and the sidecar says so at its start.
+    """
+    field = f"metadata.annotations['{MARKER_TOKEN_ANNOTATION}']"
+    return {
+        "name": TOKEN_VOLUME,
+        "downwardAPI": {
+            "items": [{"path": config.sidecar_token_key, "fieldRef": {"fieldPath": field}}]
+        },
+    }
+
+
+def pod_annotations(spec: dict[str, Any], role: str, *, kind: AppKind) -> dict[str, Any]:
+    """Where the annotations of an app's ``role`` pods live in its spec (created if missing):
+    ``spec.<role>.annotations`` (Kubeflow) or the pod template's metadata (Apache)."""
+    if kind is APACHE:
+        template = _dict_at(_dict_at(spec, f"{role}Spec"), "podTemplateSpec")
+        return _dict_at(_dict_at(template, "metadata"), "annotations")
+    return _dict_at(_dict_at(spec, role), "annotations")
+
+
+def marker_token_of(app: Mapping[str, Any]) -> str | None:
+    """The marker token an app's driver pods get, or ``None``.
+
+    A purely computational function with no side-effects.
+    """
+    spec = copy.deepcopy(dict(app.get("spec") or {}))
+    token = pod_annotations(spec, "driver", kind=kind_of(app)).get(MARKER_TOKEN_ANNOTATION)
+    return str(token) if token else None
+
+
+def _has_token_volume(app: Mapping[str, Any]) -> bool:
+    """Whether ``app`` already mounts a marker token volume (of either kind)."""
+    spec = copy.deepcopy(dict(app.get("spec") or {}))
+    if kind_of(app) is APACHE:
+        pod = _dict_at(_dict_at(_dict_at(spec, "driverSpec"), "podTemplateSpec"), "spec")
+        volumes = pod.get("volumes")
+    else:
+        volumes = spec.get("volumes")
+    return any(isinstance(v, Mapping) and v.get("name") == TOKEN_VOLUME for v in volumes or ())
+
+
+def _share_marker_token(spec: dict[str, Any], *, kind: AppKind, fresh: str | None) -> None:
+    """The driver pod's marker token (``fresh`` when it has none) on the executor pods too:
+    ours alone, always rewritten, so every pod of the app holds the same token."""
+    token = marker_token_of({"apiVersion": kind.api_version, "spec": spec}) or fresh
+    if token:  # else nothing to share (an app mutated outside admission): no empty maps
+        pod_annotations(spec, "driver", kind=kind).setdefault(MARKER_TOKEN_ANNOTATION, token)
+        pod_annotations(spec, "executor", kind=kind)[MARKER_TOKEN_ANNOTATION] = token
 
 
 def _place_kubeflow(
@@ -718,6 +780,7 @@ def review(
     owner_id: str,
     native_sidecar: bool = False,
     keep_owner: bool = False,
+    marker_token: str | None = None,
 ) -> Review:
     """Decide an admission request for ``app`` (``old`` is the stored object on UPDATE).
 
@@ -738,6 +801,10 @@ def review(
 
     ``keep_owner``: a CREATE that keeps the owner it carries, for the recreation of an Apache
     app the operator resubmits (:mod:`admission` checks its resubmission record first).
+
+    ``marker_token``: a fresh random token (one per request), which an app that has none gets
+    as its marker token; on UPDATE the stored app's token is kept (restored when the change
+    dropped it), so running pods and new ones agree.
     """
     prepared = copy.deepcopy(dict(app))
     notes: list[appmeta.Problem] = []
@@ -778,8 +845,18 @@ def review(
                         ),
                     ),
                 )
+    kept = marker_token_of(old) if old is not None else None
+    if old is not None and not kept and _has_token_volume(old):
+        # admitted by a sparkguard that mounted a Secret: a token now would change the spec
+        # (spark-operator reruns an app whose spec changes) for nothing
+        marker_token = None
     try:
-        mutated = mutate(prepared, config=config, native_sidecar=native_sidecar)
+        mutated = mutate(
+            prepared,
+            config=config,
+            native_sidecar=native_sidecar,
+            marker_token=kept or marker_token,
+        )
     except errors.InvalidApplicationError as exc:
         if old is not None and _options_of(old) == _options_of(app):
             return Review(allowed=True, problems=exc.problems)
@@ -880,8 +957,29 @@ def _apply_jvm_layer(
         return
     if options.jvm_layer:
         _ensure_jvm_layer(spec, conf, jvm_conf, problems, kind=kind)
+        problems.extend(first_write_problems(conf, options))
     else:
         _remove_jvm_layer(spec, conf, jvm_conf, kind=kind)
+
+
+def first_write_problems(
+    conf: Mapping[str, Any], options: appmeta.Options
+) -> list[appmeta.Problem]:
+    """What the JVM layer would refuse at the app's first write, with its own messages
+    (:mod:`sparkguard.spark_lib.spark.firstwrite`: one rules file for both), so the app is
+    refused at admission instead of failing every attempt. The app's tables are taken to be
+    on its journal's store (the only store admission knows).
+
+    A purely computational function with no side-effects.
+    """
+    scheme = urlsplit(options.journal).scheme or "file"
+    strings = {str(k): str(v) for k, v in conf.items()}
+    return [
+        appmeta.Problem(f"spec.sparkConf[{refusal.key}]", refusal.message)
+        for refusal in firstwrite.refusals(
+            strings, store=options.journal, where=f"a table on {scheme}:// (as the journal)"
+        )
+    ]
 
 
 def _ensure_jvm_layer(
@@ -1002,6 +1100,8 @@ def _same_image(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> str | N
 
 
 def _same_volume(existing: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+    if existing.get("name") == TOKEN_VOLUME and "secret" in existing:
+        return None  # an app admitted before the per-app token, still on its Secret: kept
     source_keys = {k for k in existing if k != "name"}
     ours_keys = {k for k in ours if k != "name"}
     if source_keys != ours_keys:

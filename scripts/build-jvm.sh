@@ -81,6 +81,7 @@ want_stamp="$(
   {
     echo "spark=$spark_version scala=$scala_version hadoop=$hadoop_version parquet=$parquet_version javac=$javac_version tests=$((1 - skip_tests))"
     ls -1 "$pyspark_jars"
+    cat "$module/../spark/first_write_rules.json"  # packed into the jar (the pom's resources)
     cd "$module" && find pom.xml src -type f | LC_ALL=C sort | while read -r f; do echo "== $f"; cat "$f"; done
   } | sha256sum | cut -c1-16
 )"

@@ -12,8 +12,12 @@ every type they reach, from the schemas the ``kubernetes-validate`` package ship
     PYTHONSAFEPATH=1 .venv/bin/python scripts/chart-schema.py          # rewrite the schema
     PYTHONSAFEPATH=1 .venv/bin/python scripts/chart-schema.py --check  # exit 1 if out of date
 
+Every value's ``description`` is its ``# --`` comment in ``values.yaml`` (one text for the file
+and the schema, so editors and ``helm show values`` readers see the same words).
+
 Everything else in ``values.schema.json`` is written by hand; only the ``$ref`` of the paths in
-:data:`TYPED` and the ``definitions`` section belong to this script.
+:data:`TYPED`, the ``description`` of every documented value and the ``definitions`` section
+belong to this script.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 SCHEMA = Path(__file__).resolve().parents[1] / "charts" / "sparkguard" / "values.schema.json"
+VALUES = SCHEMA.with_name("values.yaml")
 #: the Kubernetes version whose schemas are used (the newest kubernetes-validate ships)
 KUBERNETES = "1.37.0"
 CORE = "io.k8s.api.core.v1."
@@ -38,11 +44,51 @@ TYPED: dict[tuple[str, ...], str] = {
     ("operator", "extraEnv", "[]"): CORE + "EnvVar",
     ("operator", "tolerations", "[]"): CORE + "Toleration",
     ("operator", "affinity"): CORE + "Affinity",
+    ("operator", "envFrom", "[]"): CORE + "EnvFromSource",
+    ("operator", "extraVolumes", "[]"): CORE + "Volume",
+    ("operator", "extraVolumeMounts", "[]"): CORE + "VolumeMount",
+    ("operator", "podSecurityContext"): CORE + "PodSecurityContext",
+    ("operator", "securityContext"): CORE + "SecurityContext",
+    ("operator", "topologySpreadConstraints", "[]"): CORE + "TopologySpreadConstraint",
+    ("networkPolicy", "metricsFrom", "[]"): "io.k8s.api.networking.v1.NetworkPolicyPeer",
     ("webhook", "namespaceSelector"): META + "LabelSelector",
     ("sidecar", "resources"): CORE + "ResourceRequirements",
     ("injected", "containers", "securityContext"): CORE + "SecurityContext",
     ("injected", "initContainers", "resources"): CORE + "ResourceRequirements",
 }
+
+
+_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z][A-Za-z0-9]*):")
+
+
+def descriptions(text: str) -> dict[tuple[str, ...], str]:
+    """Each documented value's ``# --`` comment (joined lines), by its path in ``text``.
+
+    A purely computational function with no side-effects.
+    """
+    found: dict[tuple[str, ...], str] = {}
+    path: list[tuple[int, str]] = []
+    comment: list[str] | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# --"):
+            comment = [stripped[4:].strip()]
+            continue
+        if stripped.startswith("#"):
+            if comment is not None:
+                comment.append(stripped[1:].strip())
+            continue
+        match = _KEY.match(line)
+        if match is None:
+            comment = None if not stripped else comment
+            continue
+        indent = len(match["indent"])
+        path = [(i, k) for i, k in path if i < indent]
+        path.append((indent, match["key"]))
+        if comment is not None:
+            found[tuple(k for _, k in path)] = " ".join(comment)
+        comment = None
+    return found
 
 
 def kubernetes_definitions() -> dict[str, Any]:
@@ -103,6 +149,8 @@ def generate(schema: dict[str, Any]) -> dict[str, Any]:
             parent["items"] = ref
         else:
             parent["properties"][path[-1]] = ref
+    for path, text in descriptions(VALUES.read_text()).items():
+        _at(result, path)["properties"][path[-1]]["description"] = text
     result["definitions"] = closure(set(TYPED.values()), kubernetes_definitions())
     return result
 

@@ -141,6 +141,8 @@ def test_built_wheel_imports_the_three_folders(tmp_path: Path) -> None:
         "sparkguard/sidecar/py.typed",
         "sparkguard/operator/py.typed",
         JAR_IN_WHEEL,
+        # the first-write rules admission reads (the jar carries its own copy)
+        "sparkguard/spark_lib/spark/first_write_rules.json",
     ]:
         assert required in names, f"{required} missing from {wheel.name}"
     assert [n for n in names if "/jars/" in n] == [JAR_IN_WHEEL]  # no stamp, no placeholder

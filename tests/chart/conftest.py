@@ -13,6 +13,7 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "sparkguard"
 #: Every toggle flipped from its default.
 FLIPPED: dict[str, Any] = {
     "fullnameOverride": "guard",
+    "commonLabels": {"team": "data", "cost-centre": "42a"},
     "image": {
         "repository": "registry.example.com/sparkguard",
         "tag": "9.9.9",
@@ -31,6 +32,19 @@ FLIPPED: dict[str, Any] = {
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "tolerations": [{"key": "spark", "operator": "Exists", "effect": "NoSchedule"}],
         "priorityClassName": "system-cluster-critical",
+        "envFrom": [{"configMapRef": {"name": "proxy-settings"}}],
+        "extraVolumes": [{"name": "ca", "configMap": {"name": "s3-ca"}}],
+        "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/s3", "readOnly": True}],
+        "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
+        "securityContext": {"readOnlyRootFilesystem": False},
+        "spreadAcrossNodes": False,
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+            }
+        ],
     },
     "serviceAccount": {"create": False, "name": "existing-sa", "annotations": {}},
     "rbac": {"create": True, "readStorageSecrets": False},
@@ -49,7 +63,6 @@ FLIPPED: dict[str, Any] = {
             "requests": {"cpu": "50m", "memory": "64Mi"},
             "limits": {"cpu": "1", "memory": "128Mi"},
         },
-        "tokenSecret": "markers-token",
         "allowedRoots": ["s3://warehouse/", "s3://staging/"],
     },
     "injected": {
@@ -81,6 +94,11 @@ FLIPPED: dict[str, Any] = {
         "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Spark"}},
     },
     "livenessPort": 8181,
+    "networkPolicy": {
+        "enabled": True,
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        "allowMarkerPort": True,
+    },
 }
 
 NO_WEBHOOK_NO_METRICS: dict[str, Any] = {

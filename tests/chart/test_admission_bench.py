@@ -243,7 +243,9 @@ def test_an_apache_app_is_admitted_and_stored_whole(bench: Bench) -> None:
     owner = stored["metadata"]["annotations"][appmeta.OWNER_ANNOTATION]
     expected = apache_app("apache-etl", namespace=namespace)
     expected["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
-    expected = mutation.mutate(expected, config=bench.config)
+    expected = mutation.mutate(
+        expected, config=bench.config, marker_token=mutation.marker_token_of(stored)
+    )
     # the CRD's defaults of applicationTolerations, which admission now writes into (the
     # mapped restartConfig): the counter reset, retention and TTL off
     tolerations = expected["spec"]["applicationTolerations"]

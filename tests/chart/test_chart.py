@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 import shutil
 import subprocess
 import sys
@@ -298,19 +299,23 @@ def test_minimal_install_has_no_webhook_and_no_service() -> None:
 
 
 def test_values_file_documents_every_value() -> None:
+    """Each value has a `# --` comment, or sits inside a documented one (its defaults)."""
     lines = (CHART / "values.yaml").read_text().splitlines()
+    documented: list[tuple[int, bool]] = []  # (indent, has a doc) of the keys above
     for number, line in enumerate(lines):
         stripped = line.strip()
-        if (
-            not stripped
-            or stripped.startswith("#")
-            or (stripped.endswith(":") and not stripped.startswith("-"))
-        ):
-            continue  # comments and section headers
-        if stripped.startswith("-") or line.startswith("      "):
-            continue  # list items and nested defaults of a documented value
-        above = [ln.strip() for ln in lines[max(0, number - 3) : number]]
-        assert any(a.startswith("# --") for a in above), f"value without '# --' doc: {line}"
+        if not stripped or stripped.startswith(("#", "-")):
+            continue  # comments and list items
+        indent = len(line) - len(line.lstrip())
+        documented = [(i, d) for i, d in documented if i < indent]
+        comments = itertools.takewhile(
+            lambda above: above.strip().startswith("#"), reversed(lines[:number])
+        )
+        has_doc = any(above.strip().startswith("# --") for above in comments)
+        documented.append((indent, has_doc))
+        if stripped.endswith(":") and not has_doc:
+            continue  # a section header
+        assert any(d for _, d in documented), f"value without '# --' doc: {line}"
 
 
 def test_flipped_values_do_not_mutate_defaults() -> None:

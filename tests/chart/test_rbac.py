@@ -45,7 +45,7 @@ from tests.operator.kmocking import FakeRollback
 
 pytestmark = pytest.mark.kube
 
-STORAGE_SECRET = "warehouse-creds"
+STORAGE_SECRET = "sparkguard-storage"  # the one name the chart lets the operator read
 APACHE_SPARK_OPERATOR_CRD_NAME = "sparkapplications.spark.apache.org"
 SECRET_DATA = {"AWS_ACCESS_KEY_ID": "AKIDRBAC", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
 STORAGE_OPTIONS = {"key": "AKIDRBAC", "secret": "s3cr3t"}

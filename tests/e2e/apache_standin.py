@@ -501,6 +501,8 @@ class StandInApacheOperator(Kubelet):
                 volumes=pod_spec.get("volumes") or [],
                 share_process_namespace=pod_spec.get("shareProcessNamespace") is True,
                 conf=conf,
+                # Spark's pod template file keeps the template's metadata on the driver pod
+                annotations=(template.get("metadata") or {}).get("annotations") or {},
             ),
         )
 

@@ -8,7 +8,8 @@ each turns its app's spec into a :class:`PodSpec` (Kubeflow: ``spec.driver`` and
 What a driver pod would run: the initContainers in order (the library bundle, then
 sparkguard's rollback), the sidecars, then the driver with the app's ``sparkConf`` and driver
 env. Volumes become directories: every path under a volumeMount is rewritten to that volume's
-directory, and secret volumes are filled from the Secret. A native sidecar (an initContainer
+directory, secret volumes are filled from the Secret and downward API volumes from the pod's
+annotations. A native sidecar (an initContainer
 with ``restartPolicy: Always``) is stopped (SIGTERM) once the driver container ended; regular
 containers are never stopped, so the pod is terminal only once every one of them has exited by
 itself (``Succeeded`` when all exited 0, else ``Failed``), and ``Running`` until then. Deleting
@@ -191,6 +192,8 @@ class PodSpec:
     share_process_namespace: bool
     #: the driver's Spark conf (``spec.sparkConf``)
     conf: Mapping[str, str]
+    #: the driver pod's annotations (a downward API volume reads them)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class Kubelet:
@@ -382,7 +385,7 @@ class Kubelet:
     def _run_pod(self, pod: DriverPod, spec: PodSpec) -> None:
         record, run_dir = pod.record, pod.run_dir
         assert run_dir is not None
-        volumes = self._volumes(spec.volumes, run_dir)
+        volumes = self._volumes(spec.volumes, run_dir, annotations=spec.annotations)
         procs = _PodProcesses(shared=spec.share_process_namespace, run_dir=run_dir)
         record["shared_processes"] = procs.pause_pid is not None
         # As the kubelet: a native sidecar (an initContainer with restartPolicy Always) starts
@@ -482,7 +485,13 @@ class Kubelet:
         return "Succeeded" if code == 0 and all(p.returncode == 0 for p in sidecars) else "Failed"
 
     # -- volumes and containers -------------------------------------------------------------
-    def _volumes(self, volumes: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, Path]:
+    def _volumes(
+        self,
+        volumes: Sequence[Mapping[str, Any]],
+        run_dir: Path,
+        *,
+        annotations: Mapping[str, str],
+    ) -> dict[str, Path]:
         dirs = {}
         for volume in volumes:
             path = run_dir / "volumes" / volume["name"]
@@ -490,6 +499,10 @@ class Kubelet:
             if "secret" in volume:
                 for key, value in self._secret(volume["secret"]["secretName"]).items():
                     (path / key).write_text(value)
+            for item in (volume.get("downwardAPI") or {}).get("items") or []:
+                (path / item["path"]).write_text(
+                    _field_of(item["fieldRef"]["fieldPath"], annotations)
+                )
             dirs[volume["name"]] = path
         return dirs
 
@@ -727,3 +740,12 @@ def _submit_args(conf: Mapping[str, str]) -> str:
     ``spec.sparkConf``; PySpark hands them to the spark-submit that starts its JVM."""
     options = " ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in conf.items())
     return f"{options} pyspark-shell"
+
+
+def _field_of(field_path: str, annotations: Mapping[str, str]) -> str:
+    """A downward API ``metadata.annotations['<key>']`` of the pod (empty when it has none, as
+    the kubelet writes it); the only field sparkguard projects."""
+    prefix, suffix = "metadata.annotations['", "']"
+    if not (field_path.startswith(prefix) and field_path.endswith(suffix)):
+        raise NotImplementedError(f"the stand-in kubelet projects annotations only: {field_path}")
+    return annotations.get(field_path[len(prefix) : -len(suffix)], "")

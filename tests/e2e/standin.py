@@ -669,6 +669,8 @@ class StandInSparkOperator(Kubelet):
                 volumes=spec.get("volumes") or [],
                 share_process_namespace=driver.get("shareProcessNamespace") is True,
                 conf=spec.get("sparkConf") or {},
+                # spark-operator puts spec.driver.annotations on the driver pod
+                annotations=driver.get("annotations") or {},
             ),
         )
 

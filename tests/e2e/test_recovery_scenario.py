@@ -136,14 +136,7 @@ def installed_chart_operator(
         release, webhook_port=port, cert_file=str(cert.cert_file), key_file=str(cert.key_file)
     )
     env.update(env_extra or {})
-    # The marker token Secret the chart's NOTES tell users to create in each app namespace.
-    client.CoreV1Api(api).create_namespaced_secret(
-        app_namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name="sparkguard-marker-token"),
-            string_data={"token": uuid.uuid4().hex},
-        ),
-    )
+    # No Secret in the app's namespace: each app carries its own marker token (annotation).
     sa_kubeconfig = kube_bench.service_account_kubeconfig(
         release.namespace, release.service_account
     )
@@ -236,13 +229,6 @@ def chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartRepli
     bench_hook = f"{chart_hook['metadata']['name']}.bench"
     admission.delete_mutating_webhook_configuration(chart_hook["metadata"]["name"])
     cert = kube_bench.issue_certificate(f"webhook-{suffix}", ip_addresses=("127.0.0.1",))
-    client.CoreV1Api(api).create_namespaced_secret(
-        app_namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name="sparkguard-marker-token"),
-            string_data={"token": uuid.uuid4().hex},
-        ),
-    )
     sa_kubeconfig = kube_bench.service_account_kubeconfig(
         release.namespace, release.service_account
     )

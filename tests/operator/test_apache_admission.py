@@ -55,13 +55,7 @@ def test_a_minimal_app_gets_everything_in_its_pod_templates(
     token_mount = {"name": mutation.TOKEN_VOLUME, "mountPath": mutation.TOKEN_DIR, "readOnly": True}
     volumes = [
         {"name": mutation.LIB_VOLUME, "emptyDir": {}},
-        {
-            "name": mutation.TOKEN_VOLUME,
-            "secret": {
-                "secretName": config.sidecar_token_secret,
-                "items": [{"key": config.sidecar_token_key, "path": config.sidecar_token_key}],
-            },
-        },
+        mutation.build_token_volume(config),
     ]
 
     def spark_container(name: str) -> dict[str, Any]:

@@ -112,13 +112,17 @@ async def test_annotated_app_is_mutated(webhook_url: Any, config: config_.Operat
     assert re.fullmatch(r"k8s:jobs/nightly/[0-9a-f]{16}", owner), owner
     with_owner = copy.deepcopy(app)
     with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
-    expected = mutation.mutate(with_owner, config=config, native_sidecar=True)
+    token = mutation.marker_token_of(mutated)  # the app's own, random
+    assert token is not None
+    assert len(token) >= 32
+    expected = mutation.mutate(with_owner, config=config, native_sidecar=True, marker_token=token)
     expected["metadata"]["finalizers"] = [finalizers.FINALIZER]  # rolled back when deleted
     assert mutated == expected
     assert mutated["spec"]["sparkConf"]["spark.sparkguard.jobId"] == "jobs.nightly"
     assert mutated["spec"]["sparkConf"]["spark.sparkguard.owner"] == owner
     again = _patched(app, await _post(url, _review(app)))
     assert again["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] != owner  # fresh per CREATE
+    assert mutation.marker_token_of(again) != token  # and so is the marker token
 
 
 async def test_unannotated_app_passes_untouched(webhook_url: Any) -> None:
@@ -214,7 +218,9 @@ async def test_an_apache_app_is_mutated_through_its_own_webhook(
     with_owner = copy.deepcopy(app)
     with_owner["metadata"]["annotations"][appmeta.OWNER_ANNOTATION] = owner
     with_owner["metadata"]["finalizers"] = [finalizers.FINALIZER]  # as for Kubeflow apps
-    assert mutated == mutation.mutate(with_owner, config=config)
+    assert mutated == mutation.mutate(
+        with_owner, config=config, marker_token=mutation.marker_token_of(mutated)
+    )
     driver = mutated["spec"]["driverSpec"]["podTemplateSpec"]["spec"]
     assert driver["initContainers"][-1]["name"] == mutation.SIDECAR_NAME
     assert driver["initContainers"][-1]["restartPolicy"] == "Always"

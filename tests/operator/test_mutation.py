@@ -89,9 +89,7 @@ def test_opted_in_app_gets_everything(config: config_.OperatorConfig) -> None:
         "name": "sparkguard-lib",
         "emptyDir": {},
     }
-    assert _named(spec["volumes"], mutation.TOKEN_VOLUME)["secret"]["secretName"] == (
-        "sparkguard-marker-token"
-    )
+    assert _named(spec["volumes"], mutation.TOKEN_VOLUME) == mutation.build_token_volume(config)
     assert app["spec"]["sparkConf"] == {"spark.sql.shuffle.partitions": "4"}  # input untouched
 
 

@@ -27,6 +27,9 @@ helm.sh/chart: {{ include "sparkguard.chart" . }}
 {{ include "sparkguard.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* Labels that select the operator pod. */}}

@@ -48,7 +48,7 @@ Left out (both versions), so an app using them loses them to pruning here, unlik
 the inner schemas of spec.driver/executor affinity, tolerations, dnsConfig, hostAliases,
 gpu, ports, lifecycle (pod level), the batchSchedulerOptions/monitoring/sparkUIOptions/
 driverIngressOptions/dynamicAllocation objects, and every volume source except emptyDir,
-secret, configMap, hostPath and persistentVolumeClaim (each is declared `type: object`
+downwardAPI, secret, configMap, hostPath and persistentVolumeClaim (each is declared `type: object`
 without properties: its content is pruned). Descriptions are left out.
 Relaxed on purpose: status.driverInfo is not required (upstream requires it; the Go
 controller always writes it, the tests patch status without it).
@@ -339,6 +339,20 @@ def volume() -> dict[str, Any]:
         ("name",),
         name=STRING,
         emptyDir=obj(medium=STRING, sizeLimit=QUANTITY),
+        downwardAPI=obj(
+            defaultMode=INT32,
+            items=array(
+                obj(
+                    ("path",),
+                    fieldRef=obj(("fieldPath",), apiVersion=STRING, fieldPath=STRING),
+                    mode=INT32,
+                    path=STRING,
+                    resourceFieldRef=obj(
+                        ("resource",), containerName=STRING, divisor=QUANTITY, resource=STRING
+                    ),
+                )
+            ),
+        ),
         secret=obj(defaultMode=INT32, items=key_to_path, optional=BOOL, secretName=STRING),
         configMap=obj(defaultMode=INT32, items=key_to_path, name=STRING, optional=BOOL),
         hostPath=obj(("path",), path=STRING, type=STRING),

@@ -40,8 +40,9 @@ Upstream types the whole core/v1 PodTemplateSpec (fabric8 model of Kubernetes 1.
 `required` lists, no list-map keys, no defaults inside it). Typed here: the template's
 metadata (labels, annotations, name, namespace), and of its spec the fields sparkguard's
 admission writes or the stand-in reads: containers, initContainers (the full container
-schema, restartPolicy, restartPolicyRules and securityContext included), volumes (emptyDir,
-secret, configMap, hostPath, persistentVolumeClaim, projected sources declared as objects),
+schema, restartPolicy, restartPolicyRules and securityContext included), volumes
+(downwardAPI, emptyDir, secret, configMap, hostPath, persistentVolumeClaim, projected sources
+declared as objects),
 securityContext, serviceAccountName, shareProcessNamespace, terminationGracePeriodSeconds,
 restartPolicy, nodeSelector. The other pod fields (affinity, tolerations, ...) and
 status.*.lastObservedDriverStatus beyond phase/reason/message and the container statuses are
@@ -240,6 +241,19 @@ def volume() -> dict[str, Any]:
     key_to_path = array(obj(key=STRING, mode=INT, path=STRING))
     return obj(
         configMap=obj(defaultMode=INT, items=key_to_path, name=STRING, optional=BOOL),
+        downwardAPI=obj(
+            defaultMode=INT,
+            items=array(
+                obj(
+                    fieldRef=obj(apiVersion=STRING, fieldPath=STRING),
+                    mode=INT,
+                    path=STRING,
+                    resourceFieldRef=obj(
+                        containerName=STRING, divisor=INT_OR_STRING, resource=STRING
+                    ),
+                )
+            ),
+        ),
         emptyDir=obj(medium=STRING, sizeLimit=INT_OR_STRING),
         hostPath=obj(path=STRING, type=STRING),
         name=STRING,

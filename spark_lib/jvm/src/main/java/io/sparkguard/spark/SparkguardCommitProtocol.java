@@ -1,6 +1,7 @@
 package io.sparkguard.spark;
 
 import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.FirstWriteRules;
 import io.sparkguard.spark.common.ProtocolSettings;
 import io.sparkguard.spark.common.SparkguardException;
 import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
@@ -254,10 +255,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         // committed name that would replace committed data. Object stores only write new names.
         throw new UnsupportedWriteException(
             "sparkguard: write " + write + " of job " + settings.jobId() + " already committed on "
-                + path + " as " + committed + ", and " + ProtocolSettings.RERUN_KEY
-                + "=rewrite is not supported on object stores (a failed task would replace"
-                + " committed files with partial ones): keep the default "
-                + ProtocolSettings.RERUN_KEY + "=skip, or write under a new job id");
+                + path + " as " + committed + ", and "
+                + FirstWriteRules.message("rerun-rewrite", path, "rewrite"));
       }
       operation = committed != null ? "rewrite" : "append";
       operation = overwriteOperation(operation, extra);

@@ -139,12 +139,11 @@ public final class ProtocolSettings implements Serializable {
                 + " http://{driverHost}:8765");
       }
     }
-    String rerun = Optional.ofNullable(lookup.apply(RERUN_KEY)).orElse("skip").toLowerCase(java.util.Locale.ROOT);
-    if (!rerun.equals("skip") && !rerun.equals("rewrite")) {
-      throw new ConfigException(
-          RERUN_KEY + " '" + rerun + "' is not valid: use skip (the default: a rerun's write"
-              + " that already committed writes nothing) or rewrite (write it again)");
+    String rawRerun = lookup.apply(RERUN_KEY);
+    if (FirstWriteRules.refuses("rerun-value", rawRerun)) {  // shared with admission
+      throw new ConfigException(FirstWriteRules.message("rerun-value", "", rawRerun));
     }
+    String rerun = Optional.ofNullable(rawRerun).orElse("skip").trim().toLowerCase(java.util.Locale.ROOT);
     int snapshotEvery = nonNegativeInt(lookup, SNAPSHOT_EVERY_KEY, DEFAULT_SNAPSHOT_EVERY,
         "(e.g. 10: compact the timeline once 10 settled instants are uncovered; 0 turns automatic"
             + " compaction off)");

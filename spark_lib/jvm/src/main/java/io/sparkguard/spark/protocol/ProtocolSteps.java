@@ -1,6 +1,7 @@
 package io.sparkguard.spark.protocol;
 
 import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.FirstWriteRules;
 import io.sparkguard.spark.common.ProtocolSettings;
 import io.sparkguard.spark.common.SparkguardException;
 import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
@@ -66,12 +67,11 @@ public final class ProtocolSteps {
    * store completes a whole file of partial rows over the winner's (SPARK-10063).
    */
   public static void refuseSpeculation(AtomicStore store, String table) {
-    if (writesDirectly(store, table)
-        && SQLConf.get().getConfString(SPECULATION_KEY, "false").trim().equalsIgnoreCase("true")) {
+    // the rule and its message are shared with the operator's admission (FirstWriteRules)
+    String speculation = SQLConf.get().getConfString(SPECULATION_KEY, null);
+    if (writesDirectly(store, table) && FirstWriteRules.refuses("speculation", speculation)) {
       throw new UnsupportedWriteException(
-          "sparkguard: " + table + " is written directly under its final names (object store),"
-              + " where a speculative task copy that is killed publishes a file of partial rows"
-              + " over the winner's: set " + SPECULATION_KEY + "=false for this job");
+          "sparkguard: " + FirstWriteRules.message("speculation", table, speculation));
     }
   }
 
