@@ -249,7 +249,7 @@ async def test_invalid_annotation_is_reported_once_and_never_crash_loops(
     runtime = kmocking.make_runtime(
         k8s, config=recovery_config, rollback=rollback, on_decision=decisions
     )
-    bad = spark_app("typo", namespace=NS, annotations={appmeta.MARKER_TYPE: "sidecar"})
+    bad = spark_app("typo", namespace=NS, annotations={appmeta.MARKER_TYPE: "sidecars"})
     async with kmocking.operating(runtime):
         await kmocking.create_app(k8s, bad)  # as if created while the webhook was down
         await kmocking.eventually(
