@@ -102,6 +102,7 @@ public class SparkguardDataSource
   private Object python;
 
   private Object pythonSource() {
+    SparkVersions.requireSupported();  // Spark's V2 lookup of the name comes here first
     if (python == null) {
       python = DataSourceWrites.findPythonSource();
     }
