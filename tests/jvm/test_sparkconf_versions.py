@@ -4,6 +4,8 @@ one a one-line refusal naming it, the supported lines and the fix (exit status 2
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sparkguard import cli
@@ -69,3 +71,18 @@ def test_the_python_lines_are_the_jar_s() -> None:
     assert sparkversions.SUPPORTED_LINES == ("4.0", "4.1", "4.2", "4.3")
     with pytest.raises(sparkversions.UnsupportedSparkError, match="not a Spark version"):
         sparkversions.check("latest", what="--spark-version")
+
+
+def test_the_compatibility_tier_runs_every_supported_line() -> None:
+    root = Path(__file__).resolve().parents[2]
+    releases = [
+        line.split()
+        for line in (root / "tests" / "compat" / "versions.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    supported = [v for v, expect in releases if expect in {"supported", "pinned"}]
+    assert tuple(".".join(v.split(".")[:2]) for v in supported) == sparkversions.SUPPORTED_LINES
+    (pinned,) = [v for v, expect in releases if expect == "pinned"]
+    assert f"pyspark=={pinned}\n" in (root / "constraints.txt").read_text()
+    oldest = sparkversions.SUPPORTED_LINES[0]
+    assert all(v < oldest for v, expect in releases if expect == "refused")
