@@ -5,7 +5,8 @@ tabulates.
 For a supported release: an unchanged append under ``sparkguard spark-conf --spark-version``
 SIGKILLed (driver and JVM) once a data file is published, ``sparkguard rollback``, then one
 driver that reruns the append exactly once (every row once), runs a streaming query, stops it
-and restarts it (every row once), and reads a CSV file with the jar in ``spark.jars``. For the
+and restarts it (every row once), appends through the Python writer, and reads a CSV file
+with the jar in ``spark.jars``. For the
 unsupported release: ``spark-conf`` (from its installed PySpark) refuses it in one line, and
 with the jar in ``spark.jars`` a plain read works while a guarded write and
 ``format("sparkguard")`` fail with the jar's one-line refusal. Two JVM starts per supported
@@ -62,6 +63,7 @@ def _env(version: str) -> dict[str, str]:
             "(scripts/test.sh does, before pytest)"
         )
         env["PYTHONPATH"] = str(site)
+    env["PYSPARK_PYTHON"] = sys.executable  # the Python writer's workers: this release's PySpark
     return env
 
 
@@ -116,6 +118,7 @@ def test_a_supported_release_runs_the_zero_code_path_streaming_and_rollback(
     assert result["plain_read"] == 3
     assert result["rerun"] == {"rows": ROWS, "ids": ROWS}
     assert result["stream"] == {"rows": 200, "ids": 200}
+    assert result["python_writer"] == 1000
 
 
 @pytest.mark.parametrize("version", [v for v, expect in _releases() if expect == "refused"])

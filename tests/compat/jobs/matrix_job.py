@@ -2,17 +2,19 @@
 
     python matrix_job.py CONF_JSON WORK_DIR ROWS EXPECT
 
-A plain PySpark job (never imports sparkguard), run by tests/compat/test_spark_matrix.py with
-that version's PySpark first on PYTHONPATH. CONF_JSON is what ``sparkguard spark-conf
---spark-version`` gives the version (for an unsupported one: the conf of the newest line). It
-prints one JSON line of what it saw:
+A PySpark job (only its Python-writer step imports sparkguard), run by
+tests/compat/test_spark_matrix.py with that version's PySpark first on PYTHONPATH. CONF_JSON is
+what ``sparkguard spark-conf --spark-version`` gives the version (for an unsupported one: the
+conf of the newest line). It prints one JSON line of what it saw:
 
 * ``version``: the running Spark;
 * ``plain_read``: a CSV file written without Spark, read back with sparkguard's jar in
   ``spark.jars`` (every format lookup instantiates the jar's registered data source);
 * EXPECT ``supported``: ``rerun`` (rows and distinct ids of ``WORK_DIR/table`` after the same
   append as the killed run, rerun once), ``stream`` (rows and distinct ids of a streaming
-  query's file sink, the query stopped after its first input and restarted for the second);
+  query's file sink, the query stopped after its first input and restarted for the second),
+  ``python_writer`` (rows read back after an append through sparkguard's Python writer, the
+  job's one import of sparkguard);
 * EXPECT ``refused``: ``write`` and ``front``, the first line naming sparkguard of the error
   that a parquet write under the conf and ``format("sparkguard")`` raised.
 """
@@ -55,6 +57,17 @@ def _stream(spark: SparkSession, work: Path) -> dict[str, int]:
     return {"rows": back.count(), "ids": back.select("n").distinct().count()}
 
 
+def _python_writer(spark: SparkSession, work: Path, conf: dict[str, str]) -> int:
+    """Rows read back after an append through the Python writer (``sparkguard-fsspec``: a
+    Python data source, run in this release's Python workers)."""
+    from sparkguard.spark_lib.spark import writer
+
+    writer.register(spark, conf={"spark.sparkguard.jobId": conf["spark.sparkguard.jobId"] + "-py"})
+    url = str(work / "python-table")
+    spark.range(0, 1000, numPartitions=2).write.format(writer.FSSPEC_NAME).mode("append").save(url)
+    return spark.read.parquet(url).count()
+
+
 def main() -> None:
     conf = json.loads(sys.argv[1])
     work, rows, expect = Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -75,6 +88,7 @@ def main() -> None:
             back = spark.read.parquet(table)
             result["rerun"] = {"rows": back.count(), "ids": back.select("n").distinct().count()}
             result["stream"] = _stream(spark, work)
+            result["python_writer"] = _python_writer(spark, work, conf)
         else:
             for name, write in (
                 ("write", lambda: spark.range(3).write.parquet(table)),
