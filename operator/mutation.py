@@ -56,7 +56,7 @@ from urllib.parse import urlsplit
 from sparkguard.operator import appmeta, errors, finalizers, podsecurity
 from sparkguard.operator import config as config_
 from sparkguard.spark_lib.base import errors as lib_errors
-from sparkguard.spark_lib.spark import firstwrite, sparkconf
+from sparkguard.spark_lib.spark import firstwrite, sparkconf, sparkversions
 
 GROUP: Final = "sparkoperator.k8s.io"
 VERSION: Final = "v1beta2"
@@ -391,20 +391,48 @@ _JVM_CONF_NAMES: Final[Mapping[str, str]] = {
 }
 
 
+#: where each kind of app names its Spark version (the field, and its path under ``spec``)
+SPARK_VERSION_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
+    KUBEFLOW.name: ("sparkVersion",),
+    APACHE.name: ("runtimeVersions", "sparkVersion"),
+}
+
+
+def spark_version_of(spec: Mapping[str, Any], *, kind: AppKind) -> tuple[str, str | None]:
+    """The field that names the Spark version of an app of ``kind`` (``spec.sparkVersion`` for
+    Kubeflow, ``spec.runtimeVersions.sparkVersion`` for Apache) and its value in ``spec``
+    (None when unset).
+
+    A purely computational function with no side-effects.
+    """
+    path = SPARK_VERSION_FIELDS[kind.name]
+    value: Any = spec
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return "spec." + ".".join(path), None if value is None else str(value)
+
+
 def build_jvm_conf(
-    options: appmeta.Options, *, config: config_.OperatorConfig, owner: str | None = None
+    options: appmeta.Options,
+    *,
+    config: config_.OperatorConfig,
+    owner: str | None = None,
+    spark_version: tuple[str, str | None] | None = None,
 ) -> dict[str, str]:
     """The Spark conf of the JVM layer for this app: :func:`sparkconf.build_spark_conf` with
     the settings :func:`build_conf` gives the Python writer, and the bundle's jar
-    (:data:`JAR_URI`).
+    (:data:`JAR_URI`), for the app's Spark (``spark_version``: the field that names it and its
+    value, see :func:`spark_version_of`; unset: the conf for the newest lines).
 
     A purely computational function with no side-effects. Whatever ``build_spark_conf``
     returns is injected (its ``spark.jars`` merged, see :func:`mutate`), so a key added there
     reaches every opted-in app. Raises :class:`errors.InvalidApplicationError` naming the
-    annotation when ``build_spark_conf`` refuses a value.
+    annotation when ``build_spark_conf`` refuses a value, and the version field when the
+    app's Spark is not supported.
     """
     timeline_server = options.marker_type is appmeta.MarkerType.TIMELINE_SERVER
     markers = sparkconf.MarkerMode.SIDECAR if timeline_server else sparkconf.MarkerMode.DIRECT
+    field, version = spark_version if spark_version is not None else ("", None)
     try:
         return sparkconf.build_spark_conf(
             options.job_id,
@@ -414,8 +442,21 @@ def build_jvm_conf(
             token_file=token_file(config) if timeline_server else None,
             journal=options.journal,
             jar=JAR_URI,
-            names=_JVM_CONF_NAMES,
+            spark_version=version,
+            names={**_JVM_CONF_NAMES, "spark_version": field},
         )
+    except sparkversions.UnsupportedSparkError:
+        supported = ", ".join(sparkversions.SUPPORTED_LINES)
+        raise errors.InvalidApplicationError(
+            [
+                appmeta.Problem(
+                    field,
+                    f"is {appmeta.shown(str(version))}, a Spark sparkguard's JVM layer does not "
+                    f"support (supported: Spark {supported}): run the app on a supported Spark, "
+                    f'or set {appmeta.JVM_LAYER}: "false"',
+                )
+            ]
+        ) from None
     except lib_errors.ConfigError as exc:
         raise errors.InvalidApplicationError(
             [appmeta.Problem(appmeta.JVM_LAYER, f"cannot be enabled: {exc}")]
@@ -950,7 +991,9 @@ def _apply_jvm_layer(
     """The JVM layer in ``spec.sparkConf``: added, or (opted out) taken out again."""
     conf = _dict_at(spec, "sparkConf")
     try:
-        jvm_conf = build_jvm_conf(options, config=config, owner=owner)
+        jvm_conf = build_jvm_conf(
+            options, config=config, owner=owner, spark_version=spark_version_of(spec, kind=kind)
+        )
     except errors.InvalidApplicationError as exc:
         if options.jvm_layer:
             problems.extend(exc.problems)

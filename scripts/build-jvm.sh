@@ -15,7 +15,7 @@
 # Surefire summary is printed. Progress goes to stderr; stdout is only the jar's path.
 #
 # Options:  --force        rebuild even if the stamp matches
-#           --skip-tests   build the jar without running the JUnit tests
+#           --skip-tests   build the jar without compiling or running the JUnit tests
 # Environment: SPARKGUARD_CACHE (cache root), SPARKGUARD_VENV (default .venv),
 #              SPARKGUARD_PYSPARK_JARS (use this pyspark/jars directory instead of the venv's),
 #              SPARKGUARD_TEST_JARS (a directory of extra jars for the JUnit tests, e.g. S3A).
@@ -124,7 +124,9 @@ mvn_args=(-B -ntp -Dstyle.color=never -f "$module/pom.xml"
   "-Dhadoop.version=$hadoop_version" "-Djackson.version=$jackson_version"
   "-Dslf4j.version=$slf4j_version" "-Dparquet.version=$parquet_version")
 [[ -f "$resolved" ]] && mvn_args+=(-o)
-[[ $skip_tests -eq 1 ]] && mvn_args+=(-DskipTests)
+# maven.test.skip: neither compile the JUnit sources nor run them (they may use APIs of
+# the newest Spark line only, while the main code compiles against every supported one).
+[[ $skip_tests -eq 1 ]] && mvn_args+=(-Dmaven.test.skip=true)
 if [[ -n "${SPARKGUARD_TEST_JARS:-}" ]]; then
   mvn_args+=("-Dsparkguard.test.jars=$SPARKGUARD_TEST_JARS")
 fi

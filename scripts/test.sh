@@ -95,6 +95,8 @@ if [[ $fast -eq 0 ]]; then
   scripts/fetch-jars.sh s3a --magic-committer >/dev/null
   scripts/fetch-jars.sh hdfs-minicluster >/dev/null
   scripts/fetch-wheels.sh >/dev/null
+  # the compatibility tier's PySpark venvs, one per Spark release it runs (tests/compat/)
+  scripts/fetch-spark-compat.sh >/dev/null
   if command -v go >/dev/null 2>&1; then
     (cd tests/kubebench/go && GOFLAGS=-mod=readonly go mod download)
     # upstream's spark-operator: its release source and modules (a no-op once it is built)

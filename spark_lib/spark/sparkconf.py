@@ -26,7 +26,7 @@ from typing import Final
 
 from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors
-from sparkguard.spark_lib.spark import config
+from sparkguard.spark_lib.spark import config, sparkversions
 from sparkguard.spark_lib.storage import markers as marker_files
 from sparkguard.spark_lib.storage import timeline
 
@@ -112,6 +112,7 @@ PARAMETER_NAMES: Final[Mapping[str, str]] = {
         "journal",
         "jar",
         "extra_jars",
+        "spark_version",
     )
 }
 FLAG_NAMES: Final[Mapping[str, str]] = {
@@ -130,6 +131,7 @@ def build_spark_conf(
     jar: str | Path | None = None,
     extra_jars: str | None = None,
     streaming_sink: bool = True,
+    spark_version: str | None = None,
     names: Mapping[str, str] = PARAMETER_NAMES,
 ) -> dict[str, str]:
     """The Spark conf that makes every file write of a job go through sparkguard's protocol,
@@ -148,12 +150,21 @@ def build_spark_conf(
     ``job:<jobId>``. ``jar`` is where the driver finds the jar (e.g. ``local:///...`` inside a
     pod); by default the one packaged here. ``extra_jars`` is the job's own ``spark.jars``
     (comma-separated, e.g. hadoop-aws and the AWS SDK for S3A): ``spark.jars`` is then those,
-    then sparkguard's, so neither list replaces the other. ``names`` says how errors call each
-    parameter.
+    then sparkguard's, so neither list replaces the other. ``spark_version`` is the job's Spark
+    (e.g. ``"4.0.5"``; None: the conf for Spark 4.1 and newer, unchecked): an unsupported one
+    is refused in one line (:mod:`sparkversions`); on Spark 4.0 the streaming sink and the
+    checkpoint files stay Spark's own (the jar's streaming classes need 4.1) and an ``s3a://``
+    journal is refused. ``names`` says how errors call each parameter.
 
     Raises :class:`~sparkguard.spark_lib.base.errors.ConfigError` naming the parameter and the fix.
     """
     timeline.validate_job_id(job_id, what=names["job_id"])
+    line = (
+        None
+        if spark_version is None
+        else sparkversions.check(spark_version, what=names["spark_version"])
+    )
+    jvm_streaming = line is None or line.jvm_streaming
     try:
         marker_type = marker_files.parse_marker_type(str(markers), key=names["markers"])
     except errors.ConfigError:
@@ -163,17 +174,16 @@ def build_spark_conf(
         ) from None
     timeline_server = marker_type is marker_files.MarkerType.TIMELINE_SERVER_BASED
     mode = MarkerMode.SIDECAR if timeline_server else MarkerMode.DIRECT
-    conf: dict[str, str] = {
-        COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS,
-        CHECKPOINT_MANAGER_KEY: CHECKPOINT_MANAGER_CLASS,
-        JARS_KEY: append_jar(
-            _extra_jars(extra_jars, what=names["extra_jars"]), _jar_location(jar, what=names["jar"])
-        ),
-        config.KEYS["job_id"][0]: job_id,
-        **OWNED_FS,
-    }
-    if streaming_sink:
-        conf[STREAMING_COMMIT_PROTOCOL_KEY] = STREAMING_PROTOCOL_CLASS
+    conf: dict[str, str] = {COMMIT_PROTOCOL_KEY: PROTOCOL_CLASS}
+    if jvm_streaming:
+        conf[CHECKPOINT_MANAGER_KEY] = CHECKPOINT_MANAGER_CLASS
+        if streaming_sink:
+            conf[STREAMING_COMMIT_PROTOCOL_KEY] = STREAMING_PROTOCOL_CLASS
+    conf[JARS_KEY] = append_jar(
+        _extra_jars(extra_jars, what=names["extra_jars"]), _jar_location(jar, what=names["jar"])
+    )
+    conf[config.KEYS["job_id"][0]] = job_id
+    conf.update(OWNED_FS)
     if owner is not None:
         conf[config.KEYS["owner"][0]] = timeline.validate_owner(owner, what=names["owner"])
     conf[config.KEYS["marker_type"][0]] = mode.marker_type.value
@@ -199,8 +209,14 @@ def build_spark_conf(
                     f"add {names['markers']} sidecar"
                 )
     if journal is not None:
-        conf[config.KEYS["journal"][0]] = _non_empty(journal, what=names["journal"])
+        conf[config.KEYS["journal"][0]] = _journal(journal, line, what=names["journal"])
     return conf
+
+
+def _journal(journal: str, line: sparkversions.SparkLine | None, *, what: str) -> str:
+    if line is not None:
+        sparkversions.refuse_s3a(line, journal, what=what)
+    return _non_empty(journal, what=what)
 
 
 def _jar_location(jar: str | Path | None, *, what: str) -> str:
@@ -305,6 +321,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "leaves it to Spark's own protocol",
     )
     parser.add_argument(
+        "--spark-version",
+        metavar="VERSION",
+        help="the job's Spark (e.g. 4.0.5; default: the PySpark installed here): the conf for it, "
+        f"or a refusal when it is not one of Spark {', '.join(sparkversions.SUPPORTED_LINES)}",
+    )
+    parser.add_argument(
         "--format",
         default=OutputFormat.ARGS.value,
         choices=[f.value for f in OutputFormat],
@@ -314,7 +336,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the conf; exit 2 on bad input, 1 when the jar is missing."""
+    """Print the conf; exit 2 on bad input or an unsupported Spark, 1 when the jar is missing."""
+    spark_version, names = args.spark_version, FLAG_NAMES
+    if spark_version is None:
+        spark_version = sparkversions.installed_pyspark()
+        names = {**FLAG_NAMES, "spark_version": "the installed PySpark; give --spark-version"}
     try:
         # the same check as every command that takes a journal (rollback, inspect, ...)
         journal = args.journal
@@ -330,7 +356,8 @@ def run(args: argparse.Namespace) -> int:
             jar=POD_JAR_URI if args.for_pod else args.jar,
             extra_jars=args.extra_jars,
             streaming_sink=args.streaming_sink,
-            names=FLAG_NAMES,
+            spark_version=spark_version,
+            names=names,
         )
     except errors.ConfigError as exc:
         print(
@@ -348,6 +375,18 @@ def run(args: argparse.Namespace) -> int:
             "sparkguard spark-conf: note: no --journal, so 'sparkguard rollback' cannot find "
             "what a failed run of this job left; give --journal URL (e.g. "
             "s3a://bucket/sparkguard/journal)",
+            file=sys.stderr,
+        )
+    if spark_version is None:
+        print(
+            "sparkguard spark-conf: note: no --spark-version and no PySpark here: the conf is "
+            f"for Spark {sparkversions.SUPPORTED_LINES[1]} and newer",
+            file=sys.stderr,
+        )
+    elif CHECKPOINT_MANAGER_KEY not in conf:
+        print(
+            f"sparkguard spark-conf: note: on Spark {spark_version} streaming queries keep "
+            "Spark's own sink protocol and checkpoint files (sparkguard's need Spark 4.1+)",
             file=sys.stderr,
         )
     if args.format == OutputFormat.JSON and not (args.for_pod or args.jar):

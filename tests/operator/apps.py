@@ -32,7 +32,7 @@ def spark_app(
             "mode": "cluster",
             "image": "spark:4.0.0-python3",
             "mainApplicationFile": "local:///opt/app/job.py",
-            "sparkVersion": "4.0.0",
+            "sparkVersion": "4.3.0",
             "sparkConf": {"spark.sql.shuffle.partitions": "4"},
             "driver": {"cores": 1, "memory": "512m", "serviceAccount": "spark"},
             "executor": {"cores": 1, "instances": 2, "memory": "512m"},
@@ -67,7 +67,7 @@ def apache_app(
         "metadata": {"name": name, "namespace": namespace, "annotations": notes},
         "spec": {
             "pyFiles": "local:///opt/app/job.py",
-            "runtimeVersions": {"sparkVersion": "4.0.0"},
+            "runtimeVersions": {"sparkVersion": "4.3.0"},
             "sparkConf": {
                 "spark.kubernetes.container.image": "spark:4.0.0-python3",
                 "spark.sql.shuffle.partitions": "4",

@@ -1,5 +1,6 @@
 package io.sparkguard.spark;
 
+import io.sparkguard.spark.common.SparkVersions;
 import io.sparkguard.spark.store.AtomicFiles;
 import io.sparkguard.spark.store.AtomicOutput;
 import java.io.FileNotFoundException;
@@ -50,6 +51,7 @@ public class SparkguardCheckpointFileManager implements CheckpointFileManager {
   /** The constructor Spark calls ({@code CheckpointFileManager.create}). */
   public SparkguardCheckpointFileManager(Path path, Configuration hadoopConf) throws IOException {
     CheckpointFileManager.$init$(this);
+    SparkVersions.requireSupported();
     this.path = path;
     this.fs = path.getFileSystem(hadoopConf);
     this.files = AtomicFiles.forPath(path, hadoopConf);

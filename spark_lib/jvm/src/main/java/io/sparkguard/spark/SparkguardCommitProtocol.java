@@ -3,6 +3,7 @@ package io.sparkguard.spark;
 import io.sparkguard.spark.common.Concurrently;
 import io.sparkguard.spark.common.FirstWriteRules;
 import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkVersions;
 import io.sparkguard.spark.common.SparkguardException;
 import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
 import io.sparkguard.spark.protocol.ProtocolSteps;
@@ -154,6 +155,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   /** The constructor {@code FileCommitProtocol.instantiate} calls (on the driver). */
   public SparkguardCommitProtocol(String jobId, String path, boolean dynamicPartitionOverwrite) {
+    SparkVersions.requireSupported();
     this.sparkJobId = jobId;
     this.path = path;
     this.settings = ProtocolSettings.fromSqlConf();
@@ -418,6 +420,20 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     }
     pending.put(relative, work);
     return (ownedCreate ? OwnedFileSystem.owned(work) : work).toString();
+  }
+
+  /**
+   * Spark 4.0's form of {@link #newTaskTempFile(TaskAttemptContext, Option, FileNameSpec)}: there
+   * it is abstract and its writers call it; 4.1 removed it (no {@code @Override}, so the one jar
+   * compiles against 4.1+ and still implements it on 4.0).
+   */
+  public String newTaskTempFile(TaskAttemptContext taskContext, Option<String> dir, String ext) {
+    return newTaskTempFile(taskContext, dir, new FileNameSpec("", ext));
+  }
+
+  /** Spark 4.0's form of {@link #newTaskTempFileAbsPath(TaskAttemptContext, String, FileNameSpec)}. */
+  public String newTaskTempFileAbsPath(TaskAttemptContext taskContext, String absoluteDir, String ext) {
+    return newTaskTempFileAbsPath(taskContext, absoluteDir, new FileNameSpec("", ext));
   }
 
   @Override

@@ -1,6 +1,7 @@
 package io.sparkguard.spark;
 
 import io.sparkguard.spark.common.ProtocolSettings;
+import io.sparkguard.spark.common.SparkVersions;
 import io.sparkguard.spark.common.SparkguardException;
 import io.sparkguard.spark.common.SparkguardException.InstantDecidedException;
 import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
@@ -103,6 +104,7 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
   /** The constructor the file sink calls ({@code jobId} is the batch id as a string). */
   public SparkguardStreamingCommitProtocol(String jobId, String path) {
     super(jobId, path);
+    SparkVersions.requireSupported();
     this.sparkJobId = jobId;
     this.path = path;
     this.settings = ProtocolSettings.fromSqlConf();

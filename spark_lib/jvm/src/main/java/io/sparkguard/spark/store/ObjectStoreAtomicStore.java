@@ -1,6 +1,7 @@
 package io.sparkguard.spark.store;
 
 import io.sparkguard.spark.common.Concurrently;
+import io.sparkguard.spark.common.SparkVersions;
 import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
 import java.io.IOException;
 import java.io.InterruptedIOException;
@@ -76,6 +77,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    *     setting that turns it on
    */
   public static ObjectStoreAtomicStore open(Path table, Configuration conf) throws IOException {
+    SparkVersions.requireConditionalCreate(table.toUri().getScheme());
     Configuration copy = new Configuration(conf);
     FileSystem fs = table.getFileSystem(copy);
     if (!fs.hasPathCapability(table, CONDITIONAL_CREATE)) {

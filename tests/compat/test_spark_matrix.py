@@ -1,0 +1,158 @@
+"""The compatibility tier: sparkguard on every Spark release tests/compat/versions.txt lists,
+each with its own PySpark (scripts/fetch-spark-compat.sh), the results docs/compatibility.md
+tabulates.
+
+For a supported release: an unchanged append under ``sparkguard spark-conf --spark-version``
+SIGKILLed (driver and JVM) once a data file is published, ``sparkguard rollback``, then one
+driver that reruns the append exactly once (every row once), runs a streaming query, stops it
+and restarts it (every row once), appends through the Python writer, and reads a CSV file
+with the jar in ``spark.jars``. For the
+unsupported release: ``spark-conf`` (from its installed PySpark) refuses it in one line, and
+with the jar in ``spark.jars`` a plain read works while a guarded write and
+``format("sparkguard")`` fail with the jar's one-line refusal. Two JVM starts per supported
+release, one for the refused one; small data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkguard.spark_lib.spark import sparkconf, sparkversions
+from tests.jvm.conftest import job_env, kill_when, rollback_as_init_container
+
+pytestmark = [pytest.mark.spark, pytest.mark.compat]
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CACHE = Path(os.environ.get("SPARKGUARD_CACHE", Path.home() / ".cache" / "sparkguard")) / "compat"
+ROWS = 40_000
+JOB = "compat-1"
+
+
+def _releases() -> list[tuple[str, str]]:
+    lines = (HERE / "versions.txt").read_text().splitlines()
+    return [
+        (parts[0], parts[1])
+        for parts in (line.split() for line in lines)
+        if parts and not parts[0].startswith("#")
+    ]
+
+
+def _pinned() -> str:
+    (pin,) = re.findall(r"^pyspark==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
+    return pin
+
+
+def _env(version: str) -> dict[str, str]:
+    """A job's environment with ``version``'s PySpark first on PYTHONPATH (the pinned one is
+    the project's own venv), and no class-data archive (it is of the pinned release's jars)."""
+    env = job_env()
+    env["SPARK_SUBMIT_OPTS"] = re.sub(r"-XX:SharedArchiveFile=\S+", "", env["SPARK_SUBMIT_OPTS"])
+    if version != _pinned():
+        site = CACHE / version / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        site = site / "site-packages"
+        assert (CACHE / version / ".complete").is_file(), (
+            f"no PySpark {version} venv in {CACHE}: run scripts/fetch-spark-compat.sh "
+            "(scripts/test.sh does, before pytest)"
+        )
+        env["PYTHONPATH"] = str(site)
+    env["PYSPARK_PYTHON"] = sys.executable  # the Python writer's workers: this release's PySpark
+    return env
+
+
+def _run(command: list[str], env: dict[str, str], *, timeout: float = 600) -> dict[str, object]:
+    proc = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert proc.returncode == 0, f"{command[1]} exited {proc.returncode}:\n{proc.stderr[-4000:]}"
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize(
+    "version", [v for v, expect in _releases() if expect == "supported"], ids=str
+)
+def test_a_supported_release_runs_the_zero_code_path_streaming_and_rollback(
+    version: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = _env(version)
+    journal = str(tmp_path / "journal")
+    conf = sparkconf.build_spark_conf(JOB, journal=journal, spark_version=version)
+    table = tmp_path / "table"
+    killed = [
+        "env",
+        *(f"{k}={env[k]}" for k in ("PYTHONPATH", "SPARK_SUBMIT_OPTS") if k in env),
+        sys.executable,
+        str(ROOT / "tests" / "jvm" / "jobs" / "plain_write.py"),
+        json.dumps(conf),
+        str(table),
+        str(ROWS),
+        "4",
+    ]
+    kill_when(killed, lambda: any(table.glob("part-*")), log=tmp_path / "killed.log")
+    # `sparkguard rollback` as the operator's initContainer runs it (fails the test unless 0).
+    rollback_as_init_container(JOB, journal, {}, capsys, monkeypatch)
+
+    result = _run(
+        [
+            sys.executable,
+            str(HERE / "jobs" / "matrix_job.py"),
+            json.dumps(conf),
+            str(tmp_path),
+            str(ROWS),
+            "supported",
+        ],
+        env,
+    )
+    assert result["version"] == version
+    assert result["plain_read"] == 3
+    assert result["rerun"] == {"rows": ROWS, "ids": ROWS}
+    assert result["stream"] == {"rows": 200, "ids": 200}
+    assert result["python_writer"] == 1000
+
+
+@pytest.mark.parametrize("version", [v for v, expect in _releases() if expect == "refused"])
+def test_an_unsupported_release_is_refused_in_one_line_and_never_broken(
+    version: str, tmp_path: Path
+) -> None:
+    env = _env(version)
+    cli = [sys.executable, "-c", "import sys; from sparkguard import cli; sys.exit(cli.main())"]
+    proc = subprocess.run(
+        [*cli, "spark-conf", "--job-id", JOB], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1
+    installed = "the installed PySpark; give --spark-version"
+    assert proc.stderr.startswith(
+        f"sparkguard spark-conf: error: {sparkversions.refusal(version, what=installed)}"
+    )
+    conf = sparkconf.build_spark_conf(JOB, journal=str(tmp_path / "journal"))
+    result = _run(
+        [
+            sys.executable,
+            str(HERE / "jobs" / "matrix_job.py"),
+            json.dumps(conf),
+            str(tmp_path),
+            "3",
+            "refused",
+        ],
+        env,
+    )
+    assert result["version"] == version
+    assert result["plain_read"] == 3  # the jar in spark.jars breaks no read
+    refusal = (
+        f"sparkguard: Spark {version} is not supported (supported: Spark "
+        f"{', '.join(sparkversions.SUPPORTED_LINES)}): "
+    )
+    assert refusal in str(result["write"]), result
+    assert refusal in str(result["front"]), result
