@@ -98,6 +98,9 @@ if [[ $fast -eq 0 ]]; then
     # upstream's spark-operator: its release source and modules (a no-op once it is built)
     tests/kubebench/build-spark-operator.sh --download
   fi
+  # the Apache Spark Kubernetes Operator: a Maven build of its release source, whose
+  # libraries come from Maven Central (about 2 minutes once; a no-op when its stamp matches)
+  tests/kubebench/build-apache-operator.sh >/dev/null
 fi
 echo "== pytest${selection:+ ${selection[*]}}"
 # Every test runs inside the network guard (tests/support/netguard.py): a network namespace
