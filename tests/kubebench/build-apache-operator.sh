@@ -32,7 +32,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/kubebench/build-lib.sh
-source "$here/build-lib.sh"  # log, die
+source "$here/build-lib.sh"  # log, die, find_upstream_tarball
 
 version=1.0.0
 commit=d8b19438bd96c6c2f52ee58425ec192b6cc825fc
@@ -102,24 +102,6 @@ build_ok() {
     [[ "$(cat "$stamp")" == "$want_stamp" ]]
 }
 
-# Where the release tarball is: $SPARKGUARD_UPSTREAM_DIR, beside the checkout (CI), or beside
-# the main checkout of a git worktree.
-find_tarball() {
-  local dirs=() common d
-  [[ -n "${SPARKGUARD_UPSTREAM_DIR:-}" ]] && dirs+=("$SPARKGUARD_UPSTREAM_DIR")
-  dirs+=("$repo/../shared/upstream")
-  if common="$(git -C "$repo" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)"; then
-    dirs+=("$(dirname "$common")/../shared/upstream")
-  fi
-  for d in "${dirs[@]}"; do
-    if [[ -f "$d/$tarball_name" ]]; then
-      echo "$d/$tarball_name"
-      return 0
-    fi
-  done
-  return 1
-}
-
 mkdir -p "$base" || die "cannot create $base"
 if source_ok && build_ok; then
   log "up to date: apache spark-kubernetes-operator $version in $bin_dir (stamp ${want_stamp:0:12})"
@@ -134,7 +116,7 @@ if ! flock -n 9; then
 fi
 
 if ! source_ok; then
-  tarball="$(find_tarball)" ||
+  tarball="$(find_upstream_tarball "$repo" "$tarball_name")" ||
     die "$tarball_name was found neither in \$SPARKGUARD_UPSTREAM_DIR nor in <repo>/../shared/upstream/"
   got="$(gzip -dc "$tarball" | sha256sum | cut -d' ' -f1)"
   [[ "$got" == "$tar_sha256" ]] ||
