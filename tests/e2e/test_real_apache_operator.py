@@ -12,12 +12,11 @@ What these tests pin is compared with the stand-in's model (``apache-model.md``)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
+from tests.e2e.podstatus import run_then_exit, wait_for
 from tests.kubebench.apache import ApacheOperatorBench
 from tests.kubebench.bench import JsonObj, KubeApiError
 from tests.kubebench.fixtures import APACHE_JOB_NAMESPACE
@@ -53,18 +52,6 @@ def spark_pi(name: str, tolerations: JsonObj) -> JsonObj:
             "runtimeVersions": {"sparkVersion": "4.2.0"},
         },
     }
-
-
-def wait_for(what: str, probe: Callable[[], Any], *, timeout: float = 90.0) -> Any:
-    """Poll ``probe`` every 100 ms until it returns something truthy; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def history(state_history: JsonObj | None) -> list[str]:
@@ -117,40 +104,15 @@ class App:
     def fail_driver(self, pod: JsonObj, *, exit_code: int = 1) -> None:
         """The kubelet's part: the driver container runs and is ready (the app goes up to
         RunningHealthy), then exits with ``exit_code`` (phase Failed)."""
-        name = pod["metadata"]["name"]
-        container = pod["spec"]["containers"][0]
-        started = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
-        ended = {
-            "terminated": {
-                "exitCode": exit_code,
-                "reason": "Error",
-                "startedAt": "2026-01-01T00:00:00Z",
-                "finishedAt": "2026-01-01T00:00:01Z",
-            }
-        }
-        for phase, state in (("Running", started), ("Failed", ended)):
-            ready = phase == "Running"
-            status = {
-                "phase": phase,
-                "conditions": [{"type": "Ready", "status": str(ready)}],
-                "containerStatuses": [
-                    {
-                        "name": container["name"],
-                        "image": container["image"],
-                        "imageID": "",
-                        "ready": ready,
-                        "restartCount": 0,
-                        "state": state,
-                    }
-                ],
-            }
+        running, failed = run_then_exit(pod, exit_code=exit_code)
+        for status in (running, failed):
             self.bench.request(
                 "PATCH",
-                f"{PODS}/{name}/status",
+                f"{PODS}/{pod['metadata']['name']}/status",
                 {"status": status},
                 content_type="application/merge-patch+json",
             )
-            if ready:
+            if status is running:
                 self.wait_state("RunningHealthy")
 
     def delete_and_wait_gone(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any, Self
 
 from tests.kubebench import bench as kubebench
 from tests.kubebench.bench import HERE, JsonObj, KubeBench, KubeBenchError
-from tests.kubebench.cluster import KubeCluster
+from tests.kubebench.cluster import KubeCluster, render_chart
 from tests.support import netguard
 
 __all__ = [
@@ -113,20 +113,8 @@ def render_apache_operator_chart(
 ) -> list[JsonObj]:
     """Upstream's chart of ``release``, rendered with its default values except the workload
     namespaces (which the bench creates itself)."""
-    import helm_python as helm
-    import yaml
-
-    chart = helm.Chart.load(str(release.chart))
     values = {"workloadResources": {"namespaces": {"create": False, "data": list(job_namespaces)}}}
-    rendered = chart.render(
-        values, name=RELEASE_NAME, namespace=OPERATOR_NAMESPACE, is_install=True
-    )
-    objects: list[JsonObj] = []
-    for path, text in sorted(rendered.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return objects
+    return render_chart(release.chart, values, name=RELEASE_NAME, namespace=OPERATOR_NAMESPACE)
 
 
 def with_properties(text: str, overrides: Mapping[str, str]) -> str:
