@@ -1,12 +1,12 @@
-"""pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`),
+"""pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`) and
 ``kube_cluster`` (a started :class:`~tests.kubebench.cluster.KubeCluster`: a bench of its own with
-kube-controller-manager, kube-scheduler and upstream's spark-operator) and ``apache_operator_bench``
-(a started :class:`~tests.kubebench.apache.ApacheOperatorBench`: a bench of its own with the
-Apache Spark Kubernetes Operator, built from its release source).
+kube-controller-manager, kube-scheduler and upstream's spark-operator), and the module-scoped
+``apache_operator_bench`` (a started :class:`~tests.kubebench.apache.ApacheOperatorBench`: a bench
+of its own with the Apache Spark Kubernetes Operator, built from its release source).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
-* Tests that request ``kube_bench`` or ``kube_cluster`` get the ``kube`` marker automatically
+* Tests that request any of them get the ``kube`` marker automatically
   (``-m "not kube"`` deselects them); mark tests that reach the bench indirectly with
   ``@pytest.mark.kube``.
 * The binaries are built by the first bench fixture of the run (under pytest-xdist: on the one
@@ -129,13 +129,15 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def apache_operator_bench(request: pytest.FixtureRequest) -> Iterator[ApacheOperatorBench]:
     """A bench of its own (apiserver, etcd) with the Apache release's CRDs and upstream's
     operator (the chart's properties and RBAC) watching ``spark-apps``; built from the release
     source with the bench's Maven build the first time on a machine
     (``build-apache-operator.sh``). Apart from ``kube_bench``: the release's SparkApplication
-    CRD would replace the bench's (written from our model of it)."""
+    CRD would replace the bench's (written from our model of it). Module scope: one module
+    uses it, and its processes (a JVM, a control plane) are not left idling for the rest of
+    the run."""
     # JOSDK's rate limiter at upstream's defaults (5 reconciles per app in 15 s) holds an
     # app's reconciles back by up to 15 s in a restart; the tests' apps reconcile more often.
     rate = {"spark.kubernetes.operator.reconciler.rateLimiter.maxLoopForPeriod": "50"}
