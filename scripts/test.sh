@@ -105,6 +105,9 @@ if [[ $fast -eq 0 ]]; then
     # dependencies; the build runs in the background above, or in the test's fixture (offline)
     tests/kubebench/build-prometheus.sh --download >/dev/null
   fi
+  # the Apache Spark Kubernetes Operator: a Maven build of its release source, whose
+  # libraries come from Maven Central (about 2 minutes once; a no-op when its stamp matches)
+  tests/kubebench/build-apache-operator.sh >/dev/null
 fi
 echo "== pytest${selection:+ ${selection[*]}}"
 # Every test runs inside the network guard (tests/support/netguard.py): a network namespace

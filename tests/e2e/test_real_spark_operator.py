@@ -12,15 +12,14 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.e2e.podstatus import run_then_exit, wait_for
 from tests.kubebench.bench import JsonObj, KubeApiError
 from tests.kubebench.cluster import KubeCluster
 from tests.kubebench.fixtures import CLUSTER_JOB_NAMESPACE
@@ -58,18 +57,6 @@ def spark_pi(name: str, restart_policy: JsonObj) -> JsonObj:
             "executor": {"instances": 1, "cores": 1, "memory": "512m"},
         },
     }
-
-
-def wait_for(what: str, probe: Callable[[], Any], *, timeout: float = 90.0) -> Any:
-    """Poll ``probe`` every 100 ms until it returns something truthy; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.1)
 
 
 class StateWatch:
@@ -172,38 +159,15 @@ class App:
 
     def end_driver(self, pod: JsonObj, *, exit_code: int = 1) -> None:
         """The kubelet's part: the driver container runs, then exits with ``exit_code``."""
-        name = pod["metadata"]["name"]
-        container = pod["spec"]["containers"][0]
-        started = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
-        ended = {
-            "terminated": {
-                "exitCode": exit_code,
-                "reason": "Error",
-                "startedAt": "2026-01-01T00:00:00Z",
-                "finishedAt": "2026-01-01T00:00:01Z",
-            }
-        }
-        for phase, state in (("Running", started), ("Failed", ended)):
-            status = {
-                "phase": phase,
-                "containerStatuses": [
-                    {
-                        "name": container["name"],
-                        "image": container["image"],
-                        "imageID": "",
-                        "ready": phase == "Running",
-                        "restartCount": 0,
-                        "state": state,
-                    }
-                ],
-            }
+        running, failed = run_then_exit(pod, exit_code=exit_code)
+        for status in (running, failed):
             self.cluster.request(
                 "PATCH",
-                f"{PODS}/{name}/status",
+                f"{PODS}/{pod['metadata']['name']}/status",
                 {"status": status},
                 content_type="application/merge-patch+json",
             )
-            if phase == "Running":
+            if status is running:
                 self.wait_state("RUNNING")
 
     def owned_by_driver(self, pod: JsonObj) -> dict[str, list[str]]:

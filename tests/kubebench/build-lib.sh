@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# What the bench's build scripts share (sourced by build.sh and build-spark-operator.sh).
+# What the bench's build scripts share (sourced by build.sh, build-spark-operator.sh and
+# build-apache-operator.sh).
 
 kubebench_script="kubebench/$(basename "$0")"
 log() { printf '%s: %s\n' "$kubebench_script" "$*" >&2; }
@@ -26,4 +27,23 @@ go_build() {
     } >&2
     exit 1
   fi
+}
+
+# find_upstream_tarball REPO NAME: the path of a release tarball NAME from the shared folder:
+# $SPARKGUARD_UPSTREAM_DIR, beside the checkout REPO (CI), or beside the main checkout of a git
+# worktree. Returns 1 when it is in none of them.
+find_upstream_tarball() {
+  local repo="$1" name="$2" dirs=() common d
+  [[ -n "${SPARKGUARD_UPSTREAM_DIR:-}" ]] && dirs+=("$SPARKGUARD_UPSTREAM_DIR")
+  dirs+=("$repo/../shared/upstream")
+  if common="$(git -C "$repo" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)"; then
+    dirs+=("$(dirname "$common")/../shared/upstream")
+  fi
+  for d in "${dirs[@]}"; do
+    if [[ -f "$d/$name" ]]; then
+      echo "$d/$name"
+      return 0
+    fi
+  done
+  return 1
 }

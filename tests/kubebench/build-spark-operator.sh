@@ -22,7 +22,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/kubebench/build-lib.sh
-source "$here/build-lib.sh"  # log, die, go_build
+source "$here/build-lib.sh"  # log, die, go_build, find_upstream_tarball
 
 version=v2.5.2
 module=github.com/kubeflow/spark-operator/v2
@@ -82,26 +82,6 @@ binary_ok() {
     [[ "$(cat "$stamp")" == "$want_stamp" ]]
 }
 
-# Where the release tarball is: $SPARKGUARD_UPSTREAM_DIR, beside the checkout (CI), or beside
-# the main checkout of a git worktree.
-find_tarball() {
-  local dirs=()
-  [[ -n "${SPARKGUARD_UPSTREAM_DIR:-}" ]] && dirs+=("$SPARKGUARD_UPSTREAM_DIR")
-  dirs+=("$repo/../shared/upstream")
-  local common
-  if common="$(git -C "$repo" rev-parse --path-format=absolute --git-common-dir 2>/dev/null)"; then
-    dirs+=("$(dirname "$common")/../shared/upstream")
-  fi
-  local d
-  for d in "${dirs[@]}"; do
-    if [[ -f "$d/$tarball_name" ]]; then
-      echo "$d/$tarball_name"
-      return 0
-    fi
-  done
-  return 1
-}
-
 # The module proxies of $GOPROXY without `direct`: a module the proxy refuses must not be
 # fetched from its VCS host instead.
 proxies_only() {
@@ -128,7 +108,7 @@ fetch_source() {
   else
     log "the Go module proxy ($proxies) does not serve $module@$version: $(grep -m1 '"Error"' <<<"$out" || echo "${out:0:300}")"
   fi
-  tarball="$(find_tarball)" || die "the Go module proxy does not serve $module@$version and $tarball_name was found neither in \$SPARKGUARD_UPSTREAM_DIR nor in <repo>/../shared/upstream/"
+  tarball="$(find_upstream_tarball "$repo" "$tarball_name")" || die "the Go module proxy does not serve $module@$version and $tarball_name was found neither in \$SPARKGUARD_UPSTREAM_DIR nor in <repo>/../shared/upstream/"
   log "source: $tarball"
   tar -xzf "$tarball" -C "$tmp" || die "cannot extract $tarball"
   local top

@@ -50,6 +50,7 @@ __all__ = [
     "KubeCluster",
     "SparkOperatorRelease",
     "ensure_spark_operator",
+    "render_chart",
     "render_spark_operator_chart",
 ]
 
@@ -114,16 +115,20 @@ def render_spark_operator_chart(
 ) -> list[JsonObj]:
     """Upstream's chart of ``release``, rendered with its default values except
     ``spark.jobNamespaces`` (Helm's engine, as the tests of our own chart render it)."""
+    values = {"spark": {"jobNamespaces": list(job_namespaces)}}
+    return render_chart(release.chart, values, name=RELEASE_NAME, namespace=OPERATOR_NAMESPACE)
+
+
+def render_chart(
+    chart_dir: Path, values: Mapping[str, Any], *, name: str, namespace: str
+) -> list[JsonObj]:
+    """The objects of the chart in ``chart_dir`` installed as release ``name`` in
+    ``namespace`` with ``values`` over its defaults (Helm's engine), in file order."""
     import helm_python as helm
     import yaml
 
-    chart = helm.Chart.load(str(release.chart))
-    rendered = chart.render(
-        {"spark": {"jobNamespaces": list(job_namespaces)}},
-        name=RELEASE_NAME,
-        namespace=OPERATOR_NAMESPACE,
-        is_install=True,
-    )
+    chart = helm.Chart.load(str(chart_dir))
+    rendered = chart.render(dict(values), name=name, namespace=namespace, is_install=True)
     objects: list[JsonObj] = []
     for path, text in sorted(rendered.items()):
         if path.endswith("NOTES.txt"):

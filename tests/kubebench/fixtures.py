@@ -1,10 +1,12 @@
 """pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`) and
 ``kube_cluster`` (a started :class:`~tests.kubebench.cluster.KubeCluster`: a bench of its own with
-kube-controller-manager, kube-scheduler and upstream's spark-operator).
+kube-controller-manager, kube-scheduler and upstream's spark-operator), and the module-scoped
+``apache_operator_bench`` (a started :class:`~tests.kubebench.apache.ApacheOperatorBench`: a bench
+of its own with the Apache Spark Kubernetes Operator, built from its release source).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
-* Tests that request ``kube_bench`` or ``kube_cluster`` get the ``kube`` marker automatically
+* Tests that request any of them get the ``kube`` marker automatically
   (``-m "not kube"`` deselects them); mark tests that reach the bench indirectly with
   ``@pytest.mark.kube``.
 * The binaries are built by the first bench fixture of the run (under pytest-xdist: on the one
@@ -21,14 +23,17 @@ from typing import Any, Final
 
 import pytest
 
+from tests.kubebench.apache import ApacheOperatorBench
 from tests.kubebench.bench import KubeBench
 from tests.kubebench.cluster import KubeCluster
 
 BENCH_GROUP = "kube-bench"
 #: the fixtures that start a bench (their tests are marked ``kube``)
-BENCH_FIXTURES = ("kube_bench", "kube_cluster")
+BENCH_FIXTURES = ("kube_bench", "kube_cluster", "apache_operator_bench")
 #: the namespace where ``kube_cluster``'s spark-operator watches SparkApplications
 CLUSTER_JOB_NAMESPACE = "spark-jobs"
+#: the namespace where ``apache_operator_bench``'s operator watches SparkApplications
+APACHE_JOB_NAMESPACE = "spark-apps"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,6 +73,8 @@ BUILD_BUDGET_SECONDS: Final = 3 * 3600.0
 _STARTED = pytest.StashKey[bool]()
 #: a cluster started in this process: the spark-operator is built too
 _CLUSTER_STARTED = pytest.StashKey[bool]()
+#: an Apache operator bench started in this process: that operator is built too
+_APACHE_STARTED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -79,6 +86,8 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     built = item.config.stash.get(_STARTED, False)
     if "kube_cluster" in getattr(item, "fixturenames", ()):
         built = item.config.stash.get(_CLUSTER_STARTED, False)
+    if "apache_operator_bench" in getattr(item, "fixturenames", ()):
+        built = item.config.stash.get(_APACHE_STARTED, False)
     if built or not _needs_bench(item):
         return None
     import pytest_timeout
@@ -118,6 +127,28 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def apache_operator_bench(request: pytest.FixtureRequest) -> Iterator[ApacheOperatorBench]:
+    """A bench of its own (apiserver, etcd) with the Apache release's CRDs and upstream's
+    operator (the chart's properties and RBAC) watching ``spark-apps``; built from the release
+    source with the bench's Maven build the first time on a machine
+    (``build-apache-operator.sh``). Apart from ``kube_bench``: the release's SparkApplication
+    CRD would replace the bench's (written from our model of it). Module scope: one module
+    uses it, and its processes (a JVM, a control plane) are not left idling for the rest of
+    the run."""
+    # JOSDK's rate limiter at upstream's defaults (5 reconciles per app in 15 s) holds an
+    # app's reconciles back by up to 15 s in a restart; the tests' apps reconcile more often.
+    rate = {"spark.kubernetes.operator.reconciler.rateLimiter.maxLoopForPeriod": "50"}
+    bench = ApacheOperatorBench(job_namespaces=[APACHE_JOB_NAMESPACE], properties=rate)
+    try:
+        bench.start()
+        request.config.stash[_STARTED] = True
+        request.config.stash[_APACHE_STARTED] = True
+        yield bench
+    finally:
+        bench.stop()
 
 
 class _KubeTally:
