@@ -1,6 +1,7 @@
 """pytest plugin: the session-scoped ``kube_bench`` fixture (a started :class:`KubeBench`) and
 ``kube_cluster`` (a started :class:`~tests.kubebench.cluster.KubeCluster`: a bench of its own with
-kube-controller-manager, kube-scheduler and upstream's spark-operator).
+kube-controller-manager, kube-scheduler and upstream's spark-operator), and the module-scoped
+``kube_node_cluster`` (the same with a node: the real kubelet and the bench's runtime).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
@@ -21,12 +22,13 @@ from typing import Any, Final
 
 import pytest
 
-from tests.kubebench.bench import KubeBench
+from tests.kubebench.bench import KubeBench, KubeBenchError
 from tests.kubebench.cluster import KubeCluster
+from tests.kubebench.node import host_sysctls
 
 BENCH_GROUP = "kube-bench"
 #: the fixtures that start a bench (their tests are marked ``kube``)
-BENCH_FIXTURES = ("kube_bench", "kube_cluster")
+BENCH_FIXTURES = ("kube_bench", "kube_cluster", "kube_node_cluster")
 #: the namespace where ``kube_cluster``'s spark-operator watches SparkApplications
 CLUSTER_JOB_NAMESPACE = "spark-jobs"
 
@@ -77,7 +79,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     tests (loadgroup), so the other worker runs every other test meanwhile, instead of both
     waiting for the build at collection; and the build never counts against a test's limit."""
     built = item.config.stash.get(_STARTED, False)
-    if "kube_cluster" in getattr(item, "fixturenames", ()):
+    if {"kube_cluster", "kube_node_cluster"} & set(getattr(item, "fixturenames", ())):
         built = item.config.stash.get(_CLUSTER_STARTED, False)
     if built or not _needs_bench(item):
         return None
@@ -118,6 +120,29 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def kube_node_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
+    """A cluster like ``kube_cluster`` with a node: the real kubelet and the bench's container
+    runtime (``tests/kubebench/node.py``), so upstream's spark-operator gets real pods. One per
+    test module (it holds a kubelet, the drivers' and executors' JVMs), stopped after it with
+    nothing left (no process, mount, pod network or kernel setting of its own)."""
+    sysctls = host_sysctls()
+    cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE], node=True)
+    try:
+        cluster.start()
+        request.config.stash[_STARTED] = True
+        request.config.stash[_CLUSTER_STARTED] = True
+        yield cluster
+    finally:
+        node = cluster.node
+        cluster.stop()
+    left = node.leftovers() if node is not None else {}
+    if any(left.values()) or host_sysctls() != sysctls:
+        raise KubeBenchError(
+            f"the node left {left}; kernel settings before {sysctls}, after {host_sysctls()}"
+        )
 
 
 class _KubeTally:
