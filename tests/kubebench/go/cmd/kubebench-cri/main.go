@@ -31,7 +31,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 )
+
+// The main goroutine keeps the main thread to itself: a goroutine that enters a pod's network
+// namespace (listenIn) locks its thread and ends with it, but the runtime never ends the main
+// thread; were it the one, the main thread (whose namespace /proc/<pid>/ns/net and every
+// command the runtime starts from it see) would stay in the pod's namespace.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "init" {
