@@ -12,13 +12,13 @@ host kernel setting.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.test_real_spark_operator import wait_for as poll
 from tests.kubebench.bench import ADMIN_USER, JsonObj, KubeApiError
 from tests.kubebench.cluster import KubeCluster
 from tests.kubebench.fixtures import CLUSTER_JOB_NAMESPACE
@@ -42,16 +42,12 @@ def wait_for(
     timeout: float = 180.0,
     report: Callable[[], str] = str,
 ) -> Any:
-    """Poll ``probe`` every 200 ms until it returns something truthy; return it. On a timeout
-    the error says ``report()``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{report()}")
-        time.sleep(0.2)
+    """:func:`~tests.e2e.test_real_spark_operator.wait_for`; on a timeout the error also says
+    ``report()``."""
+    try:
+        return poll(what, probe, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{report()}") from None
 
 
 def node_report(cluster: KubeCluster, name: str) -> str:
@@ -214,15 +210,10 @@ def test_init_containers_and_native_sidecar_run_in_order(kube_node_cluster: Kube
         sidecar = inits["sidecar"]["state"]["terminated"]
         assert sidecar["startedAt"] <= main["state"]["terminated"]["startedAt"]
         assert sidecar["finishedAt"] >= main["state"]["terminated"]["finishedAt"]
-        # main saw the trail in order (its log, through the CRI-format file)
-        logs = kube_node_cluster.node.pod_logs if kube_node_cluster.node else None
-        assert logs is not None
-        lines = [
-            line.split(" ", 3)[3]
-            for file in logs.glob(f"{NAMESPACE}_{name}_*/main/*.log")
-            for line in file.read_text().splitlines()
-        ]
-        assert lines == ["first", "second", "sidecar"]
+        # main saw the trail in order: its log, which the kubelet reads from the runtime's
+        # CRI-format file and serves to the API server (pods/log)
+        _, log = kube_node_cluster.request("GET", f"{PODS}/{name}/log?container=main")
+        assert log.splitlines() == ["first", "second", "sidecar"]
     finally:
         kube_node_cluster.request("DELETE", f"{PODS}/{name}")
 

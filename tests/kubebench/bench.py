@@ -647,6 +647,15 @@ class KubeBench:
             ),
             ip_addresses=("127.0.0.1", "10.0.0.1"),
         )
+        # How the API server authenticates to a kubelet (pods/log, exec): a client certificate
+        # of the bench CA, which a node's kubelet trusts (KubeCluster(node=True)).
+        kubelet_client = self._pki.issue(
+            "kube-apiserver-kubelet-client",
+            server=False,
+            client=True,
+            dns_names=(),
+            ip_addresses=(),
+        )
         token_file = self._workdir / "tokens.csv"
         _write_private(
             token_file, f'{self._admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'.encode()
@@ -682,6 +691,11 @@ class KubeBench:
                 else ["--disable-admission-plugins=ServiceAccount"]
             ),
             "--allow-privileged=true",
+            f"--kubelet-client-certificate={kubelet_client.cert_file}",
+            f"--kubelet-client-key={kubelet_client.key_file}",
+            # a node's kubelet listens on 127.0.0.1 and is named localhost (its InternalIP, on
+            # the pod network, would do too): pods/log stays on loopback
+            "--kubelet-preferred-address-types=Hostname,InternalIP",
             # Lighter: no API priority & fairness bookkeeping, no profiling endpoints.
             "--enable-priority-and-fairness=false",
             "--profiling=false",

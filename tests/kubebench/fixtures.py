@@ -112,14 +112,7 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     machine (``build.sh``, ``build-spark-operator.sh``). Apart from ``kube_bench``: its
     controllers (garbage collection, namespaces, ServiceAccounts) and upstream's CRDs would
     change what the bench's other tests see."""
-    cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE])
-    try:
-        cluster.start()
-        request.config.stash[_STARTED] = True
-        request.config.stash[_CLUSTER_STARTED] = True
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _cluster(request, KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE]))
 
 
 @pytest.fixture(scope="module")
@@ -130,19 +123,23 @@ def kube_node_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     nothing left (no process, mount, pod network or kernel setting of its own)."""
     sysctls = host_sysctls()
     cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE], node=True)
+    yield from _cluster(request, cluster)
+    left = cluster.node.leftovers() if cluster.node is not None else {}
+    if any(left.values()) or host_sysctls() != sysctls:
+        raise KubeBenchError(
+            f"the node left {left}; kernel settings before {sysctls}, after {host_sysctls()}"
+        )
+
+
+def _cluster(request: pytest.FixtureRequest, cluster: KubeCluster) -> Iterator[KubeCluster]:
+    """Start ``cluster``, yield it, stop it."""
     try:
         cluster.start()
         request.config.stash[_STARTED] = True
         request.config.stash[_CLUSTER_STARTED] = True
         yield cluster
     finally:
-        node = cluster.node
         cluster.stop()
-    left = node.leftovers() if node is not None else {}
-    if any(left.values()) or host_sysctls() != sysctls:
-        raise KubeBenchError(
-            f"the node left {left}; kernel settings before {sysctls}, after {host_sysctls()}"
-        )
 
 
 class _KubeTally:
