@@ -479,6 +479,7 @@ class KubeBench:
         crd_files: Iterable[Path] | None = None,
         spark_operator: str | None = None,
         extra_apiserver_args: Sequence[str] = (),
+        service_account_admission: bool = False,
         startup_timeout: float = 120.0,
         build_timeout: float = 3 * 3600.0,
         temp_root: Path | None = None,
@@ -492,6 +493,9 @@ class KubeBench:
             else [Path(p) for p in crd_files]
         )
         self._extra_args = list(extra_apiserver_args)
+        #: the ServiceAccount admission plugin (a pod's token volume): only where a
+        #: controller-manager makes each namespace's `default` ServiceAccount (a node needs it)
+        self._service_account_admission = service_account_admission
         self._startup_timeout = startup_timeout
         self._build_timeout = build_timeout
         self._temp_root = temp_root
@@ -643,10 +647,26 @@ class KubeBench:
             ),
             ip_addresses=("127.0.0.1", "10.0.0.1"),
         )
+        # How the API server authenticates to a kubelet (pods/log, exec): a client certificate
+        # of the bench CA, which a node's kubelet trusts (KubeCluster(node=True)).
+        kubelet_client = self._pki.issue(
+            "kube-apiserver-kubelet-client",
+            server=False,
+            client=True,
+            dns_names=(),
+            ip_addresses=(),
+        )
         token_file = self._workdir / "tokens.csv"
         _write_private(
             token_file, f'{self._admin_token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'.encode()
         )
+        admission = ["NamespaceLifecycle", "LimitRanger", "DefaultStorageClass", "ResourceQuota"]
+        admission += ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
+        # ServiceAccount admission needs the controller-manager's `default` SA in every
+        # namespace; the bench alone has no controller-manager (envtest drops it for the same
+        # reason). A cluster with a node has one, and its pods need their token volumes.
+        if self._service_account_admission:
+            admission.append("ServiceAccount")
         argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={self._etcd_url}",
@@ -664,12 +684,18 @@ class KubeBench:
             f"--service-account-signing-key-file={self._pki.sa_key_file}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC",
-            # ServiceAccount admission needs the controller-manager's `default` SA in every
-            # namespace; there is no controller-manager here (envtest drops it for the same reason).
-            "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,DefaultStorageClass,"
-            "ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            "--disable-admission-plugins=ServiceAccount",
+            f"--enable-admission-plugins={','.join(admission)}",
+            *(
+                []
+                if self._service_account_admission
+                else ["--disable-admission-plugins=ServiceAccount"]
+            ),
             "--allow-privileged=true",
+            f"--kubelet-client-certificate={kubelet_client.cert_file}",
+            f"--kubelet-client-key={kubelet_client.key_file}",
+            # a node's kubelet listens on 127.0.0.1 and is named localhost (its InternalIP, on
+            # the pod network, would do too): pods/log stays on loopback
+            "--kubelet-preferred-address-types=Hostname,InternalIP",
             # Lighter: no API priority & fairness bookkeeping, no profiling endpoints.
             "--enable-priority-and-fairness=false",
             "--profiling=false",

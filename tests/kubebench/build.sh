@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, etcd, kube-controller-manager and kube-scheduler for the sparkguard
-# kube test bench.
+# Build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, the kubelet and the
+# bench's container runtime (kubebench-cri) for the sparkguard kube test bench.
 #
 # The binaries come from the Go module graph pinned in tests/kubebench/go
 # (k8s.io/kubernetes + its staging modules, and go.etcd.io/etcd/server/v3 at the
@@ -9,8 +9,8 @@
 #   ${SPARKGUARD_CACHE:-$HOME/.cache/sparkguard}/kube/<k8s-version>/bin/
 #
 # outside the repository, so every checkout on this machine shares them. A stamp
-# file records a hash of go.mod, go.sum, tools.go, the etcd main, the Go version and the
-# ldflags; when it matches and every binary exists, nothing is rebuilt.
+# file records a hash of go.mod, go.sum, tools.go, the etcd main, the runtime's sources, the
+# Go version and the ldflags; when it matches and every binary exists, nothing is rebuilt.
 #
 # Progress goes to stderr; on success the only line on stdout is the bin dir.
 # Exit status is non-zero, with a clear message, when anything fails.
@@ -37,8 +37,8 @@ moddir="$here/go"
 command -v go >/dev/null 2>&1 || die "'go' not found in PATH; install Go >= 1.26 (needed to build kube-apiserver and etcd)"
 # What `go build` makes (named after the last element of each package path).
 packages=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-  k8s.io/kubernetes/cmd/kube-scheduler ./cmd/etcd)
-binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet ./cmd/etcd ./cmd/kubebench-cri)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd kubebench-cri)
 go_version="$(go env GOVERSION)" || die "'go env GOVERSION' failed"
 
 modver() {  # version of a module required in go.mod
@@ -68,7 +68,8 @@ stamp="$bin_dir/.stamp"
 want_stamp="$(
   {
     echo "k8s=$k8s_version etcd=$etcd_version go=$go_version ldflags=$ldflags"
-    cat "$moddir/go.mod" "$moddir/go.sum" "$moddir/tools.go" "$moddir/cmd/etcd/main.go"
+    cat "$moddir/go.mod" "$moddir/go.sum" "$moddir/tools.go" "$moddir/cmd/etcd/main.go" \
+      "$moddir"/cmd/kubebench-cri/*.go
   } | sha256sum | cut -d' ' -f1
 )"
 

@@ -20,8 +20,10 @@ instead of a Service: upstream's webhook makes its own CA and serving certificat
 both webhook configurations' ``caBundle`` itself (``pkg/certificate``, and the
 ``mutatingwebhookconfiguration``/``validatingwebhookconfiguration`` controllers).
 
-There is no kubelet: pods are created, scheduled onto nothing (no Node) and never run. A test
-drives a pod's life by patching its status. Processes and logs live in the bench's temp dir
+By default there is no kubelet: pods are created, scheduled onto nothing (no Node) and never
+run, and a test drives a pod's life by patching its status. With ``node=True`` the cluster has a
+node (:class:`~tests.kubebench.node.KubeNode`: the real kubelet and the bench's container
+runtime), and pods run. Processes and logs live in the bench's temp dir
 (``<workdir>/*.log``), so the bench's check of dialled addresses covers them::
 
     with KubeCluster(job_namespaces=["spark-jobs"]) as cluster:
@@ -30,7 +32,6 @@ drives a pod's life by patching its status. Processes and logs live in the bench
 
 from __future__ import annotations
 
-import importlib.util
 import ssl
 import tempfile
 import time
@@ -43,6 +44,7 @@ from typing import Any, Self
 
 from tests.kubebench import bench as kubebench
 from tests.kubebench.bench import HERE, JsonObj, KubeBench, KubeBenchError
+from tests.kubebench.node import KubeNode, pyspark_home
 from tests.support import netguard
 
 __all__ = [
@@ -248,18 +250,6 @@ def with_private_tmp(argv: Sequence[str], keep: Sequence[Path]) -> tuple[list[st
     return wrapped, {"KUBECLUSTER_TMP_KEEP": " ".join(names)}
 
 
-def pyspark_home() -> Path:
-    """The PySpark wheel's directory: a SPARK_HOME with ``bin/spark-submit`` and the Kubernetes
-    resource manager's jars (spark-kubernetes, fabric8)."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise KubeBenchError("pyspark is not installed: it is the spark-operator's SPARK_HOME")
-    home = Path(spec.origin).parent
-    if not (home / "bin" / "spark-submit").exists():
-        raise KubeBenchError(f"{home} has no bin/spark-submit")
-    return home
-
-
 class KubeCluster(KubeBench):
     """A :class:`KubeBench` plus kube-controller-manager, kube-scheduler and upstream's
     spark-operator (controller and webhook) watching ``job_namespaces``; see the module's
@@ -270,10 +260,14 @@ class KubeCluster(KubeBench):
         *,
         job_namespaces: Sequence[str] = ("default",),
         controller_args: Mapping[str, str] | None = None,
+        node: bool = False,
         **bench_args: Any,
     ) -> None:
-        super().__init__(crd_files=(), **bench_args)
+        super().__init__(crd_files=(), service_account_admission=node, **bench_args)
         self.job_namespaces = list(job_namespaces)
+        #: a node (the real kubelet and kubebench-cri, ``node.py``) when started with ``node=True``
+        self.node: KubeNode | None = None
+        self._with_node = node
         #: the controller's flags over the chart's, e.g. ``{"--zap-log-level": "debug"}``
         self._controller_overrides = dict(controller_args or {})
         self.release: SparkOperatorRelease | None = None
@@ -299,6 +293,10 @@ class KubeCluster(KubeBench):
         try:
             deadline = time.monotonic() + self._startup_timeout
             self._start_control_plane(deadline)
+            if self._with_node:
+                assert self.bin_dir is not None
+                self.node = KubeNode(self, self.bin_dir)
+                self.node.start(deadline)
             objects = render_spark_operator_chart(self.release, job_namespaces=self.job_namespaces)
             for namespace in (OPERATOR_NAMESPACE, *self.job_namespaces):
                 self.ensure_namespace(namespace)
@@ -315,7 +313,12 @@ class KubeCluster(KubeBench):
         """End the spark-operator and the control plane (each with its process group: the
         controller's spark-submit too), then the bench."""
         components, self._components = self._components, []
-        for proc in reversed(components):
+        operator = [p for p in components if p.name.startswith("spark-operator")]
+        for proc in reversed(operator):
+            proc.stop()
+        if self.node is not None:
+            self.node.stop()
+        for proc in reversed([p for p in components if p not in operator]):
             proc.stop()
         super().stop()
 

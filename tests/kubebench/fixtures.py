@@ -2,7 +2,8 @@
 ``kube_cluster`` (a started :class:`~tests.kubebench.cluster.KubeCluster`: a bench of its own with
 kube-controller-manager, kube-scheduler and upstream's spark-operator), and the module-scoped
 ``apache_operator_bench`` (a started :class:`~tests.kubebench.apache.ApacheOperatorBench`: a bench
-of its own with the Apache Spark Kubernetes Operator, built from its release source).
+of its own with the Apache Spark Kubernetes Operator, built from its release source) and
+``kube_node_cluster`` (the same as ``kube_cluster`` with a node: the real kubelet and the bench's runtime).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
@@ -24,12 +25,13 @@ from typing import Any, Final
 import pytest
 
 from tests.kubebench.apache import ApacheOperatorBench
-from tests.kubebench.bench import KubeBench
+from tests.kubebench.bench import KubeBench, KubeBenchError
 from tests.kubebench.cluster import KubeCluster
+from tests.kubebench.node import host_sysctls
 
 BENCH_GROUP = "kube-bench"
 #: the fixtures that start a bench (their tests are marked ``kube``)
-BENCH_FIXTURES = ("kube_bench", "kube_cluster", "apache_operator_bench")
+BENCH_FIXTURES = ("kube_bench", "kube_cluster", "kube_node_cluster", "apache_operator_bench")
 #: the namespace where ``kube_cluster``'s spark-operator watches SparkApplications
 CLUSTER_JOB_NAMESPACE = "spark-jobs"
 #: the namespace where ``apache_operator_bench``'s operator watches SparkApplications
@@ -84,7 +86,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     tests (loadgroup), so the other worker runs every other test meanwhile, instead of both
     waiting for the build at collection; and the build never counts against a test's limit."""
     built = item.config.stash.get(_STARTED, False)
-    if "kube_cluster" in getattr(item, "fixturenames", ()):
+    if {"kube_cluster", "kube_node_cluster"} & set(getattr(item, "fixturenames", ())):
         built = item.config.stash.get(_CLUSTER_STARTED, False)
     if "apache_operator_bench" in getattr(item, "fixturenames", ()):
         built = item.config.stash.get(_APACHE_STARTED, False)
@@ -119,7 +121,27 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     machine (``build.sh``, ``build-spark-operator.sh``). Apart from ``kube_bench``: its
     controllers (garbage collection, namespaces, ServiceAccounts) and upstream's CRDs would
     change what the bench's other tests see."""
-    cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE])
+    yield from _cluster(request, KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE]))
+
+
+@pytest.fixture(scope="module")
+def kube_node_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
+    """A cluster like ``kube_cluster`` with a node: the real kubelet and the bench's container
+    runtime (``tests/kubebench/node.py``), so upstream's spark-operator gets real pods. One per
+    test module (it holds a kubelet, the drivers' and executors' JVMs), stopped after it with
+    nothing left (no process, mount, pod network or kernel setting of its own)."""
+    sysctls = host_sysctls()
+    cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE], node=True)
+    yield from _cluster(request, cluster)
+    left = cluster.node.leftovers() if cluster.node is not None else {}
+    if any(left.values()) or host_sysctls() != sysctls:
+        raise KubeBenchError(
+            f"the node left {left}; kernel settings before {sysctls}, after {host_sysctls()}"
+        )
+
+
+def _cluster(request: pytest.FixtureRequest, cluster: KubeCluster) -> Iterator[KubeCluster]:
+    """Start ``cluster``, yield it, stop it."""
     try:
         cluster.start()
         request.config.stash[_STARTED] = True
