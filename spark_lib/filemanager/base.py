@@ -438,6 +438,17 @@ class FileManager(abc.ABC):
                 found.update(p for p in wanted if self.fs.isfile(p))
         return found
 
+    def publish_temp(self, temp: str, path: str) -> bool:
+        """Rename the temp file ``temp`` a writer left (whole and durable) onto ``path``,
+        replacing an older file of the name; False when ``temp`` does not exist (published
+        already, or never written). A rollback's roll forward of a committed instant
+        (docs/storage-contract.md, R8a). Rename stores only: an object store has no temp file.
+        """
+        raise errors.UnsupportedStoreError(
+            f"{type(self).__name__} cannot publish the temp file {temp}: only rename stores "
+            "leave a committed file under a temp name"
+        )
+
     def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
         """Delete those of ``file_paths`` that exist; returns the ones actually removed.
 

@@ -39,3 +39,10 @@ class MemoryFileManager(FileManager):
 
     def _open_atomic(self, path: str, *, overwrite: bool) -> AtomicStream:
         return _MemoryStream(self.fs, path, overwrite=overwrite)
+
+    def publish_temp(self, temp: str, path: str) -> bool:
+        """Move ``temp`` onto ``path`` (tests of the roll forward)."""
+        if not self.fs.isfile(temp):
+            return False
+        self.fs.mv(temp, path)
+        return True

@@ -20,7 +20,13 @@ from typing import Any, Final
 from fsspec.spec import AbstractFileSystem
 
 from sparkguard.spark_lib.base import errors, paths
-from sparkguard.spark_lib.filemanager.base import AtomicStream, FileManager, Kind, make_temp_name
+from sparkguard.spark_lib.filemanager.base import (
+    AtomicStream,
+    FileManager,
+    Kind,
+    checksum_of,
+    make_temp_name,
+)
 
 _RENAME_NOREPLACE: Final = 1
 _AT_FDCWD: Final = -100
@@ -263,6 +269,33 @@ class RenameFileManager(FileManager):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)  # the previous version: every line of it is in the new one
         return version
+
+    def publish_temp(self, temp: str, path: str) -> bool:
+        """Local disk: ``rename`` (atomic, replaces), Hadoop's checksum of the temp file moved
+        with it or a stale one of ``path`` removed, then an fsync of the directory. Other rename
+        stores: the older file is deleted, then the temp file moved (the writer that would
+        race that is dead: a rollback runs after its driver)."""
+        temp = paths.validate_base(temp)
+        path = paths.validate_base(path)
+        if self.protocol not in ("file", "local"):
+            if not self.fs.exists(temp):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
+            self.fs.mv(temp, path)
+            return True
+        temp_crc = checksum_of(temp)
+        if os.path.exists(temp_crc):
+            os.replace(temp_crc, checksum_of(path))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(checksum_of(path))
+        try:
+            os.replace(temp, path)
+        except FileNotFoundError:
+            return False
+        fsync_directory(os.path.dirname(path) or ".")
+        return True
 
     def mkdirs(self, path: str) -> None:
         if self.protocol in ("file", "local"):

@@ -81,6 +81,8 @@ class InstantRollback:
     owner: str = ""
     temp_files_removed: int = 0
     warnings: tuple[str, ...] = ()
+    #: committed files this rollback published from their temp names (roll forward, R8a)
+    files_published: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +109,8 @@ class RollbackSummary:
     #: tables whose location the rollback removed: the rolled-back write created it and left
     #: nothing else (docs/storage-contract.md, "The life of a table"); a dry run: would remove
     tables_removed: tuple[str, ...] = ()
+    #: committed files published from their temp names (roll forward, R8a); a dry run: would
+    files_published: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable form (for ``--json`` output and operator events)."""
@@ -126,6 +130,7 @@ class RollbackSummary:
             ],
             "filesDeleted": self.files_deleted,
             "filesKept": self.files_kept,
+            "filesPublished": self.files_published,
             "markersDeleted": self.markers_deleted,
             "tempFilesRemoved": self.temp_files_removed,
             "warnings": list(self.warnings),
@@ -137,6 +142,7 @@ class RollbackSummary:
                     "action": d.action.value,
                     "filesDeleted": d.files_deleted,
                     "filesKept": d.files_kept,
+                    "filesPublished": d.files_published,
                     "markersDeleted": d.markers_deleted,
                     "tempFilesRemoved": d.temp_files_removed,
                     "warnings": list(d.warnings),
@@ -179,6 +185,7 @@ def summarise(
         tables_missing=tuple(sorted(set(tables_missing))),
         temp_files_removed=sum(r.temp_files_removed for r in items),
         warnings=tuple(f"{r.instant}: {w}" for r in items for w in r.warnings),
+        files_published=sum(r.files_published for r in items),
     )
 
 
@@ -630,12 +637,14 @@ def _clean_committed(
     dry_run: bool,
     protected: set[str],
 ) -> InstantRollback:
-    """A committed instant whose markers survived (the driver died after deciding)."""
+    """A committed instant whose markers survived (the driver died after deciding): finish its
+    publication (R8a), its deletes of superseded files (W9b), then delete its markers (R8b)."""
     manager = tl.manager
     if not manager.exists(mdir):
         return InstantRollback(label, instant, Action.COMMITTED, 0, 0, 0)
     snapshot = markers.snapshot_marker_dir(manager, mdir)
     marked = snapshot.marked_files
+    published, publish_warnings = roll_forward(tl, instant, dry_run=dry_run)
     kept = committed_names(tl, job_id=timeline.job_of_instant(instant), marked=marked)
     doomed = sorted(marked - kept - protected)
     # An overwrite's driver may have died before it deleted what the commit superseded (W9b
@@ -645,7 +654,14 @@ def _clean_committed(
         would = _delete(manager, tl.table, doomed, None, dry_run=True)
         would_superseded = len(manager.existing_files(paths.join(tl.table, s) for s in superseded))
         return InstantRollback(
-            label, instant, Action.COMMITTED, would.files + would_superseded, len(kept), 0
+            label,
+            instant,
+            Action.COMMITTED,
+            would.files + would_superseded,
+            len(kept),
+            0,
+            warnings=publish_warnings,
+            files_published=published,
         )
     deleted = _delete(manager, tl.table, doomed, None)
     deleted.files += delete_superseded(tl, superseded)
@@ -658,8 +674,43 @@ def _clean_committed(
         len(kept),
         count,
         temp_files_removed=deleted.temp_files,
-        warnings=snapshot.warnings,
+        warnings=snapshot.warnings + publish_warnings,
+        files_published=published,
     )
+
+
+def roll_forward(
+    tl: timeline.Timeline, instant: str, *, dry_run: bool = False
+) -> tuple[int, tuple[str, ...]]:
+    """R8a: publish the files the committed ``instant`` lists under a temp name (``temp`` in its
+    outcome: a rename store's driver writes the outcome first, then renames) that are still
+    there, by renaming each onto its name. Idempotent: a file already published has no temp
+    file left, and counts nothing. Returns how many were published (dry run: would be) and a
+    warning per listed file found neither published nor under its temp name."""
+    commit = reader.commit_of_status(tl.status(instant))
+    pending = [f for f in commit.files if f.temp is not None] if commit is not None else []
+    if not pending:
+        return 0, ()
+    manager = tl.manager
+    published = 0
+    missing: list[str] = []
+    if dry_run:
+        temps = manager.existing_files(paths.join(tl.table, f.temp or "") for f in pending)
+        return len(temps), ()
+    for file in pending:
+        target = paths.join(tl.table, file.path)
+        if manager.publish_temp(paths.join(tl.table, file.temp or ""), target):
+            published += 1
+        elif not manager.exists(target):
+            missing.append(file.path)
+    if published:
+        logger.info("published %d committed files of %s from their temp names", published, instant)
+    warnings = tuple(
+        f"committed file {path} is neither published nor under its temp name (deleted by "
+        "hand?): a reader of the table fails on it"
+        for path in missing
+    )
+    return published, warnings
 
 
 #: The writer that deletes what its overwrites supersede (W9b): Spark's own file writes.
@@ -1145,7 +1196,12 @@ def _rollback_in_table(
     return [
         r
         for r in results
-        if not (r.action is Action.COMMITTED and not r.files_deleted and not r.markers_deleted)
+        if not (
+            r.action is Action.COMMITTED
+            and not r.files_deleted
+            and not r.markers_deleted
+            and not r.files_published
+        )
         and r.action is not Action.MISSING
     ]
 

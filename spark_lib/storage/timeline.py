@@ -109,14 +109,18 @@ def _now_millis() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DataFile:
-    """A data file an instant committed: path relative to the table, size in bytes, rows."""
+    """A data file an instant committed: path relative to the table, size in bytes, rows, and
+    ``temp``: where a rename store's task left it for the driver to publish after the outcome
+    (relative to the table, in the file's directory; None when written under its name)."""
 
     path: str
     size: int
     rows: int
+    temp: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form stored in an outcome file."""
+        """The JSON form stored in an outcome file (without ``temp``: a record of what is
+        published, as snapshots keep it)."""
         return {"path": self.path, "size": self.size, "rows": self.rows}
 
     @classmethod
@@ -124,13 +128,27 @@ class DataFile:
         """Parse one entry of an outcome's ``files`` list."""
         if not isinstance(value, dict):
             raise errors.CorruptFileError(f"{source}: a files entry is not an object")
+        path = paths.validate_relative(
+            formats.require(value, "path", str, source=source), what="committed file"
+        )
+        temp = value.get("temp")
+        if temp is not None and not _is_temp_of(temp, path):
+            raise errors.CorruptFileError(
+                f"{source}: temp {temp!r} of {path} is not a temp name in its directory"
+            )
         return cls(
-            path=paths.validate_relative(
-                formats.require(value, "path", str, source=source), what="committed file"
-            ),
+            path=path,
             size=formats.require(value, "size", int, source=source),
             rows=formats.require(value, "rows", int, source=source),
+            temp=temp,
         )
+
+
+def _is_temp_of(temp: Any, path: str) -> bool:
+    """Whether ``temp`` is the contract's temp name of ``path`` in ``path``'s directory."""
+    if not isinstance(temp, str) or paths.parent(temp) != paths.parent(path):
+        return False
+    return filemanager.temp_target(temp) == paths.basename(path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -288,6 +288,18 @@ def _data_files(manager: filemanager.FileManager, table: str) -> list[str]:
     return sorted(found)
 
 
+def _written_files(manager: filemanager.FileManager, table: str) -> int:
+    """Data files a write has put on storage, published or not: those a directory reader lists,
+    and the temp files of data names (the JVM protocol on a rename store publishes those only
+    after its outcome)."""
+    temps = [
+        relative
+        for relative in _temp_files(manager, table)
+        if (filemanager.temp_target(relative) or "").startswith("part-")
+    ]
+    return len(_data_files(manager, table)) + len(temps)
+
+
 def _temp_files(manager: filemanager.FileManager, table: str) -> list[str]:
     """What a killed writer may leave that no reader sees (relative paths or keys): temp files
     (``.<name>.sg-tmp-<hex>``), Hadoop checksums (``.<name>.crc``) of files that are gone, and
@@ -439,7 +451,7 @@ class _Job:
         last = ""
         deadline = time.monotonic() + 600
         while process.poll() is None:
-            done = len(_data_files(setup.manager, setup.table))
+            done = _written_files(setup.manager, setup.table)
             line = _progress(done, setup.size.partitions)
             if line != last:
                 print(f"    {line}", flush=True)
@@ -456,7 +468,7 @@ class _Job:
                 os.killpg(process.pid, signal.SIGKILL)
                 raise SystemExit(f"demo: the Spark job did not finish in 10 minutes; see {log}")
             time.sleep(setup.poll_s)
-        final = _progress(len(_data_files(setup.manager, setup.table)), setup.size.partitions)
+        final = _progress(_written_files(setup.manager, setup.table), setup.size.partitions)
         if final != last:
             print(f"    {final}", flush=True)
         if process.returncode != 0:
@@ -557,7 +569,7 @@ class _FsspecJob(_Job):
 def _kill_first_attempt(setup: _Setup, job: _Job, report: _Report) -> None:
     size = setup.size
     when = (
-        f"killed once {size.partitions // 2} of its data files are on storage"
+        f"killed once {size.partitions // 2} of its data files are written"
         if setup.writer is Writer.JVM
         else f"killed while partition {KILL_PARTITION} is paused by the writer's fault hook"
     )
@@ -578,13 +590,14 @@ def _show_leftovers(setup: _Setup, report: _Report) -> None:
     statuses = tl.statuses(job_id=JOB_ID)
     inflight = [s.instant for s in statuses if s.state is timeline.State.INFLIGHT]
     report.say(f"instant(s) still inflight: {', '.join(inflight) or 'none'}")
-    report.say(f"data files on storage, none committed: {len(leftovers)}")
+    # What spark.read.parquet(dir), Hive or Trino list now, before any rollback.
+    report.say(f"data files a plain directory reader lists, none committed: {len(leftovers)}")
     for name in leftovers[:4]:
         report.say(f"  {name}")
     if len(leftovers) > 4:
         report.say(f"  ... and {len(leftovers) - 4} more")
     temps = _temp_files(setup.manager, setup.table)
-    report.say(f"temp files of writes cut short (never visible): {len(temps)}")
+    report.say(f"temp files of writes cut short (hidden from every reader): {len(temps)}")
     plan = rollback.rollback_job(
         JOB_ID, setup.journal_url, storage_options=setup.options, dry_run=True
     )
@@ -594,9 +607,23 @@ def _show_leftovers(setup: _Setup, report: _Report) -> None:
         "its file, so a file whose write never started is marked too)"
     )
     report.check(len(inflight) == 1, "one undecided instant")
-    report.check(bool(leftovers), "partial output is on storage (not yet visible to readers)")
+    report.check(bool(leftovers or temps), "partial output is on storage")
     committed = reader.committed_paths(setup.table_url, storage_options=setup.options)
     report.check(committed == [], "readers of committed data see nothing of it")
+    direct = isinstance(setup.manager, filemanager.DirectPutFileManager)
+    if setup.writer is Writer.JVM and not direct:
+        # Published only after the outcome (docs/storage-contract.md, "Publication after the
+        # outcome"): the dead write's files are all hidden temp files.
+        report.check(
+            leftovers == [],
+            "a plain spark.read.parquet of the directory sees the committed rows only (none), "
+            "before any rollback",
+        )
+    else:
+        report.say(
+            "this writer on this store publishes each file as its task ends: a plain directory "
+            "reader sees these files until the rollback (readers of committed data never do)"
+        )
 
 
 def _roll_back(setup: _Setup, report: _Report) -> None:

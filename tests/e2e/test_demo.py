@@ -52,7 +52,7 @@ def _assert_recovered(out: str, rows: int) -> None:
         f"exactly-once: OK ({rows} rows, 0 duplicates, 0 missing, 0 uncommitted files, "
         "0 temp files)"
     )
-    assert "temp files of writes cut short (never visible): " in out
+    assert "temp files of writes cut short (hidden from every reader): " in out
     assert "no temp file left behind" in out
     assert "ok   attempt 0 died in the middle of its write" in out
     assert "instant(s) still inflight: " in out
@@ -75,7 +75,10 @@ def test_demo_recovers_an_unchanged_job_exactly_once(tmp_path: Path) -> None:
     rows = demo.DEFAULT_SIZES[demo.Writer.JVM].rows
     _assert_recovered(out, rows)
     assert "writer: jvm, the zero-code path" in out
-    assert "killed once 8 of its data files are on storage" in out
+    assert "killed once 8 of its data files are written" in out
+    # Before any rollback a plain directory reader lists nothing of the dead write.
+    assert "data files a plain directory reader lists, none committed: 0" in out
+    assert "ok   a plain spark.read.parquet of the directory sees the committed rows only" in out
     assert "ok   the job loaded no sparkguard Python module (it said: none)" in out
     assert f"ok   committed by Spark's own writer through {rollback.JVM_PROTOCOL}" in out
 

@@ -451,11 +451,11 @@ PLAIN_PARTITIONS = 8
 
 
 def _mid_write(table: Path) -> bool:
-    """Some of the write's files are published (renamed to their final names), not all, and
-    nothing is committed yet."""
-    published = len(list(table.glob("part-*")))
+    """Some of the write's files are written (under their hidden temp names: the JVM protocol
+    publishes them only after its outcome), not all, and nothing is committed yet."""
+    written = len(list(table.glob(".part-*.sg-tmp-*")))
     outcomes = list((table / timeline.SPARKGUARD_DIR / "timeline").glob("*.outcome"))
-    return 0 < published < PLAIN_PARTITIONS and not outcomes
+    return 0 < written < PLAIN_PARTITIONS and not outcomes
 
 
 def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_once(
@@ -482,11 +482,12 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
     assert {"RolledBack", "Resubmitted"} <= set(reasons)
     assert reasons.count("Resubmitted") == 1
     assert cluster.notes("plain")[appmeta.ATTEMPT] == "1"
-    # The operator's rollback undid the killed write: published files deleted, none committed.
+    # The operator's rollback undid the killed write: its temp files removed (none was ever
+    # published), none committed.
     summary = cluster.rollback.summaries[0]
     assert len(summary["instantsRolledBack"]) == 1
     assert summary["instantsCommitted"] == []
-    assert summary["filesDeleted"] >= 1
+    assert summary["tempFilesRemoved"] >= 1
     assert summary["tablesRemoved"] == [str(table)]  # the killed write created the location
     # The jar the driver loaded came from the library volume (the bundle the initContainer wrote).
     for index in range(2):

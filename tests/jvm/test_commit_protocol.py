@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard import cli
+from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.spark import sparkconf
 from sparkguard.spark_lib.storage import reader, rollback, timeline
 from tests.jvm.conftest import marker_sidecar, run_job
@@ -66,21 +67,22 @@ def test_a_failed_jvm_write_is_rolled_back_by_python_and_the_rerun_is_exactly_on
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     table, journal = tmp_path / "table", tmp_path / "journal"
-    # Row 600 is in the last of 4 tasks: the others publish their files, then the job aborts.
+    # Row 600 is in the last of 4 tasks: the others commit their files, then the job aborts.
     failed = run_job(
         "plain_write.py", str(table), "1000", "4", "append", "600", conf=_conf(journal),
         expect_exit=3,
     )  # fmt: skip
     assert failed == {"failed": True}
-    published = sorted(p.name for p in table.glob("part-*"))
-    assert published, "the tasks before the failure published their files"
+    written = sorted(p.name for p in table.glob(".part-*.sg-tmp-*"))
+    assert written, "the tasks before the failure wrote their files, under their temp names"
+    assert sorted(table.glob("part-*")) == [], "published only after an outcome: none"
     assert reader.committed_paths(str(table)) == []  # none of them is visible to readers
     states = [i["state"] for i in _inspect(table, capsys)["instants"]]  # type: ignore[union-attr]
     assert states == [timeline.State.ROLLING_BACK.value]  # abortJob claimed it
 
     summary = rollback.rollback_job(JOB, str(journal))
-    assert summary.files_deleted == len(published)
-    assert sorted(p.name for p in table.glob("part-*")) == []
+    assert (summary.files_deleted, summary.temp_files_removed) == (0, len(written))
+    assert sorted(p.name for p in table.glob("*part-*")) == []
 
     result = run_job("plain_write.py", str(table), "1000", "4", conf=_conf(journal))
     assert result == {"rows": 1000, "ids": 1000}
@@ -109,13 +111,14 @@ def test_markers_batched_by_the_sidecar_are_what_rollback_reads(
             for batch in marker_dir.glob("MARKERS[0-9]*")
             for line in batch.read_text().splitlines()
         }
-        published = sorted(p.name for p in table.glob("part-*"))
-        assert published
-        assert {f"{name}.marker.CREATE" for name in published} <= batched
+        written = [filemanager.temp_target(p.name) for p in table.glob(".part-*.sg-tmp-*")]
+        assert written
+        assert list(table.glob("part-*")) == [], "published only after an outcome: none"
+        assert {f"{name}.marker.CREATE" for name in written} <= batched
 
         summary = rollback.rollback_job(JOB, str(journal))
-        assert summary.files_deleted == len(published)
-        assert list(table.glob("part-*")) == []
+        assert (summary.files_deleted, summary.temp_files_removed) == (0, len(written))
+        assert list(table.glob("*part-*")) == []
 
         result = run_job("plain_write.py", str(table), "1000", "4", conf=conf)
     assert result == {"rows": 1000, "ids": 1000}

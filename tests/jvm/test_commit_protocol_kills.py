@@ -6,12 +6,15 @@ the write made by ``df.write.format("sparkguard")`` (the Python API's name, the 
 local disk.
 
 The stages are chosen explicitly (coverage is never left to chance): the inflight written, the
-first marker, the first published file, half the files published, and the committed outcome
-(killed after it: the rerun must skip the write, spark-operator#1854). A seeded draw adds kills
-at random delays inside the write; the seed chooses only the delay. On S3 (a slower tier: S3A's
-start costs) a subset runs: the middle of the write and one random moment. On a real HDFS (the
-minicluster: ``HadoopRenameAtomicStore``, temp file + hsync + ``FileContext.rename`` on a
-NameNode) the middle of the write.
+first marker, half the files written (rename stores: under their hidden temp names), half the
+files published (rename stores: after the outcome, inside the publication window, which the
+rollback rolls forward; S3: before the commit), and the committed outcome (killed after it: the
+rerun must skip the write, spark-operator#1854). Right after a kill before the outcome, and
+before any rollback, a rename store's directory holds no data file of the write. A seeded draw
+adds kills at random delays inside the write; the seed chooses only the delay. On S3 (a slower
+tier: S3A's start costs) a subset runs: the middle of the write and one random moment. On a real
+HDFS (the minicluster: ``HadoopRenameAtomicStore``, temp file + hsync + ``FileContext.rename``
+on a NameNode) the middle of the write.
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ class Where:
         fs.invalidate_cache()
         return [p.rsplit("/", 1)[-1] for p in fs.glob(f"{self.table}/{pattern}")]
 
+    def committed(self) -> bool:
+        """Whether the write's outcome says committed (listed and read now)."""
+        fs, _, _ = fsspec.get_fs_token_paths(self.table, storage_options=self.options)
+        fs.invalidate_cache()
+        outcomes = fs.glob(f"{self.table}/_sparkguard/timeline/*.outcome")
+        return any(b'"committed"' in fs.cat_file(p) for p in outcomes)
+
 
 @pytest.fixture(params=["local", "s3", "hdfs", "front"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
@@ -80,17 +90,17 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
 STAGES: dict[str, Callable[[Where], bool]] = {
     "inflight": lambda w: bool(w.glob("_sparkguard/timeline/*.inflight")),
     "first-marker": lambda w: bool(w.glob("_sparkguard/markers/*/*.marker.*")),
-    "first-file": lambda w: bool(w.glob("part-*")),
+    "half-temps": lambda w: len(w.glob(".part-*.sg-tmp-*")) >= PARTITIONS // 2,
     "half-files": lambda w: len(w.glob("part-*")) >= PARTITIONS // 2,
     "outcome": lambda w: bool(w.glob("_sparkguard/timeline/*.outcome")),
 }
 #: What the S3 tier runs (each case costs two S3A Spark starts).
 S3_STAGES = ("half-files",)
 S3_SEEDS = (11,)
-#: What the HDFS tier runs: the rollback deleting published files on a NameNode, then the rerun.
-HDFS_STAGES = ("half-files",)
+#: What the HDFS tier runs: the rollback deleting temp files on a NameNode, then the rerun.
+HDFS_STAGES = ("half-temps",)
 #: What the format("sparkguard") tier runs: the same protocol, reached through the format name.
-FRONT_STAGES = ("half-files", "outcome")
+FRONT_STAGES = ("half-temps", "outcome")
 
 
 def _kill_when(where: Where, ready: Callable[[Where], bool], delay: float) -> None:
@@ -148,8 +158,15 @@ def test_killed_at_each_stage_then_rolled_back_and_rerun_is_exactly_once(
 ) -> None:
     _kill_when(where, STAGES[stage], delay=0.0)
     assert where.glob("_sparkguard/timeline/*.inflight"), "the kill came after the write started"
+    committed = where.committed()
+    if not committed and not where.table.startswith("s3a://"):
+        # Before any rollback: a directory reader finds no file of the uncommitted write.
+        assert where.glob("part-*") == [], "a data file published before the outcome"
     summary = _rollback(where, capsys, monkeypatch)
-    if stage != "outcome":  # before the commit: the rollback removes every published file
+    if committed:  # rolled forward: every file of the write published, none deleted
+        assert len(where.glob("part-*")) == PARTITIONS, summary
+        assert summary["filesDeleted"] == 0, summary
+    else:  # before the commit: the rollback removes every file of the write
         assert where.glob("part-*") == [], summary
     _assert_exactly_once(where)
 

@@ -1,6 +1,7 @@
 """Overwrites through the JVM commit protocol, seen by every kind of reader: an unchanged
 PySpark job's ``mode("overwrite")`` (static, and dynamic partition overwrite) replaces the data
-at its commit; killed mid-write, the old data stays whole, ``sparkguard rollback`` removes the
+at its commit; killed mid-write, the old data stays whole and is all a directory reader sees
+(the new files are hidden temp files until the outcome), ``sparkguard rollback`` removes the
 dead write's files, and the rerun replaces the table exactly once.
 
 Two views are checked each time: the committed-only reader (``reader.committed_paths``,
@@ -137,10 +138,15 @@ def _new_files(table: Path) -> list[Path]:
     return [p for p in table.glob("part-*") if f"-{NEW}-" in p.name]
 
 
-#: Where the overwrite is killed: half its files published, or its outcome written (then the
-#: deletes of W9b may or may not have run: rollback finishes them).
+def _new_temp_files(table: Path) -> list[Path]:
+    return [p for p in table.glob(".part-*.sg-tmp-*") if f"-{NEW}-" in p.name]
+
+
+#: Where the overwrite is killed: half its files written (under their temp names: published
+#: only after the outcome), or its outcome written (then the renames and the deletes of W9b may
+#: or may not have run: rollback finishes them).
 STAGES: dict[str, Callable[[Path], bool]] = {
-    "half-files": lambda t: len(_new_files(t)) >= PARTITIONS // 2,
+    "half-temps": lambda t: len(_new_temp_files(t)) >= PARTITIONS // 2,
     "outcome": lambda t: any(
         p.name.endswith(f"-{NEW}.outcome") for p in (t / "_sparkguard" / "timeline").iterdir()
     ),
@@ -189,15 +195,17 @@ def test_an_overwrite_killed_mid_write_leaves_the_old_data_then_the_rerun_replac
         if proc.stderr:
             proc.stderr.close()
 
-    if stage == "half-files":
-        # Undecided: the committed-only reader sees the old table; the old files are whole.
+    if stage == "half-temps":
+        # Undecided: both readers see the old table, before any rollback; the old files whole.
         assert reader.committed_paths(str(table)) == [str(table / n) for n in sorted(old)]
         assert {n: (table / n).read_bytes() for n in old} == old
+        assert _directory_ids(table) == list(range(1000)), "no file of the running overwrite"
     capsys.readouterr()
     code = cli.main(["rollback", "--job-id", NEW, "--journal", str(journal), "--json", "--quiet"])
     assert code == 0, capsys.readouterr().out
-    if stage == "half-files":
+    if stage == "half-temps":
         assert _new_files(table) == []
+        assert _new_temp_files(table) == []
         assert _directory_ids(table) == list(range(1000)), "the old data, intact"
     else:
         # Committed: rollback finished the deletes the dead driver may not have done.

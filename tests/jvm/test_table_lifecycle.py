@@ -95,9 +95,10 @@ def test_a_killed_first_write_rolled_back_by_the_init_container_then_rerun_creat
         conf["spark.sql.warehouse.dir"] = location
         table = str(tmp_path / "warehouse" / "orders")
     args = (how, location, str(ROWS), str(PARTITIONS))
+    # The first data file written (under its temp name: published only after the outcome).
     kill_when(
         job_command("create_table.py", *args, conf=conf),
-        lambda: bool(_glob(table, "part-*", {})),
+        lambda: bool(_glob(table, ".part-*.sg-tmp-*", {})),
         poll_s=0.002,
         log=tmp_path / "killed.log",
     )
@@ -126,7 +127,7 @@ def test_a_table_that_existed_before_the_killed_write_is_kept(
     (Path(table) / "legacy.parquet").write_bytes(b"a file the table held before sparkguard")
     conf = sparkconf.build_spark_conf(JOB, journal=journal)
     command = job_command("plain_write.py", table, str(ROWS), str(PARTITIONS), conf=conf)
-    kill_when(command, lambda: bool(_glob(table, "part-*", {})), poll_s=0.002)
+    kill_when(command, lambda: bool(_glob(table, ".part-*.sg-tmp-*", {})), poll_s=0.002)
     summary = _rollback_init_container(journal, {}, capsys, monkeypatch)
     assert summary["tablesRemoved"] == []
     assert summary["instantsRolledBack"], summary

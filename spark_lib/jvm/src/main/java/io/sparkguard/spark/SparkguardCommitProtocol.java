@@ -67,10 +67,11 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <tr><td>W2</td><td>driver, {@link #setupJob}</td><td>put-if-absent {@code <instant>.inflight} with the owner</td></tr>
  *   <tr><td>W3</td><td>driver, {@link #setupJob}</td><td>put-if-absent the journal entry (when {@code spark.sparkguard.journal} is set) and {@code MARKERS.type}</td></tr>
  *   <tr><td>W4</td><td>task, {@link #newTaskTempFile}</td><td>the direct marker {@code <file>.marker.CREATE}, before the file is opened</td></tr>
- *   <tr><td>W5</td><td>task</td><td>Spark's writer writes the file under a temp name in its final directory</td></tr>
- *   <tr><td>W6</td><td>task, {@link #commitTask}; local disk: driver, {@link #onTaskCommit} (all done in {@link #commitJob} before W7)</td><td>publish: rename onto the deterministic name {@code part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>}</td></tr>
- *   <tr><td>W7/W8</td><td>driver, {@link #commitJob}</td><td>verify every reported file; delete marked files no task reported and leftovers of marked names</td></tr>
- *   <tr><td>W9</td><td>driver, {@link #commitJob}</td><td>put-if-absent {@code <instant>.outcome} = committed with files, sizes, rows</td></tr>
+ *   <tr><td>W5</td><td>task</td><td>Spark's writer writes the file under a temp name in its final directory (rename stores: hidden from directory readers until W6)</td></tr>
+ *   <tr><td>W5b</td><td>driver, {@link #onTaskCommit} (all done in {@link #commitJob} before W7)</td><td>rename stores: make each accepted attempt's temp file durable ({@link AtomicStore#persist})</td></tr>
+ *   <tr><td>W7/W8</td><td>driver, {@link #commitJob}</td><td>verify every reported file (its temp file on rename stores); delete marked files no task reported and leftovers of marked names but the accepted temp files</td></tr>
+ *   <tr><td>W9</td><td>driver, {@link #commitJob}</td><td>put-if-absent {@code <instant>.outcome} = committed with files, sizes, rows and, on rename stores, each file's temp name</td></tr>
+ *   <tr><td>W6</td><td>driver, {@link #commitJob}</td><td>rename stores: publish, after the outcome: rename every temp file onto its deterministic name {@code part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>}, concurrently</td></tr>
  *   <tr><td>W9b</td><td>driver, {@link #commitJob}</td><td>{@code overwrite}/{@code overwrite-partitions}: delete the files the commit superseded ({@link SupersededFiles})</td></tr>
  *   <tr><td>W10</td><td>driver, {@link #commitJob}</td><td>delete the marker directory</td></tr>
  *   <tr><td>W11</td><td>driver, {@link #abortJob}</td><td>claim the instant as rolled back; its files are removed by the next {@code sparkguard rollback}</td></tr>
@@ -78,11 +79,13 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>W5/W6 per store ({@link AtomicStore}): on local disk ({@link LocalAtomicStore}) and on
  * HDFS ({@code hdfs://}, {@code viewfs://}: {@link HadoopRenameAtomicStore}, {@code
- * FileContext.rename}) the task writes a temp name and publishes by rename in {@link
- * #commitTask}, except that on local disk the driver publishes (fsync, rename, fsync of the
- * directory) as each task's commit reaches it, in the background, so that the fsyncs overlap
- * the tasks still running instead of holding up the task that wrote the file ({@link
- * AtomicStore#publishesOnDriver}); on object stores ({@code s3a://}, {@link ObjectStoreAtomicStore}) it writes the
+ * FileContext.rename}) the task writes a temp name, which no directory reader lists, and
+ * reports it; the driver makes it durable as each task's commit reaches it (local disk: an
+ * fsync, in the background, overlapping the tasks still running), writes the outcome listing
+ * the temp names, then publishes by rename ({@link AtomicStore#publishesOnDriver}): a plain
+ * {@code spark.read.parquet} of the directory sees no file of a running or failed write, and a
+ * driver that dies after the outcome leaves the renames to {@code sparkguard rollback}, which
+ * finishes them from the outcome (roll forward); on object stores ({@code s3a://}, {@link ObjectStoreAtomicStore}) it writes the
  * final name directly (the object appears whole when its upload completes) and there is nothing
  * to publish.
  *
@@ -142,8 +145,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   /** Per task attempt (never serialized): the files it opened, by relative path. */
   private transient Map<String, Path> pending;
-  /** Driver only: the publications {@link #onTaskCommit} started, by temp file. */
-  private transient Map<String, Future<?>> publishing;
+  /** Driver only: the fsyncs of temp files (W5b) {@link #onTaskCommit} started, by temp file. */
+  private transient Map<String, Future<?>> persisting;
   /**
    * Tasks open data files through {@link OwnedFileSystem} ({@code sg-s3a://}, {@code
    * sg-file://}), which records their length and rows (and on S3A creates them without the
@@ -152,6 +155,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    * scheme: plain paths, and the task reads each file's size and footer back).
    */
   private final boolean ownedCreate;
+  /**
+   * Hadoop setting (tests only): milliseconds W9a waits after each rename, publishing one file
+   * at a time, so that a test can kill the driver inside the publication window. 0 (the
+   * default): no wait, renames concurrent.
+   */
+  static final String PUBLISH_PAUSE_KEY = "sparkguard.test.publishPauseMs";
+  private final long publishPauseMs;
 
   /** The constructor {@code FileCommitProtocol.instantiate} calls (on the driver). */
   public SparkguardCommitProtocol(String jobId, String path, boolean dynamicPartitionOverwrite) {
@@ -165,6 +175,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     ProtocolSteps.refuseSpeculation(store, path);
     this.sidecar = ProtocolSteps.sidecar(settings);
     this.ownedCreate = OwnedFileSystem.available(new Path(path), hadoopConf);
+    this.publishPauseMs = hadoopConf.getLong(PUBLISH_PAUSE_KEY, 0);
   }
 
   /** True when tasks write data files under their final names (object stores: no publish). */
@@ -471,7 +482,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       for (Map.Entry<String, Path> entry : pending.entrySet()) {
         Path target = new Path(path, entry.getKey());
         Path work = entry.getValue();
-        // W6 here, or by the driver as this commit reaches it (AtomicStore#publishesOnDriver).
+        // W6 here, or by the driver after the outcome (AtomicStore#publishesOnDriver).
         boolean byDriver = driverPublishes && !work.equals(target);
         if (!work.equals(target) && !byDriver) {
           store.publish(work, target);
@@ -606,13 +617,21 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     Timeline timeline = timeline();
     Path markers = timeline.markerDirectory(instant);
     try {
-      publishReported(reported.values());  // W6 of the files the driver publishes
+      persistReported(reported.values());  // W5b: the temp files the driver publishes, durable
       // W7: every reported file is there, with the size its task saw. W8: marked names no
-      // task reported (a failed attempt's names), and leftovers of all.
+      // task reported (a failed attempt's names), and leftovers of all but the temp files the
+      // accepted attempts reported.
       Map<String, Long> sizes = new TreeMap<>();
-      reported.forEach((relative, file) -> sizes.put(relative, file.size));
+      Map<String, Path> unpublished = new TreeMap<>();
+      reported.forEach((relative, file) -> {
+        sizes.put(relative, file.size);
+        if (file.work != null) {
+          unpublished.put(relative, new Path(file.work));
+        }
+      });
       ProtocolSteps.sealMarkers(sidecar, markers);
-      ProtocolSteps.verifyAndClean(store, path, markers, sizes, "the write is not committed (rerun it)");
+      ProtocolSteps.verifyAndClean(
+          store, path, markers, sizes, unpublished, "the write is not committed (rerun it)");
       // W9: decide.
       List<Map<String, Object>> files = new ArrayList<>();
       long rows = 0;
@@ -629,6 +648,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         extra.put("partitions", partitions);
       }
       timeline.commit(instant, files, extra, write);
+      // W6 after the outcome: from here a crash leaves a committed instant whose markers
+      // survive, which the next rollback rolls forward from the outcome's temp names.
+      publishAfterOutcome(unpublished);
       if (operation.startsWith("overwrite")) {
         deleteSuperseded(reported.keySet(), partitions);  // W9b, before W10: see SupersededFiles
       }
@@ -654,9 +676,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   /**
    * Driver, as each task's commit reaches it (Spark's writer calls this once per partition, for
-   * the commit that {@link #commitJob} then gets): W6 of the task's files where the driver
+   * the commit that {@link #commitJob} then gets): W5b of the task's temp files where the driver
    * publishes them ({@link AtomicStore#publishesOnDriver}), started in the background so that
-   * the fsyncs overlap the tasks still running.
+   * the fsyncs overlap the tasks still running. Nothing becomes visible here.
    */
   @Override
   public void onTaskCommit(TaskCommitMessage message) {
@@ -664,54 +686,87 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     List<CommittedFile> files = (List<CommittedFile>) message.obj();
     for (CommittedFile file : files) {
       if (file.work != null) {
-        startPublishing(file);
+        startPersisting(file);
       }
     }
   }
 
-  private synchronized Future<?> startPublishing(CommittedFile file) {
-    if (publishing == null) {
-      publishing = new HashMap<>();
+  private synchronized Future<?> startPersisting(CommittedFile file) {
+    if (persisting == null) {
+      persisting = new HashMap<>();
     }
-    return publishing.computeIfAbsent(file.work, work -> Publisher.POOL.submit(() -> {
-      store.publish(new Path(work), new Path(path, file.path));
+    return persisting.computeIfAbsent(file.work, work -> Publisher.POOL.submit(() -> {
+      store.persist(new Path(work));
       return null;
     }));
   }
 
   /**
-   * W6 of every reported file the driver publishes: waits for those {@link #onTaskCommit}
-   * started and publishes the rest (the same pool, concurrently); throws the first failure.
+   * W5b of every reported temp file: waits for those {@link #onTaskCommit} started and makes
+   * the rest durable (the same pool, concurrently); throws the first failure.
    */
-  private void publishReported(java.util.Collection<CommittedFile> files) throws IOException {
+  private void persistReported(java.util.Collection<CommittedFile> files) throws IOException {
     List<CommittedFile> byDriver = new ArrayList<>();
-    List<Future<?>> publications = new ArrayList<>();
+    List<Future<?>> started = new ArrayList<>();
     for (CommittedFile file : files) {
       if (file.work != null) {
         byDriver.add(file);
-        publications.add(startPublishing(file));
+        started.add(startPersisting(file));
       }
     }
-    Concurrently.awaitAll(publications, "publishing the files of " + path, (i, cause) ->
-        new IOException("sparkguard: cannot publish " + byDriver.get(i).path + " of " + path
-            + " (the write is not committed; rerun it)", cause));
+    Concurrently.awaitAll(started, "persisting the files of " + path, (i, cause) ->
+        new IOException("sparkguard: cannot make " + byDriver.get(i).path + " of " + path
+            + " durable (the write is not committed; rerun it)", cause));
   }
 
-  /** Before an abort's claim: no publication of this job may rename a file after it. */
-  private void stopPublishing() {
+  /**
+   * W6 after W9: rename every temp file of {@code unpublished} onto its name, concurrently. A
+   * failure leaves the write committed with files still under their temp names; the next
+   * {@code sparkguard rollback} of the job publishes them from the outcome.
+   */
+  private void publishAfterOutcome(Map<String, Path> unpublished) throws IOException {
+    if (publishPauseMs > 0) {
+      for (Map.Entry<String, Path> file : unpublished.entrySet()) {
+        store.publish(file.getValue(), new Path(path, file.getKey()));
+        try {
+          Thread.sleep(publishPauseMs);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          throw new java.io.InterruptedIOException("interrupted publishing " + path);
+        }
+      }
+      return;
+    }
+    List<String> names = new ArrayList<>(unpublished.keySet());
+    List<Future<?>> renames = new ArrayList<>();
+    for (String relative : names) {
+      Path work = unpublished.get(relative);
+      renames.add(Publisher.POOL.submit(() -> {
+        store.publish(work, new Path(path, relative));
+        return null;
+      }));
+    }
+    Concurrently.awaitAll(renames, "publishing the files of " + path, (i, cause) ->
+        new IOException("sparkguard: write " + instant + " of " + path + " is committed but "
+            + names.get(i) + " is not published yet; run 'sparkguard rollback' of the job (the"
+            + " operator's rollback initContainer does) to finish publishing it", cause));
+  }
+
+  /** Before an abort's claim: no fsync of this job's temp files still runs. */
+  private void stopPersisting() {
     List<Future<?>> started;
     synchronized (this) {
-      if (publishing == null) {
+      if (persisting == null) {
         return;
       }
-      started = new ArrayList<>(publishing.values());
+      started = new ArrayList<>(persisting.values());
     }
     for (Future<?> publication : started) {
       publication.cancel(false);  // not begun: never begins; running: ends on its own
       try {
         publication.get();
       } catch (ExecutionException | java.util.concurrent.CancellationException e) {
-        // An abort: the rollback removes whatever the publication left (temp file or name).
+        // An abort: the rollback removes the temp files of the marked names.
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
         return;
@@ -724,7 +779,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     if (instant == null) {
       return;
     }
-    stopPublishing();
+    stopPersisting();
     try {
       boolean claimed = timeline().claimRollback(instant);
       LOG.warn(
@@ -736,10 +791,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     }
   }
 
-  /** The driver's publications (W6, {@link AtomicStore#publishesOnDriver}): a few fsyncs and
-   * renames at once, daemon threads; built on first use, so only where the driver publishes. */
+  /** The driver's fsyncs (W5b) and renames (W6, {@link AtomicStore#publishesOnDriver}): up to
+   * 16 at once (a rename on HDFS is a NameNode round trip: the latencies overlap), daemon
+   * threads; built on first use, so only where the driver publishes. */
   private static final class Publisher {
-    static final ExecutorService POOL = Executors.newFixedThreadPool(4, runnable -> {
+    static final ExecutorService POOL = Executors.newFixedThreadPool(16, runnable -> {
       Thread thread = new Thread(runnable, "sparkguard-publish");
       thread.setDaemon(true);
       return thread;
@@ -752,7 +808,8 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     final String path;
     final long size;
     final long rows;
-    /** The temp file the driver publishes as {@code path} (W6), or null: the task published. */
+    /** The temp file the driver publishes as {@code path} after the outcome (W6), or null:
+     * written under its final name (object stores). */
     final String work;
 
     CommittedFile(String path, long size, long rows, String work) {
@@ -767,6 +824,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       json.put("path", path);
       json.put("size", size);
       json.put("rows", rows);
+      if (work != null) {
+        // The temp name W6 renames after the outcome (relative to the table, in the file's
+        // directory): what a rollback publishes if the driver died before it did.
+        int slash = path.lastIndexOf('/');
+        json.put("temp", path.substring(0, slash + 1) + new Path(work).getName());
+      }
       return json;
     }
   }

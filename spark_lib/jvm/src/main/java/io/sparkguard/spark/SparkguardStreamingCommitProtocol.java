@@ -329,6 +329,7 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
       for (Map.Entry<String, Path> entry : pending.entrySet()) {
         Path target = new Path(path, entry.getKey());
         if (!entry.getValue().equals(target)) {
+          store.persist(entry.getValue());
           store.publish(entry.getValue(), target);
         }
         // The manifest records the qualified path, size and modification time of the published
@@ -382,7 +383,7 @@ public class SparkguardStreamingCommitProtocol extends ManifestFileCommitProtoco
       // S6: reported sizes; marked names no task reported (a failed attempt's), and leftovers.
       ProtocolSteps.sealMarkers(sidecar, markers);
       ProtocolSteps.verifyAndClean(
-          store, path, markers, reported, "batch " + batchId + " is not committed");
+          store, path, markers, reported, Map.of(), "batch " + batchId + " is not committed");
       // The fence: a rollback that claimed this instant has deleted (or will delete) its files.
       if (timeline.isDecided(instant)) {
         throw new InstantDecidedException(

@@ -502,9 +502,11 @@ class CommitProtocolWriteTest {
     if (loserEnds == LoserEnds.ABORTED_AFTER_THE_WINNER_COMMITS) {
       protocols[0].abortTask(contexts[0]);
     }
-    // On local disk the driver publishes (W6), as the task's commit reaches it: not the task.
+    // On local disk the driver publishes (W9a), after the outcome: not the task, and not as the
+    // task's commit reaches the driver (W5b only makes the temp file durable).
     assertFalse(Files.exists(table.resolve(name)), "the task itself publishes nothing on local disk");
     driver.onTaskCommit(winner);
+    assertFalse(Files.exists(table.resolve(name)), "nothing is published before the outcome");
     driver.commitJob(job, scala.jdk.javaapi.CollectionConverters.asScala(List.of(winner)).toList());
 
     assertTrue(java.util.Arrays.equals(winnerBytes, Files.readAllBytes(table.resolve(name))),
@@ -522,6 +524,8 @@ class CommitProtocolWriteTest {
     assertEquals(1, outcome.get("files").size(), outcome.toString());
     JsonNode file = outcome.get("files").get(0);
     assertEquals(name, file.get("path").asText());
+    assertEquals(new org.apache.hadoop.fs.Path(work[1]).getName(), file.get("temp").asText(),
+        "the outcome names the winner's temp file: what a rollback publishes after a crash");
     assertEquals(winnerBytes.length, file.get("size").asLong());
     assertEquals(3, file.get("rows").asLong());
     assertFalse(Files.exists(table.resolve("_sparkguard/markers/" + driver.instant())), "markers removed after commit");
@@ -531,8 +535,9 @@ class CommitProtocolWriteTest {
   }
 
   /**
-   * The driver publishes a local task's file (W6) before W7; a temp file that is gone by then
-   * (deleted under the job) fails the commit naming the file, and nothing is committed.
+   * The driver makes a local task's temp file durable (W5b) before W7 and publishes it only
+   * after the outcome (W9a); a temp file that is gone by then (deleted under the job) fails the
+   * commit naming the file, nothing is committed and nothing is published.
    */
   @Test
   void aTempFileGoneBeforeTheDriverPublishesItFailsTheCommitNamingTheFile() throws Exception {
@@ -557,16 +562,18 @@ class CommitProtocolWriteTest {
     }
     String gone = "part-00001-nightly-1-w000.parquet";
     assertTrue(work[1].contains("." + gone + ".sg-tmp-"), work[1]);
-    driver.onTaskCommit(commits[0]);  // published in the background; task 1's commit is the job's
+    driver.onTaskCommit(commits[0]);  // made durable in the background; task 1's commit is the job's
     Files.delete(Path.of(new org.apache.hadoop.fs.Path(work[1]).toUri().getPath()));
     Exception error = assertThrows(Exception.class, () -> driver.commitJob(
         job, scala.jdk.javaapi.CollectionConverters.asScala(List.of(commits)).toList()));
     String message = rootMessage(error) + " / " + error.getMessage();
     assertTrue(error.getCause() != null && error.getCause().getMessage().contains(
-        "cannot publish " + gone) && error.getCause().getMessage().contains("rerun it"), message);
+        "cannot make " + gone) && error.getCause().getMessage().contains("rerun it"), message);
     assertTrue(timeline(table, ".outcome").isEmpty(), "nothing committed");
-    assertTrue(Files.exists(table.resolve("part-00000-nightly-1-w000.parquet")),
-        "the file whose task's commit reached the driver first was published (a rollback deletes it)");
+    assertFalse(Files.exists(table.resolve("part-00000-nightly-1-w000.parquet")),
+        "nothing is published before the outcome, not even the file whose task's commit came first");
+    assertTrue(Files.exists(Path.of(new org.apache.hadoop.fs.Path(work[0]).toUri().getPath())),
+        "its temp file, hidden from directory readers, is left for the rollback");
   }
 
   @Test

@@ -136,15 +136,19 @@ public final class ProtocolSteps {
    * W7/W8 (S6): every reported file is there with the size its task saw (else a {@link
    * SparkguardException} ending with {@code notCommitted}); then the marked names no task
    * reported (a failed attempt's names) are deleted, and the leftovers (temp files, incomplete
-   * uploads) of every marked name.
+   * uploads) of every marked name. {@code unpublished}: relative name to the temp file its
+   * accepted attempt left for the driver to publish after the outcome ({@link
+   * AtomicStore#publishesOnDriver}); that file is the one verified, and kept, while every other
+   * temp file of the name (a speculative or failed attempt's) goes.
    */
   public static void verifyAndClean(
       AtomicStore store, String table, Path markers, Map<String, Long> reported,
-      String notCommitted) throws IOException {
+      Map<String, Path> unpublished, String notCommitted) throws IOException {
     List<String> names = new ArrayList<>(reported.keySet());
     List<Path> paths = new ArrayList<>();
     for (String relative : names) {
-      paths.add(new Path(table, relative));
+      Path work = unpublished.get(relative);
+      paths.add(work != null ? work : new Path(table, relative));
     }
     long[] sizes = store.sizes(paths);
     for (int i = 0; i < sizes.length; i++) {
@@ -155,6 +159,8 @@ public final class ProtocolSteps {
                 + " task reported " + expected + "; " + notCommitted);
       }
     }
+    Set<String> keep = new java.util.HashSet<>();
+    unpublished.values().forEach(work -> keep.add(work.getName()));
     Set<String> marked = Timeline.markedFiles(store, markers);
     List<Path> targets = new ArrayList<>();
     for (String relative : marked) {
@@ -164,7 +170,7 @@ public final class ProtocolSteps {
       }
       targets.add(target);
     }
-    store.deleteLeftovers(new Path(table), targets);
+    store.deleteLeftovers(new Path(table), targets, keep);
   }
 
   /**

@@ -36,21 +36,30 @@ public interface AtomicStore extends Serializable {
   /**
    * Make the file written at {@code work} visible as {@code target}, replacing an older file of
    * that name (a retried attempt or a rerun writes the same name). Atomic: a reader of
-   * {@code target} sees the old file or the new one, never a mix.
+   * {@code target} sees the old file or the new one, never a mix. The caller made {@code work}
+   * durable first ({@link #persist}); the rename itself is made durable here.
    */
   void publish(Path work, Path target) throws IOException;
 
   /**
-   * Whether the job's driver publishes the tasks' data files instead of the tasks themselves
-   * ({@link io.sparkguard.spark.SparkguardCommitProtocol#onTaskCommit}: each task's files as its
-   * commit reaches the driver, in the background; all of them before W7). True where {@link
-   * #publish} is a local fsync and rename: the fsync then overlaps the tasks still running instead
-   * of holding up the task that wrote the file, and a file is still whole or absent under its name
-   * at every moment. The driver sees the tasks' files on such a store (W7 reads their sizes there).
+   * Whether the job's driver publishes the tasks' data files, after the outcome (W9, then W6
+   * in docs/storage-contract.md, "A write, step by step"), instead of a task or a direct write
+   * publishing them. True on rename stores: a task leaves its file under the temp name {@link
+   * #workPath}, which no directory reader lists (leading dot), and reports it; the driver makes
+   * the reported files durable ({@link #persist}, as each task's commit reaches it), writes the
+   * outcome listing them with their temp names, then renames them ({@link #publish}). The driver
+   * sees the tasks' files on such a store (W7 reads their sizes under the temp names).
    */
   default boolean publishesOnDriver() {
     return false;
   }
+
+  /**
+   * Make the file a task wrote at {@code work} durable before an outcome names it: on local
+   * disk an fsync of the file (and of Hadoop's checksum beside it); nothing where the writer's
+   * close already made it durable (HDFS: its blocks are complete). Idempotent.
+   */
+  default void persist(Path work) throws IOException {}
 
   /**
    * Called by a task after the marker and before Spark's writer opens {@link #workPath}{@code
@@ -62,20 +71,34 @@ public interface AtomicStore extends Serializable {
 
   /**
    * Remove what an unfinished write of {@code target} left: its temp files (rename stores) or
-   * incomplete uploads (object stores); never {@code target} itself. Returns how many.
+   * incomplete uploads (object stores), except those whose file name is in {@code keep} (the
+   * accepted attempt's temp file, which the driver publishes after the outcome); never {@code
+   * target} itself. Returns how many.
    */
-  int deleteLeftovers(Path target) throws IOException;
+  int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException;
+
+  /** {@link #deleteLeftovers(Path, java.util.Set)} keeping nothing. */
+  default int deleteLeftovers(Path target) throws IOException {
+    return deleteLeftovers(target, java.util.Collections.<String>emptySet());
+  }
 
   /**
-   * {@link #deleteLeftovers(Path)} of every one of {@code targets}, all under {@code dir};
-   * returns how many leftovers were removed. Object stores may find them with one listing.
+   * {@link #deleteLeftovers(Path, java.util.Set)} of every one of {@code targets}, all under
+   * {@code dir}; returns how many leftovers were removed. Object stores may find them with one
+   * listing.
    */
-  default int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+  default int deleteLeftovers(Path dir, java.util.Collection<Path> targets, java.util.Set<String> keep)
+      throws IOException {
     int removed = 0;
     for (Path target : targets) {
-      removed += deleteLeftovers(target);
+      removed += deleteLeftovers(target, keep);
     }
     return removed;
+  }
+
+  /** {@link #deleteLeftovers(Path, java.util.Collection, java.util.Set)} keeping nothing. */
+  default int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+    return deleteLeftovers(dir, targets, java.util.Collections.<String>emptySet());
   }
 
   /** The whole content of the file {@code path} (published files are whole, see above). */

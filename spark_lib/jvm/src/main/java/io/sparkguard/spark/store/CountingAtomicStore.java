@@ -122,20 +122,26 @@ public final class CountingAtomicStore implements AtomicStore {
   }
 
   @Override
+  public void persist(Path work) throws IOException {
+    inner.persist(work);
+  }
+
+  @Override
   public void prepareWrite(Path target) throws IOException {
     inner.prepareWrite(target);
   }
 
   @Override
-  public int deleteLeftovers(Path target) throws IOException {
+  public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
     count(target, false);
-    return inner.deleteLeftovers(target);
+    return inner.deleteLeftovers(target, keep);
   }
 
   @Override
-  public int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+  public int deleteLeftovers(Path dir, java.util.Collection<Path> targets, java.util.Set<String> keep)
+      throws IOException {
     count(dir, false);
-    return inner.deleteLeftovers(dir, targets);
+    return inner.deleteLeftovers(dir, targets, keep);
   }
 
   @Override

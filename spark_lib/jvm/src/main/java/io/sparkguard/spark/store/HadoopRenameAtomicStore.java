@@ -167,12 +167,17 @@ public final class HadoopRenameAtomicStore extends HadoopFileSystemStore {
   }
 
   @Override
+  public boolean publishesOnDriver() {
+    return true;  // after the outcome: a temp name is hidden from every directory reader
+  }
+
+  @Override
   public void publish(Path work, Path target) throws IOException {
     RenameAtomicFiles.rename(fc(), work, target, true);
   }
 
   @Override
-  public int deleteLeftovers(Path target) throws IOException {
+  public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
     String prefix = "." + target.getName() + ".sg-tmp-";
     FileStatus[] entries;
     try {
@@ -182,7 +187,8 @@ public final class HadoopRenameAtomicStore extends HadoopFileSystemStore {
     }
     int removed = 0;
     for (FileStatus entry : entries) {
-      if (entry.isFile() && entry.getPath().getName().startsWith(prefix)
+      String name = entry.getPath().getName();
+      if (entry.isFile() && name.startsWith(prefix) && !keep.contains(name)
           && fs().delete(entry.getPath(), false)) {
         removed++;
       }

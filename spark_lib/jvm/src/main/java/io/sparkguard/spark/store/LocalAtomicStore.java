@@ -96,17 +96,25 @@ public final class LocalAtomicStore implements AtomicStore {
   }
 
   @Override
+  public void persist(Path work) throws IOException {
+    java.nio.file.Path file = local(work);
+    sync(file);
+    java.nio.file.Path crc = checksumOf(file);
+    if (Files.exists(crc)) {
+      sync(crc);
+    }
+  }
+
+  @Override
   public void publish(Path work, Path target) throws IOException {
     java.nio.file.Path from = local(work);
-    sync(from);
     // Hadoop's local filesystem writes a checksum beside each file (.<name>.crc) and verifies
-    // it on read: it moves with the file (durable first, as the file is), and a checksum of an
-    // older file of the name goes. The tasks' owned streams write none (OwnedFileSystem); a
-    // task given plain paths (a setting naming another owned class) does.
+    // it on read: it moves with the file (durable already, as the file is: persist), and a
+    // checksum of an older file of the name goes. The tasks' owned streams write none
+    // (OwnedFileSystem); a task given plain paths (a setting naming another owned class) does.
     java.nio.file.Path fromCrc = checksumOf(from);
     java.nio.file.Path toCrc = checksumOf(local(target));
     if (Files.exists(fromCrc)) {
-      sync(fromCrc);
       Files.move(fromCrc, toCrc, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
     } else {
       Files.deleteIfExists(toCrc);
@@ -121,7 +129,7 @@ public final class LocalAtomicStore implements AtomicStore {
   }
 
   @Override
-  public int deleteLeftovers(Path target) throws IOException {
+  public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
     java.nio.file.Path dir = local(target).getParent();
     if (!Files.isDirectory(dir)) {
       return 0;
@@ -131,8 +139,9 @@ public final class LocalAtomicStore implements AtomicStore {
     try (Stream<java.nio.file.Path> entries = Files.list(dir)) {
       for (java.nio.file.Path p : (Iterable<java.nio.file.Path>) entries::iterator) {
         String name = p.getFileName().toString();
-        boolean temp = name.startsWith(prefix);
-        boolean tempChecksum = name.startsWith("." + prefix) && name.endsWith(".crc");
+        boolean temp = name.startsWith(prefix) && !keep.contains(name);
+        boolean tempChecksum = name.startsWith("." + prefix) && name.endsWith(".crc")
+            && !keep.contains(name.substring(1, name.length() - ".crc".length()));
         if ((temp || tempChecksum) && Files.deleteIfExists(p) && temp) {
           removed++;
         }

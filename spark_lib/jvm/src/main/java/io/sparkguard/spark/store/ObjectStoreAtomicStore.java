@@ -191,7 +191,10 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
    * per name ({@link #deleteLeftovers(Path)}).
    */
   @Override
-  public int deleteLeftovers(Path dir, java.util.Collection<Path> targets) throws IOException {
+  public int deleteLeftovers(Path dir, java.util.Collection<Path> targets, java.util.Set<String> keep)
+      throws IOException {
+    // keep: no upload is left for the driver to complete on this store (tasks' uploads are
+    // completed when their writers close), so every incomplete one of these names goes.
     FileSystem fs = fs();
     if (targets.isEmpty()
         || !fs.hasPathCapability(dir, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
@@ -566,7 +569,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   @Override
-  public int deleteLeftovers(Path target) throws IOException {
+  public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
     FileSystem fs = fs();
     if (!fs.hasPathCapability(target, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
       return 0;

@@ -133,11 +133,11 @@ class ProtocolStepsTest {
     }
     Map<String, Long> reported = new TreeMap<>(Map.of("a.parquet", 4L));
     SparkguardException e = assertThrows(SparkguardException.class,
-        () -> ProtocolSteps.verifyAndClean(store, local, markers, reported, "not committed"));
+        () -> ProtocolSteps.verifyAndClean(store, local, markers, reported, Map.of(), "not committed"));
     assertTrue(e.getMessage().endsWith("reported 4; not committed"), e.getMessage());
     assertEquals(3, store.size(new Path(local, "b.parquet")), "nothing deleted before the check");
     reported.put("a.parquet", 3L);
-    ProtocolSteps.verifyAndClean(store, local, markers, reported, "not committed");
+    ProtocolSteps.verifyAndClean(store, local, markers, reported, Map.of(), "not committed");
     assertEquals(3, store.size(new Path(local, "a.parquet")));
     assertEquals(-1, store.size(new Path(local, "b.parquet")), "marked, not reported: deleted");
   }

@@ -33,6 +33,16 @@ public abstract class ForwardingStore implements AtomicStore {
   }
 
   @Override
+  public boolean publishesOnDriver() {
+    return inner.publishesOnDriver();
+  }
+
+  @Override
+  public void persist(Path work) throws IOException {
+    inner.persist(work);
+  }
+
+  @Override
   public void publish(Path work, Path target) throws IOException {
     before("publish", target);
     inner.publish(work, target);
@@ -44,9 +54,9 @@ public abstract class ForwardingStore implements AtomicStore {
   }
 
   @Override
-  public int deleteLeftovers(Path target) throws IOException {
+  public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
     before("deleteLeftovers", target);
-    return inner.deleteLeftovers(target);
+    return inner.deleteLeftovers(target, keep);
   }
 
   @Override

@@ -1,0 +1,278 @@
+"""A plain directory reader never sees a write that did not commit (docs/storage-contract.md,
+"Publication after the outcome"): the JVM commit protocol on a rename store leaves each data
+file under its hidden temp name until the outcome is written, then renames it.
+
+A reader of the directory that knows nothing of sparkguard (pyarrow's dataset discovery, which
+skips names starting with ``.`` or ``_`` as Spark's, Hive's and Trino's listings do) polls the
+table while an unchanged PySpark job appends, overwrites or overwrites partitions dynamically,
+and the job is SIGKILLed at a seeded random moment. Every poll taken wholly before the outcome
+reads the table as it was, every poll taken wholly after the publication reads it as written;
+right after the kill, before any rollback, it reads exactly the committed rows; after the
+rollback no temp file or marker is left. A driver killed inside the publication window
+(deterministically: a test-only pause between renames) is rolled *forward* by the rollback:
+every row once, on local disk and on a real HDFS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader
+from tests.jvm import conftest, stores
+from tests.jvm.conftest import job_command, job_env, rollback_as_init_container
+from tests.support.process import kill_session
+
+pytestmark = pytest.mark.spark
+
+JOB = "jvm-publish-1"
+#: rows the table holds before the write (plain files, as before opting in), and the write's
+OLD_ROWS = 1_000
+ROWS = 400_000
+PARTITIONS = 8
+#: the Hadoop setting that pauses the driver's publication after each rename (tests only)
+PUBLISH_PAUSE = "spark.hadoop.sparkguard.test.publishPauseMs"
+
+#: (rows, sum of n): what a reader of the directory counts
+Reading = tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Write:
+    """One kind of write: its mode, partition expression and extra conf, and the readings
+    before and after it."""
+
+    mode: str
+    partition_expr: str | None
+    conf: dict[str, str]
+    before: Reading
+    after: Reading
+
+
+def _reading(ns: list[int] | range) -> Reading:
+    return len(ns), sum(ns)
+
+
+def _old() -> range:
+    return range(OLD_ROWS)
+
+
+def _new() -> range:
+    return range(OLD_ROWS, OLD_ROWS + ROWS)
+
+
+WRITES = {
+    "append": Write("append", None, {}, _reading(_old()), _reading(range(OLD_ROWS + ROWS))),
+    "overwrite": Write("overwrite", None, {}, _reading(_old()), _reading(_new())),
+    # The old table is partitioned by n % 4; the write's partitions are n % 2 (0 and 1): it
+    # replaces k=0 and k=1 and keeps the old rows of k=2 and k=3.
+    "dynamic": Write(
+        "overwrite",
+        "n % 2",
+        {"spark.sql.sources.partitionOverwriteMode": "dynamic"},
+        _reading(_old()),
+        _reading([n for n in _old() if n % 4 >= 2] + list(_new())),
+    ),
+}
+
+
+def _seed_table(table: Path, write: Write) -> None:
+    """The table before the write: plain Parquet files no sparkguard instant lists."""
+    if write.partition_expr is None:
+        table.mkdir(parents=True)
+        pq.write_table(pa.table({"n": pa.array(_old(), pa.int64())}), table / "old-0.parquet")
+        return
+    for k in range(4):
+        part = table / f"k={k}"
+        part.mkdir(parents=True)
+        ns = [n for n in _old() if n % 4 == k]
+        pq.write_table(pa.table({"n": pa.array(ns, pa.int64())}), part / "old-0.parquet")
+
+
+def plain_reading(table: str, filesystem: Any = None) -> Reading | None:
+    """What a directory reader that knows nothing of sparkguard reads (pyarrow's discovery
+    skips ``.``/``_`` names, like Spark's); None when a file went away mid-read (an overwrite
+    deleting superseded files)."""
+    try:
+        dataset = ds.dataset(table, format="parquet", partitioning="hive", filesystem=filesystem)
+        column = dataset.to_table(columns=["n"]).column("n")
+    except (FileNotFoundError, OSError, pa.ArrowInvalid):
+        return None
+    total = pc.sum(column).as_py() if len(column) else 0
+    return len(column), int(total or 0)
+
+
+def _timeline_state(table: Path) -> tuple[bool, bool]:
+    """(an outcome exists, a marker directory exists): before the outcome, the write is not
+    visible; after the outcome with the markers gone, it is wholly published."""
+    sg = table / "_sparkguard"
+    outcome = any((sg / "timeline").glob("*.outcome"))
+    markers = any((sg / "markers").glob("*"))
+    return outcome, markers
+
+
+@dataclasses.dataclass
+class Poller:
+    """Reads the directory over and over in a thread, noting the timeline around each read."""
+
+    table: Path
+    seen: list[tuple[tuple[bool, bool], Reading | None, tuple[bool, bool]]] = dataclasses.field(
+        default_factory=list
+    )
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            before = _timeline_state(self.table)
+            got = plain_reading(str(self.table))
+            self.seen.append((before, got, _timeline_state(self.table)))
+            time.sleep(0.01)
+
+
+def _run_and_kill(command: list[str], ready: Any, delay: float) -> bool:
+    """Start the job, wait until ``ready()`` then ``delay`` s, SIGKILL the whole driver; True
+    when the kill came before the job ended (else the write simply finished)."""
+    proc = subprocess.Popen(
+        command,
+        env=job_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not ready() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the write never started"
+            time.sleep(0.005)
+        time.sleep(delay)
+        return proc.poll() is None
+    finally:
+        kill_session(proc.pid)
+        proc.wait(timeout=60)
+
+
+def _leftovers(table: Path) -> list[str]:
+    temps = [str(p) for p in table.rglob(".*.sg-tmp-*")]
+    markers = [str(p) for p in (table / "_sparkguard" / "markers").rglob("*") if p.is_file()]
+    return temps + markers
+
+
+@pytest.mark.parametrize(("kind", "seed"), [("append", 3), ("overwrite", 5), ("dynamic", 7)])
+def test_a_plain_reader_sees_the_table_before_or_after_a_write_killed_at_random(
+    kind: str,
+    seed: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write = WRITES[kind]
+    table = tmp_path / "table"
+    journal = str(tmp_path / "journal")
+    _seed_table(table, write)
+    assert plain_reading(str(table)) == write.before
+    conf = {**sparkconf.build_spark_conf(JOB, journal=journal), **write.conf}
+    args = [str(table), str(ROWS), str(PARTITIONS), write.mode, "-", str(OLD_ROWS)]
+    if write.partition_expr:
+        args.append(write.partition_expr)
+    poller = Poller(table)
+    thread = threading.Thread(target=poller.run, daemon=True)
+    thread.start()
+    delay = random.Random(seed).uniform(0.0, 3.0)  # the seed picks the moment, not the coverage
+    try:
+        _run_and_kill(
+            job_command("plain_write.py", *args, conf=conf),
+            lambda: any((table / "_sparkguard" / "timeline").glob("*.inflight")),
+            delay,
+        )
+    finally:
+        poller.stop.set()
+        thread.join(timeout=30)
+    # Outside the publication window every poll reads before or after, never a mix.
+    checked = 0
+    for before, got, after in poller.seen:
+        if got is None:
+            continue
+        if not before[0] and not after[0]:
+            assert got == write.before, "a poll before the outcome saw part of the write"
+            checked += 1
+        elif before[0] and not before[1]:
+            assert got == write.after, "a poll after the publication saw a mix"
+            checked += 1
+    assert checked, "the poller read the table at least once outside the publication window"
+    # After the kill, before any rollback: exactly the committed rows.
+    committed, unpublished = _timeline_state(table)
+    if not committed:
+        assert plain_reading(str(table)) == write.before
+    elif not unpublished:
+        assert plain_reading(str(table)) == write.after
+    rollback_as_init_container(JOB, journal, {}, capsys, monkeypatch)
+    assert plain_reading(str(table)) == (write.after if committed else write.before)
+    assert _leftovers(table) == []
+
+
+@dataclasses.dataclass(frozen=True)
+class RenameStore:
+    """A table on a rename store: its URL, the Spark conf and fsspec options that reach it, and
+    a listing of its directory."""
+
+    url: str
+    conf: dict[str, str]
+    options: dict[str, Any]
+    fs: Any
+    root: str
+
+    def names(self, pattern: str) -> list[str]:
+        """Last path segments matching ``<table>/<pattern>``, listed now."""
+        self.fs.invalidate_cache()
+        return sorted(p.rsplit("/", 1)[-1] for p in self.fs.glob(f"{self.root}/{pattern}"))
+
+
+@pytest.fixture(params=["local", *stores.params("hdfs")])
+def rename_store(request: pytest.FixtureRequest, tmp_path: Path) -> RenameStore:
+    """A fresh table on local disk or on a real HDFS (the minicluster)."""
+    if request.param == "local":
+        table = str(tmp_path / "table")
+        return RenameStore(table, {}, {}, fsspec.filesystem("file"), table)
+    store = conftest.open_store(request, request.param)
+    fs, root = store.filesystem()
+    return RenameStore(store.url("table"), store.conf, store.options, fs, f"{root}/table")
+
+
+def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
+    rename_store: RenameStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    where = rename_store
+    journal = str(tmp_path / "journal")
+    conf = stores.with_jars(sparkconf.build_spark_conf(JOB, journal=journal), where.conf)
+    conf[PUBLISH_PAUSE] = "2000"  # one rename every 2 s: the kill lands after the first
+    command = job_command("plain_write.py", where.url, str(ROWS), str(PARTITIONS), conf=conf)
+    assert _run_and_kill(command, lambda: bool(where.names("part-*")), 0.2), "killed too late"
+    published = where.names("part-*")
+    assert 0 < len(published) < PARTITIONS, "killed inside the publication window"
+    assert len(where.names(".part-*.sg-tmp-*")) == PARTITIONS - len(published)
+    summary = rollback_as_init_container(JOB, journal, where.options, capsys, monkeypatch)
+    assert summary["filesPublished"] == PARTITIONS - len(published), summary
+    assert summary["filesDeleted"] == 0, summary
+    paths = reader.committed_paths(where.url, storage_options=where.options)
+    committed = sorted(p.rsplit("/", 1)[-1] for p in paths)
+    assert committed == where.names("part-*")
+    assert len(committed) == PARTITIONS
+    assert where.names(".*.sg-tmp-*") == []
+    assert where.names("_sparkguard/markers/*/*") == [], "no marker left"
+    assert plain_reading(where.root, where.fs) == _reading(range(ROWS)), "every row once"

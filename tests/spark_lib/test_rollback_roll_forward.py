@@ -1,0 +1,119 @@
+"""R8a without Spark: a JVM write on a rename store whose driver died after its outcome (W9) and
+before the end of its publication (W9a) is rolled *forward* by ``rollback``: every file the
+outcome lists under a temp name is renamed onto its name, nothing is deleted, and running it
+again changes nothing (docs/storage-contract.md, "Publication after the outcome")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkguard.spark_lib import filemanager
+from sparkguard.spark_lib.base import errors
+from sparkguard.spark_lib.storage import markers, rollback, timeline
+
+JVM = rollback.JVM_PROTOCOL
+JOB = "fwd"
+
+
+def _commit_unpublished(table: Path, files: dict[str, tuple[bytes, bool]]) -> str:
+    """A committed JVM append of ``files`` (relative name -> (bytes, published yet)) whose
+    markers survive: the published ones under their names, the others under the temp names
+    the outcome lists."""
+    table.mkdir()
+    manager, path = filemanager.resolve(str(table))
+    tl = timeline.Timeline(manager, path)
+    instant = tl.start(JOB, attempt=0, marker_type="DIRECT")
+    mdir = Path(markers.marker_dir(str(table), instant))
+    mdir.mkdir(parents=True)
+    (mdir / "MARKERS.type").write_text("DIRECT")
+    listed = []
+    for relative, (data, published) in files.items():
+        target = table / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.parent / filemanager.make_temp_name(target.name)
+        (target if published else temp).write_bytes(data)
+        marker = mdir / f"{relative}.marker.CREATE"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        listed.append((relative, temp.relative_to(table).as_posix(), len(data)))
+    tl.commit(
+        instant,
+        [timeline.DataFile(path=r, size=n, rows=1) for r, _, n in listed],
+        extra={"operation": "append", "protocol": JVM},
+    )
+    # The JVM driver's outcome names each file's temp file (the Python writer's never does).
+    outcome = table / "_sparkguard" / "timeline" / f"{instant}.outcome"
+    doc = json.loads(outcome.read_text())
+    for entry, (_, temp, _) in zip(doc["files"], listed, strict=True):
+        entry["temp"] = temp
+    outcome.write_text(json.dumps(doc) + "\n")
+    return instant
+
+
+def _on_disk(table: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(table).as_posix(): p.read_bytes()
+        for p in table.rglob("*")
+        if p.is_file() and "_sparkguard" not in p.parts
+    }
+
+
+def test_rollback_publishes_what_a_dead_driver_left_under_temp_names(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    files = {
+        "part-00000-fwd-w000-c000.parquet": (b"published", True),
+        "part-00001-fwd-w000-c000.parquet": (b"unpublished", False),
+        "k=1/part-00002-fwd-w000-c000.parquet": (b"in a partition", False),
+    }
+    _commit_unpublished(table, files)
+
+    dry = rollback.rollback_table(str(table), job_id=JOB, dry_run=True)
+    assert (dry.files_published, dry.files_deleted) == (2, 0)
+    assert len([n for n in _on_disk(table) if filemanager.is_temp_name(n)]) == 2
+
+    summary = rollback.rollback_table(str(table), job_id=JOB)
+    assert (summary.files_published, summary.files_deleted) == (2, 0)
+    assert summary.to_json()["filesPublished"] == 2
+    assert _on_disk(table) == {name: data for name, (data, _) in files.items()}
+    assert not (table / "_sparkguard" / "markers").exists() or not any(
+        (table / "_sparkguard" / "markers").iterdir()
+    )
+
+    again = rollback.rollback_table(str(table), job_id=JOB)
+    assert (again.files_published, again.files_deleted, again.markers_deleted) == (0, 0, 0)
+
+
+def test_a_listed_file_gone_from_both_names_is_a_warning_and_nothing_is_deleted(
+    tmp_path: Path,
+) -> None:
+    table = tmp_path / "t"
+    _commit_unpublished(
+        table,
+        {
+            "part-00000-fwd-w000-c000.parquet": (b"kept", False),
+            "part-00001-fwd-w000-c000.parquet": (b"gone", False),
+        },
+    )
+    for temp in table.glob(".part-00001-*"):
+        temp.unlink()
+    summary = rollback.rollback_table(str(table), job_id=JOB)
+    assert (summary.files_published, summary.files_deleted) == (1, 0)
+    assert any("part-00001-fwd-w000-c000.parquet" in w for w in summary.warnings)
+    assert _on_disk(table) == {"part-00000-fwd-w000-c000.parquet": b"kept"}
+
+
+@pytest.mark.parametrize(
+    "temp",
+    [
+        "other/.part-00000-fwd-w000-c000.parquet.sg-tmp-0123456789ab",  # another directory
+        ".part-00001-fwd-w000-c000.parquet.sg-tmp-0123456789ab",  # another name's temp
+        "part-00000-fwd-w000-c000.parquet",  # not a temp name
+    ],
+)
+def test_an_outcome_naming_a_temp_that_is_not_its_files_is_refused(temp: str) -> None:
+    entry = {"path": "part-00000-fwd-w000-c000.parquet", "size": 1, "rows": 1, "temp": temp}
+    with pytest.raises(errors.CorruptFileError, match="not a temp name"):
+        timeline.DataFile.from_json(entry, source="x.outcome")
