@@ -3,7 +3,8 @@
 kube-controller-manager, kube-scheduler and upstream's spark-operator), and the module-scoped
 ``apache_operator_bench`` (a started :class:`~tests.kubebench.apache.ApacheOperatorBench`: a bench
 of its own with the Apache Spark Kubernetes Operator, built from its release source) and
-``kube_node_cluster`` (the same as ``kube_cluster`` with a node: the real kubelet and the bench's runtime).
+``kube_node_cluster`` (the same as ``kube_cluster`` with a node: the real kubelet and the
+bench's runtime).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
