@@ -127,7 +127,7 @@ class Metrics:
             "Instants the operator's rollbacks decided or finished on storage, by what was done: "
             "rolled_back (claimed and cleaned), committed (a commit had decided it: left alone), "
             "rolled_forward (committed, and the rollback finished what its driver left: "
-            "markers, superseded files).",
+            "files still to publish, superseded files, markers).",
             ["action"],
             registry=self.registry,
         )
@@ -199,7 +199,11 @@ class Metrics:
             if action == "rolled_back":
                 self.instants.labels(action="rolled_back").inc()
             elif action == "committed":
-                finished = deleted or int(detail.get("markersDeleted") or 0)
+                finished = (
+                    deleted
+                    or int(detail.get("filesPublished") or 0)
+                    or int(detail.get("markersDeleted") or 0)
+                )
                 self.instants.labels(action="rolled_forward" if finished else "committed").inc()
             elif action == "nothing" and deleted:
                 self.late_files_removed.inc(deleted)

@@ -32,6 +32,8 @@ def test_a_rollback_counts_each_instant_by_what_was_done_and_the_late_files() ->
                 {"action": "rolled_back", "filesDeleted": 4, "markersDeleted": 2},
                 {"action": "committed", "filesDeleted": 0, "markersDeleted": 0},
                 {"action": "committed", "filesDeleted": 0, "markersDeleted": 3},
+                # a driver killed while publishing: the rollback published the rest
+                {"action": "committed", "filesDeleted": 0, "filesPublished": 5},
                 {"action": "nothing", "filesDeleted": 3, "markersDeleted": 0},
                 {"action": "nothing", "filesDeleted": 0, "markersDeleted": 0},
                 {"action": "other_owner", "filesDeleted": 0, "markersDeleted": 0},
@@ -41,7 +43,7 @@ def test_a_rollback_counts_each_instant_by_what_was_done_and_the_late_files() ->
     instants = "sparkguard_operator_instants_total"
     assert _value(m, instants, action="rolled_back") == 1
     assert _value(m, instants, action="committed") == 1
-    assert _value(m, instants, action="rolled_forward") == 1
+    assert _value(m, instants, action="rolled_forward") == 2
     assert _value(m, "sparkguard_operator_late_files_removed_total") == 3
     assert _value(m, "sparkguard_operator_rollback_files_deleted_sum") == 7
     assert _value(m, "sparkguard_operator_rollback_files_deleted_count") == 1
