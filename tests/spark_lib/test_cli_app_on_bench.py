@@ -14,6 +14,7 @@ The real API server still validates and prunes them through the bench's CRDs.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -113,6 +114,15 @@ def _table_files(table: Path) -> set[str]:
     }
 
 
+def _rollback_app(bench: Bench, name: str, user: str) -> subprocess.CompletedProcess[str]:
+    """``sparkguard rollback --app <namespace>/<name>`` as ``user``, its kubeconfig in
+    ``KUBECONFIG`` (as kubectl finds it)."""
+    kubeconfig = bench.kubeconfigs[user]
+    return sparkguard(
+        "rollback", "--app", f"{bench.namespace}/{name}", env={"KUBECONFIG": kubeconfig}
+    )
+
+
 @pytest.mark.parametrize("name", ["nightly", "hourly"], ids=["kubeflow", "apache"])
 def test_rollback_app_on_the_real_api_server(bench: Bench, name: str) -> None:
     job_id, owner = bench.apps[name]
@@ -120,12 +130,7 @@ def test_rollback_app_on_the_real_api_server(bench: Bench, name: str) -> None:
     # A write of the app's job, killed after one task: its file is on storage, uncommitted.
     _task(_start(str(table), bench.journal, {}, job_id, owner=owner), 0, PARTS[0])
     assert _table_files(table)
-    done = sparkguard(
-        "rollback",
-        "--app",
-        f"{bench.namespace}/{name}",
-        env={"KUBECONFIG": bench.kubeconfigs[HAND_RUNNER]},  # as kubectl finds it
-    )
+    done = _rollback_app(bench, name, HAND_RUNNER)
     assert done.returncode == 0, done.stderr
     told = f"--job-id {job_id} --journal {bench.journal} --owner {owner}"
     assert told in done.stderr
@@ -135,13 +140,7 @@ def test_rollback_app_on_the_real_api_server(bench: Bench, name: str) -> None:
 
 
 def test_rollback_app_without_get_says_which_permission(bench: Bench) -> None:
-    done = sparkguard(
-        "rollback",
-        "--app",
-        f"{bench.namespace}/nightly",
-        "--kubeconfig",
-        bench.kubeconfigs[NO_GET],
-    )
+    done = _rollback_app(bench, "nightly", NO_GET)
     assert done.returncode != 0
     line = one_line(done.stderr)
     assert f"--app {bench.namespace}/nightly" in line
@@ -151,25 +150,13 @@ def test_rollback_app_without_get_says_which_permission(bench: Bench) -> None:
 
 
 def test_rollback_app_that_does_not_exist(bench: Bench) -> None:
-    done = sparkguard(
-        "rollback",
-        "--app",
-        f"{bench.namespace}/gone",
-        "--kubeconfig",
-        bench.kubeconfigs[HAND_RUNNER],
-    )
+    done = _rollback_app(bench, "gone", HAND_RUNNER)
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert f"no SparkApplication {bench.namespace}/gone" in line
     # A user who may get only Kubeflow's kind: RBAC refuses the Apache read before it looks,
     # which must not read as a refusal of the app.
-    done = sparkguard(
-        "rollback",
-        "--app",
-        f"{bench.namespace}/gone",
-        "--kubeconfig",
-        bench.kubeconfigs[KUBEFLOW_ONLY],
-    )
+    done = _rollback_app(bench, "gone", KUBEFLOW_ONLY)
     assert done.returncode == 2
     line = one_line(done.stderr)
     assert f"no SparkApplication {bench.namespace}/gone" in line
