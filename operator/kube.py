@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import datetime
 import functools
+import json
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, cast
@@ -377,19 +378,38 @@ def load_api_client(*, kubeconfig: str | None = None) -> client.ApiClient:
 def read_application(namespace: str, name: str, *, kubeconfig: str | None = None) -> Any:
     """The SparkApplication ``namespace/name`` (Kubeflow's kind, else Apache's), read through
     ``kubeconfig`` (default: in-cluster, else ``~/.kube/config``) as kubectl reads it; for
-    commands run by hand. Raises :class:`LookupError` when neither kind has it, and the
-    client's ``ApiException`` on any other refusal."""
+    commands run by hand. Raises :class:`LookupError` when no kind has it (naming a kind the
+    user may not read, which RBAC refuses before it looks: a hand-runner is often granted
+    only the kind the cluster runs), and the client's ``ApiException`` on any other refusal
+    (403 when the user may read neither kind)."""
     api = client.CustomObjectsApi(load_api_client(kubeconfig=kubeconfig))
+    refused: list[ApiException] = []
     for kind in mutation.KINDS:
         try:
             return api.get_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, name
             )
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status == 403:
+                refused.append(exc)
+            elif exc.status != 404:
                 raise
+    if len(refused) == len(mutation.KINDS):
+        raise refused[0]
     kinds = " or ".join(kind.api_version for kind in mutation.KINDS)
-    raise LookupError(f"no SparkApplication {namespace}/{name} ({kinds}) in that cluster")
+    unread = "".join(f"; not checked: {api_message(exc)}" for exc in refused)
+    raise LookupError(f"no SparkApplication {namespace}/{name} ({kinds}) in that cluster{unread}")
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own reason for ``exc`` (its Status ``message``: for a 403, the user,
+    verb, resource, group and namespace), else the HTTP status and reason."""
+    try:
+        status = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        status = None
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message) if message else f"{exc.status} {exc.reason}"
 
 
 def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:

@@ -302,8 +302,8 @@ def check_rollback_target(args: argparse.Namespace, parser: argparse.ArgumentPar
     except ApiException as exc:
         print(
             f"sparkguard rollback: failed: {where}: the API server refused the read "
-            f"({exc.status} {exc.reason}); check the kubeconfig's context and that it may get "
-            "sparkapplications in that namespace",
+            f"({exc.status}: {kube.api_message(exc)}); the kubeconfig's user needs get on "
+            f"sparkapplications in namespace {namespace}",
             file=sys.stderr,
         )
         return 1

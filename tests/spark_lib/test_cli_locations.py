@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,13 +24,13 @@ from tests.spark_lib.test_rollback import PARTS, _start, _task
 SCRIPT = Path(sys.executable).with_name("sparkguard")
 
 
-def sparkguard(*argv: str) -> subprocess.CompletedProcess[str]:
-    """The installed command, as a user runs it."""
+def sparkguard(*argv: str, env: Mapping[str, str] = {}) -> subprocess.CompletedProcess[str]:
+    """The installed command, as a user runs it (``env`` added to the environment)."""
     return subprocess.run(
         [str(SCRIPT), *argv],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
+        env={**os.environ, "PYTHONSAFEPATH": "1", **env},
         timeout=120,
         check=False,
     )
