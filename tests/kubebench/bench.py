@@ -692,7 +692,9 @@ class KubeBench:
             "kube-apiserver", argv, self._workdir / "kube-apiserver.log"
         )
         self._server = f"https://127.0.0.1:{port}"
+        self._wait_for_readyz(proc, deadline, "kube-apiserver /readyz")
 
+    def _wait_for_readyz(self, proc: _Process, deadline: float, what: str) -> None:
         def ready() -> bool:
             self._check_alive(proc)
             try:
@@ -701,7 +703,7 @@ class KubeBench:
                 return False
             return status == 200
 
-        self._wait_for(ready, deadline, "kube-apiserver /readyz", proc)
+        self._wait_for(ready, deadline, what, proc)
 
     def _write_audit_policy(self) -> Path:
         assert self._workdir is not None
@@ -876,16 +878,7 @@ class KubeBench:
             self.kill_apiserver()
         self._apiserver = proc = _Process(old.name, old.argv, old.log_path)
         deadline = time.monotonic() + self._startup_timeout
-
-        def ready() -> bool:
-            self._check_alive(proc)
-            try:
-                status, _ = self._raw("GET", "/readyz", timeout=3)
-            except (OSError, KubeApiError):
-                return False
-            return status == 200
-
-        self._wait_for(ready, deadline, "kube-apiserver /readyz after a restart", proc)
+        self._wait_for_readyz(proc, deadline, "kube-apiserver /readyz after a restart")
 
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision (what kube-apiserver does every
