@@ -88,9 +88,22 @@ class LeaderElector:
         """Try to acquire or renew every ``retry_period`` until cancelled."""
         while True:
             try:
-                held = await self._try_acquire_or_renew()
+                # Bounded, as client-go bounds each attempt by the renew deadline: a request
+                # that hangs (etcd frozen, the API server waiting on it) must not keep this
+                # replica leading past the deadline, when another may take over.
+                held = await asyncio.wait_for(
+                    self._try_acquire_or_renew(), timeout=self.timing.renew_deadline
+                )
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:
+                logger.warning(
+                    "lease %s/%s: no answer within %.1fs",
+                    self.namespace,
+                    self.name,
+                    self.timing.renew_deadline,
+                )
+                held = False
             except Exception as exc:  # noqa: BLE001 - the apiserver fails in many ways; retry
                 logger.warning("lease %s/%s: %s", self.namespace, self.name, exc)
                 held = False

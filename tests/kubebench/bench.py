@@ -42,7 +42,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -718,7 +718,9 @@ class KubeBench:
             "kube-apiserver", argv, self._workdir / "kube-apiserver.log"
         )
         self._server = f"https://127.0.0.1:{port}"
+        self._wait_for_readyz(proc, deadline, "kube-apiserver /readyz")
 
+    def _wait_for_readyz(self, proc: _Process, deadline: float, what: str) -> None:
         def ready() -> bool:
             self._check_alive(proc)
             try:
@@ -727,7 +729,7 @@ class KubeBench:
                 return False
             return status == 200
 
-        self._wait_for(ready, deadline, "kube-apiserver /readyz", proc)
+        self._wait_for(ready, deadline, what, proc)
 
     def _write_audit_policy(self) -> Path:
         assert self._workdir is not None
@@ -880,6 +882,60 @@ class KubeBench:
 
     def apiserver_log_tail(self, lines: int = 60) -> str:
         return self._apiserver.log_tail(lines) if self._apiserver else ""
+
+    # -- faults: the control plane misbehaving (tests/operator/test_control_plane_faults.py) --
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver (a crash: no graceful shutdown, every watch and request cut).
+        :meth:`restart_apiserver` brings it back; etcd and its data stay."""
+        self._need()
+        assert self._apiserver is not None
+        self._apiserver._signal_group(signal.SIGKILL)
+        self._apiserver.popen.wait(10)
+
+    def restart_apiserver(self) -> None:
+        """Start kube-apiserver again with its arguments of before: the same port, etcd,
+        certificates and tokens, so every client's kubeconfig stays valid. SIGKILLs a running
+        one first. Returns once ``/readyz`` answers 200."""
+        self._need()
+        old = self._apiserver
+        assert old is not None
+        if old.exited() is None:
+            self.kill_apiserver()
+        self._apiserver = proc = _Process(old.name, old.argv, old.log_path)
+        deadline = time.monotonic() + self._startup_timeout
+        self._wait_for_readyz(proc, deadline, "kube-apiserver /readyz after a restart")
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (what kube-apiserver does every
+        5 minutes): a watch resumed from an older resourceVersion then ends with 410 Gone.
+        Returns the revision."""
+        self._need()
+
+        def call(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            request = urllib.request.Request(  # noqa: S310 - http://127.0.0.1 (etcd)
+                f"{self.etcd_url}{path}", data=json.dumps(body).encode(), method="POST"
+            )
+            with self._opener.open(request, timeout=10) as resp:
+                answer: dict[str, Any] = json.loads(resp.read())
+                return answer
+
+        # etcd's JSON gateway takes keys base64-encoded: "AA==" is the key "\0", any range.
+        revision = int(call("/v3/kv/range", {"key": "AA==", "limit": 1})["header"]["revision"])
+        call("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    @contextlib.contextmanager
+    def etcd_paused(self) -> Iterator[None]:
+        """etcd stopped (SIGSTOP) for the block, then continued (SIGCONT): a frozen etcd node.
+        kube-apiserver stays up; its requests to etcd hang until their timeouts."""
+        self._need()
+        assert self._etcd is not None
+        self._etcd._signal_group(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self._etcd._signal_group(signal.SIGCONT)
 
     def issue_certificate(
         self,

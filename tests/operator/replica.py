@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import re
 import sys
@@ -91,6 +92,9 @@ def main() -> int:
     parser.add_argument("--decisions", type=Path, help="append every decision here (JSONL)")
     parser.add_argument("--fail-jobs", type=re.compile, help="rollbacks of these job ids fail")
     args = parser.parse_args()
+    # Warnings and the leadership's changes, with the time: the tests read when it led.
+    logging.basicConfig(format="[%(asctime)s] %(name)s %(levelname)s %(message)s")
+    logging.getLogger("sparkguard.operator.leadership").setLevel(logging.INFO)
     settings = config.load_config(os.environ)
     api = kube.load_api_client(kubeconfig=args.kubeconfig)
     runtime = runtime_.Runtime(config=settings, kube=kube.KubeClient(api))
