@@ -284,6 +284,8 @@ class RenameFileManager(FileManager):
                 self.fs.rm_file(path)
             self.fs.mv(temp, path)
             return True
+        if not os.path.exists(temp):
+            return False  # published already: its checksum (moved with it) stays
         temp_crc = checksum_of(temp)
         if os.path.exists(temp_crc):
             os.replace(temp_crc, checksum_of(path))

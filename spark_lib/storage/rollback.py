@@ -576,6 +576,7 @@ def _roll_back(
     if snapshot.files:
         markers_deleted = markers.delete_snapshot(manager, snapshot, on_new_names=delete_late)
     deleted.temp_files += _remove_outcome_temps(tl, instant)
+    deleted.temp_files += _remove_kept_leftovers(tl, kept - protected, job_id=status.job_id)
     changed = (
         deleted.files
         or deleted.temp_files
@@ -604,6 +605,37 @@ def _roll_back(
         deleted.temp_files,
         tuple(warnings),
     )
+
+
+def _remove_kept_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id: str) -> int:
+    """R6 for the marked names a committed instant lists: the temp files this rolled-back
+    instant's tasks left of them (a failed ``rerun=rewrite`` of the JVM protocol on a rename
+    store writes committed names under temp names), with their checksums; never a committed
+    file or its checksum, nor a temp file a committed outcome of the job lists (not published
+    yet: R8a publishes it). Returns how many temp files went. Object stores: nothing (a write
+    there never repeats committed names)."""
+    manager = tl.manager
+    names = sorted(kept)
+    if not names or isinstance(manager, filemanager.DirectPutFileManager):
+        return 0
+    found = [
+        left
+        for left in manager.find_leftovers(paths.join(tl.table, name) for name in names)
+        if left.path != filemanager.checksum_of(left.target)
+    ]
+    if not found:
+        return 0
+    listed: set[str] = set()
+    for other in tl.instant_ids(job_id=job_id):
+        commit = reader.commit_of_status(tl.status(other))
+        if commit is not None:
+            listed.update(paths.join(tl.table, f.temp) for f in commit.files if f.temp is not None)
+
+    def temp_of(left: filemanager.Leftover) -> str:
+        owner = filemanager.checksum_owner(left.path) if left.checksum else None
+        return paths.join(paths.parent(left.path), owner) if owner else left.path
+
+    return manager.remove_leftovers(left for left in found if temp_of(left) not in listed)
 
 
 def _remove_outcome_temps(tl: timeline.Timeline, instant: str) -> int:

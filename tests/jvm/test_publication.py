@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import shutil
 import subprocess
 import threading
 import time
@@ -33,7 +34,7 @@ import pytest
 from sparkguard.spark_lib.spark import sparkconf
 from sparkguard.spark_lib.storage import reader
 from tests.jvm import conftest, stores
-from tests.jvm.conftest import job_command, job_env, rollback_as_init_container
+from tests.jvm.conftest import job_command, job_env, rollback_as_init_container, run_job
 from tests.support.process import kill_session
 
 pytestmark = pytest.mark.spark
@@ -276,3 +277,38 @@ def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
     assert where.names(".*.sg-tmp-*") == []
     assert where.names("_sparkguard/markers/*/*") == [], "no marker left"
     assert plain_reading(where.root, where.fs) == _reading(range(ROWS)), "every row once"
+
+
+def test_a_rerun_before_any_rollback_first_publishes_a_write_killed_inside_the_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No rollback between the kill and the rerun (no operator, a user rerunning by hand): the
+    rerun's setup rolls the committed write forward (R8a) before it skips it (every row once to
+    a directory reader) or rewrites it; a rewrite that then fails leaves the committed rows,
+    once, and so does the rollback after it."""
+    rows, partitions = 4_000, 4
+    table = tmp_path / "table"
+    journal = str(tmp_path / "journal")
+    conf = sparkconf.build_spark_conf(JOB, journal=journal)
+    paused = {**conf, PUBLISH_PAUSE: "2000"}  # one rename every 2 s: killed after the first
+    command = job_command("plain_write.py", str(table), str(rows), str(partitions), conf=paused)
+    assert _run_and_kill(command, lambda: any(table.glob("part-*")), 0.2), "killed too late"
+    assert 0 < len(list(table.glob("part-*"))) < partitions, "killed inside the publication window"
+    rewritten = tmp_path / "rewritten"
+    shutil.copytree(table, rewritten)  # the same killed state, for the failing rewrite
+    everything = _reading(range(rows))
+
+    skipped = run_job("plain_write.py", str(table), str(rows), str(partitions), conf=conf)
+    assert skipped == {"rows": rows, "ids": rows}, "rerun=skip: the committed rows, published"
+    assert plain_reading(str(table)) == everything
+    assert list(table.rglob(".*.sg-tmp-*")) == []
+
+    rewrite = {**conf, "spark.sparkguard.rerun": "rewrite"}
+    args = [str(rewritten), str(rows), str(partitions), "append", str(rows - 1)]
+    run_job("plain_write.py", *args, conf=rewrite, expect_exit=3)
+    assert plain_reading(str(rewritten)) == everything, "the failed rewrite lost committed rows"
+
+    rollback_as_init_container(JOB, journal, {}, capsys, monkeypatch)
+    for done in (table, rewritten):
+        assert plain_reading(str(done)) == everything
+        assert _leftovers(done) == [], "the failed rewrite's temp files of committed names go"

@@ -117,3 +117,38 @@ def test_an_outcome_naming_a_temp_that_is_not_its_files_is_refused(temp: str) ->
     entry = {"path": "part-00000-fwd-w000-c000.parquet", "size": 1, "rows": 1, "temp": temp}
     with pytest.raises(errors.CorruptFileError, match="not a temp name"):
         timeline.DataFile.from_json(entry, source="x.outcome")
+
+
+def test_a_failed_rewrites_temp_files_of_committed_names_go_and_the_committed_ones_stay(
+    tmp_path: Path,
+) -> None:
+    """A rerun=rewrite that failed left its files under temp names of the committed names (its
+    markers name them): the rollback removes those temp files and their checksums, publishes
+    the committed instant's own (R8a) and keeps every committed file."""
+    table = tmp_path / "t"
+    files = {
+        "part-00000-fwd-w000-c000.parquet": (b"published", True),
+        "part-00001-fwd-w000-c000.parquet": (b"unpublished", False),
+    }
+    _commit_unpublished(table, files)
+    (table / ".part-00000-fwd-w000-c000.parquet.crc").write_bytes(b"committed file's checksum")
+    manager, path = filemanager.resolve(str(table))
+    tl = timeline.Timeline(manager, path)
+    rewrite = tl.start(JOB, attempt=1, marker_type="DIRECT", operation="rewrite")
+    mdir = Path(markers.marker_dir(str(table), rewrite))
+    mdir.mkdir(parents=True)
+    (mdir / "MARKERS.type").write_text("DIRECT")
+    for name in files:
+        (mdir / f"{name}.marker.CREATE").touch()
+        temp = filemanager.make_temp_name(name)
+        (table / temp).write_bytes(b"the failed rewrite's")
+        (table / f".{temp}.crc").write_bytes(b"its checksum")
+    assert tl.claim_rollback(rewrite)  # the failed driver's abortJob
+
+    summary = rollback.rollback_table(str(table), job_id=JOB)
+    assert (summary.files_published, summary.files_deleted) == (1, 0)
+    assert summary.temp_files_removed == 2
+    assert _on_disk(table) == {
+        **{name: data for name, (data, _) in files.items()},
+        ".part-00000-fwd-w000-c000.parquet.crc": b"committed file's checksum",
+    }

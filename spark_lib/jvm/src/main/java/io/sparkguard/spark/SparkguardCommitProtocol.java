@@ -17,6 +17,7 @@ import io.sparkguard.spark.store.ObjectStoreAtomicStore;
 import io.sparkguard.spark.timeline.Compactor;
 import io.sparkguard.spark.timeline.MicroBatch;
 import io.sparkguard.spark.timeline.OwnerClaims;
+import io.sparkguard.spark.timeline.RollForward;
 import io.sparkguard.spark.timeline.Snapshots;
 import io.sparkguard.spark.timeline.SupersededFiles;
 import io.sparkguard.spark.timeline.TableListing;
@@ -228,6 +229,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         listed = TableListing.list(store, table, settings.jobId());
       }
       TableListing state = listed;
+      if (store.publishesOnDriver()) {
+        // R8a before the rerun check: a committed write of this job whose driver died after
+        // its outcome (inside the publication, W9a) is published first, so that rerun=skip
+        // does not leave it unpublished and rerun=rewrite (whose tasks and W8 replace or
+        // delete temp files of the same names) cannot lose it (RollForward).
+        RollForward.publishCommitted(store, table, settings.jobId(), state.timeline);
+      }
       OwnerClaims.Guard guard = OwnerClaims.guard(
           store, timeline(), settings.jobId(), settings.owner(), known, listed.claims);
       extra.put("ownerClaim", guard.claim().epoch());
