@@ -29,7 +29,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
@@ -44,7 +43,7 @@ from tests.e2e.test_recovery_scenario import (
     _mid_write,
     installed_chart_operator,
 )
-from tests.e2e.test_spark_on_node import SPARK_SA, get, node_report, pods, wait_for
+from tests.e2e.test_spark_on_node import get, node_report, pods, spark_app, wait_for
 from tests.kubebench.bench import JsonObj
 from tests.kubebench.cluster import KubeCluster
 from tests.kubebench.fixtures import CLUSTER_JOB_NAMESPACE
@@ -154,35 +153,24 @@ def protected_app(name: str, data: Path, table: Path) -> JsonObj:
     """The demo's plain job as a protected SparkApplication: cluster mode, one executor,
     OnFailure with one retry; compliant with "restricted" on its own; the volume at the same
     path as on the node (the journal root the chart was given is a path there)."""
-    mounts = [{"name": VOLUME, "mountPath": str(data)}]
-    pod: dict[str, Any] = {"coreRequest": "100m", "cores": 1, "memory": "512m"}
-    pod |= {"volumeMounts": mounts, "javaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-    pod |= {"podSecurityContext": POD_SECURITY, "securityContext": CONTAINER_SECURITY}
-    return {
-        "apiVersion": "sparkoperator.k8s.io/v1beta2",
-        "kind": "SparkApplication",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {appmeta.ENABLED: "true"}},
-        "spec": {
-            "type": "Python",
-            "pythonVersion": "3",
-            "mode": "cluster",
-            "image": "kubebench/spark:4.3.0",
-            "imagePullPolicy": "IfNotPresent",
-            "sparkVersion": "4.3.0",
-            "mainApplicationFile": f"local://{demo.PLAIN_JOB}",
-            "arguments": [str(table), str(PLAIN_ROWS), str(PLAIN_PARTITIONS)],
-            "restartPolicy": {
-                "type": "OnFailure",
-                "onFailureRetries": 1,
-                "onFailureRetryInterval": 1,
-                "onSubmissionFailureRetries": 0,
-            },
-            "sparkConf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-            "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": VOLUME}}],
-            "driver": {**pod, "serviceAccount": SPARK_SA},
-            "executor": {**pod, "instances": 1},
-        },
+    app = spark_app(name, data, "write")
+    spec = app["spec"]
+    app["metadata"]["labels"] = {appmeta.ENABLED: "true"}
+    spec["mainApplicationFile"] = f"local://{demo.PLAIN_JOB}"
+    spec["arguments"] = [str(table), str(PLAIN_ROWS), str(PLAIN_PARTITIONS)]
+    spec["restartPolicy"] = {
+        "type": "OnFailure",
+        "onFailureRetries": 1,
+        "onFailureRetryInterval": 1,
+        "onSubmissionFailureRetries": 0,
     }
+    # spark.kubernetes.executor.deleteOnTermination stays false (spark_app): a driver that
+    # shuts down leaves its executor pod, as a SIGKILLed one always does: the worst case
+    spec["volumes"] = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": VOLUME}}]
+    for role in ("driver", "executor"):
+        spec[role]["volumeMounts"] = [{"name": VOLUME, "mountPath": str(data)}]
+        spec[role] |= {"podSecurityContext": POD_SECURITY, "securityContext": CONTAINER_SECURITY}
+    return app
 
 
 def driver_jvm(name: str) -> int | None:
@@ -213,11 +201,17 @@ def container_log(cluster: KubeCluster, pod: str, container: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in logs)
 
 
+@pytest.mark.parametrize("how", ["sigkill", "delete-pod"])
 def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row_once(
-    protected: Protected,
+    protected: Protected, how: str
 ) -> None:
+    """``sigkill``: the driver's JVM SIGKILLed (its executor sees the connection drop and
+    exits at once). ``delete-pod``: the driver pod deleted (SIGTERM, then Spark's own
+    shutdown); its executor pod stays (the app owns it too) and may outlive the driver into
+    the next driver's rollback: the zombie case."""
     cluster, data = protected.cluster, protected.data
-    name, table = "orders", protected.data / "orders"
+    name = f"orders-{how}"
+    table = data / name
     config_maps_before = {
         c["metadata"]["name"] for c in cluster.request("GET", CONFIG_MAPS)[1]["items"]
     }
@@ -240,14 +234,17 @@ def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row
         timeout=600,
         report=report,
     )
-    pid = driver_jvm(name)
-    assert pid is not None, report()
-    os.kill(pid, signal.SIGKILL)
+    if how == "sigkill":
+        pid = driver_jvm(name)
+        assert pid is not None, report()
+        os.kill(pid, signal.SIGKILL)
+    else:
+        cluster.request("DELETE", f"{PODS}/{name}-driver")
     killed_at = time.time()
     first_uid = first["metadata"]["uid"]
     (executor,) = pods(cluster, f"spark-role=executor,sparkoperator.k8s.io/app-name={name}")
     zombie = executor["metadata"]["name"]
-    print(f"killed driver JVM {pid} at {killed_at:.1f}; its executor pod {zombie}")
+    print(f"{how} of the driver at {killed_at:.1f}; its executor pod {zombie}")
 
     second = wait_for(
         "the next driver pod",
@@ -288,7 +285,8 @@ def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row
     assert "rolled_back" in log, log
     zombie_pod = get(cluster, f"{PODS}/{zombie}")
     if zombie_pod is not None:
-        print("first executor:", zombie_pod["status"].get("containerStatuses"))
+        ended = (zombie_pod["status"].get("containerStatuses") or [{}])[0].get("state", {})
+        print(f"first executor {zombie}: {ended}; rollback {rollback['startedAt']}..")
     executor_log = container_log(cluster, zombie, "spark-kubernetes-executor")
     print("first executor log:", executor_log[-3000:])
 

@@ -77,7 +77,7 @@ def pods(cluster: KubeCluster, selector: str) -> list[JsonObj]:
     return list(found["items"])
 
 
-def spark_app(cluster: KubeCluster, name: str, out: Path, mode: str) -> JsonObj:
+def spark_app(name: str, out: Path, mode: str) -> JsonObj:
     """A Python SparkApplication (cluster mode, one executor) of ``node_job.py``; its output
     directory is a hostPath volume at /data in both pods."""
     mounts = [{"name": "out", "mountPath": "/data"}]
@@ -119,7 +119,7 @@ def apps(kube_node_cluster: KubeCluster) -> Iterator[Callable[[str, Path, str], 
 
     def make(name: str, out: Path, mode: str) -> str:
         made.append(name)
-        kube_node_cluster.apply_manifest(spark_app(kube_node_cluster, name, out, mode))
+        kube_node_cluster.apply_manifest(spark_app(name, out, mode))
         return name
 
     yield make
