@@ -237,8 +237,18 @@ def test_spark_application_runs_on_real_pods(
         report=lambda: node_report(kube_node_cluster, name),
     )
     assert status["applicationState"]["state"] == "COMPLETED", status
-    driver = get(kube_node_cluster, f"{PODS}/{name}-driver")
-    assert driver is not None
+    # upstream reads the driver container's exit; the kubelet reports the pod's terminal phase
+    # only once it has stopped the pod, a moment later
+    driver = wait_for(
+        "the driver pod to succeed",
+        lambda: (
+            (p := get(kube_node_cluster, f"{PODS}/{name}-driver"))
+            and p["status"].get("phase") in ("Succeeded", "Failed")
+            and p
+        ),
+        timeout=60,
+        report=lambda: node_report(kube_node_cluster, name),
+    )
     assert driver["spec"]["nodeName"] == NODE_NAME
     assert driver["status"]["phase"] == "Succeeded"
     assert terminated(driver)["exitCode"] == 0
