@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -188,11 +188,13 @@ def build_sidecar(
     config: config_.OperatorConfig,
     native: bool = False,
     pod_security: Mapping[str, Any] | None = None,
+    data_mounts: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """The marker sidecar container for the driver pod.
 
     A purely computational function with no side-effects. ``pod_security``: the driver pod's
-    own securityContext (see :func:`harden`). ``native``: as a Kubernetes native
+    own securityContext (see :func:`harden`). ``data_mounts``: the driver container's own
+    volume mounts (see :func:`add_data_mounts`). ``native``: as a Kubernetes native
     sidecar (an initContainer with ``restartPolicy: Always``, Kubernetes >= 1.29), which the
     kubelet stops once the driver container has ended, so the pod reaches Succeeded/Failed;
     its startupProbe holds the driver back until the sidecar serves. Otherwise, a regular
@@ -241,6 +243,7 @@ def build_sidecar(
     _add_storage_env(container, options)
     _add_pull_policy(container, config)
     harden(container, config=config, pod_security=pod_security)
+    add_data_mounts(container, data_mounts)
     return container
 
 
@@ -270,12 +273,14 @@ def build_rollback_init(
     config: config_.OperatorConfig,
     owner: str | None = None,
     pod_security: Mapping[str, Any] | None = None,
+    data_mounts: Sequence[Any] = (),
 ) -> dict[str, Any]:
     """The driver's initContainer that rolls back whatever an earlier attempt left uncommitted.
 
     A purely computational function with no side-effects. With ``owner`` (the app's
     ``sparkguard.io/owner``) only instants of that owner are rolled back. ``pod_security``:
-    the driver pod's own securityContext (see :func:`harden`).
+    the driver pod's own securityContext (see :func:`harden`). ``data_mounts``: the driver
+    container's own volume mounts (see :func:`add_data_mounts`).
     """
     container: dict[str, Any] = {
         "name": ROLLBACK_INIT_NAME,
@@ -296,7 +301,31 @@ def build_rollback_init(
     _add_storage_env(container, options)
     _add_pull_policy(container, config)
     harden(container, config=config, pod_security=pod_security)
+    add_data_mounts(container, data_mounts)
     return container
+
+
+def add_data_mounts(container: dict[str, Any], data_mounts: Sequence[Any]) -> None:
+    """Give ``container`` the driver container's own volume mounts ``data_mounts``, less
+    sparkguard's volumes and any path the container mounts already.
+
+    A purely computational function with no side-effects beyond ``container``. In a pod each
+    container sees only the volumes mounted into it: a table or a journal on a volume of the
+    app (a PersistentVolumeClaim, an NFS share) is where the driver mounts it, and the rollback
+    initContainer and the marker sidecar must find it at the same path; without it the rollback
+    finds no journal and rolls nothing back.
+    """
+    mounts = _list_at(container, "volumeMounts")
+    taken = {m.get("mountPath") for m in mounts if isinstance(m, Mapping)}
+    for mount in data_mounts:
+        if (
+            isinstance(mount, Mapping)
+            and mount.get("name") not in (LIB_VOLUME, TOKEN_VOLUME)
+            and isinstance(mount.get("mountPath"), str)
+            and mount["mountPath"] not in taken
+        ):
+            mounts.append(copy.deepcopy(dict(mount)))
+            taken.add(mount["mountPath"])
 
 
 def harden(
@@ -631,10 +660,13 @@ def _place_kubeflow(
 
     driver = _dict_at(spec, "driver")
     pod_security = kubeflow_pod_security(driver)
+    data_mounts = list(driver.get("volumeMounts") or [])
     _ensure_named(
         driver,
         "initContainers",
-        build_rollback_init(options, config=config, owner=owner, pod_security=pod_security),
+        build_rollback_init(
+            options, config=config, owner=owner, pod_security=pod_security, data_mounts=data_mounts
+        ),
         field="spec.driver.initContainers",
         compare=_same_image,
         problems=problems,
@@ -644,7 +676,11 @@ def _place_kubeflow(
     if timeline_server:
         in_list = _sidecar_list(driver, native=native_sidecar)
         sidecar = build_sidecar(
-            options, config=config, native=in_list == "initContainers", pod_security=pod_security
+            options,
+            config=config,
+            native=in_list == "initContainers",
+            pod_security=pod_security,
+            data_mounts=data_mounts,
         )
         _ensure_named(
             driver,
@@ -779,10 +815,17 @@ def _place_apache(
             _ensure_mount(container, mount, field=f"{where}.volumeMounts", problems=problems)
         _ensure_pythonpath(container, field=where, problems=problems)
         if role == "driver":
+            data_mounts = list(container.get("volumeMounts") or [])
             _ensure_named(
                 pod,
                 "initContainers",
-                build_rollback_init(options, config=config, owner=owner, pod_security=pod_security),
+                build_rollback_init(
+                    options,
+                    config=config,
+                    owner=owner,
+                    pod_security=pod_security,
+                    data_mounts=data_mounts,
+                ),
                 field=f"{prefix}.initContainers",
                 compare=_same_image,
                 problems=problems,
@@ -793,7 +836,13 @@ def _place_apache(
                 _ensure_named(
                     pod,
                     "initContainers",
-                    build_sidecar(options, config=config, native=True, pod_security=pod_security),
+                    build_sidecar(
+                        options,
+                        config=config,
+                        native=True,
+                        pod_security=pod_security,
+                        data_mounts=data_mounts,
+                    ),
                     field=f"{prefix}.initContainers",
                     compare=_same_image,
                     problems=problems,

@@ -519,7 +519,9 @@ class _PlainJob(_Job):
     def argv(self, attempt: int, *, kill: bool) -> list[str]:
         setup = self.setup
         return [
-            _spark_submit(), "--master", MASTER, *self.conf_args,
+            # on the demo's own machine; in a cluster the driver's address is the pod's
+            _spark_submit(), "--master", MASTER, "--conf", "spark.driver.host=127.0.0.1",
+            *self.conf_args,
             "--conf", f"spark.sparkguard.attempt={attempt}",
             str(PLAIN_JOB), setup.table_url, str(setup.size.rows), str(setup.size.partitions),
         ]  # fmt: skip

@@ -28,7 +28,6 @@ def main(argv: list[str]) -> int:
     spark = (
         SparkSession.builder.appName("sparkguard-demo-plain")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -77,7 +77,7 @@ def pods(cluster: KubeCluster, selector: str) -> list[JsonObj]:
     return list(found["items"])
 
 
-def spark_app(cluster: KubeCluster, name: str, out: Path, mode: str) -> JsonObj:
+def spark_app(name: str, out: Path, mode: str) -> JsonObj:
     """A Python SparkApplication (cluster mode, one executor) of ``node_job.py``; its output
     directory is a hostPath volume at /data in both pods."""
     mounts = [{"name": "out", "mountPath": "/data"}]
@@ -119,7 +119,7 @@ def apps(kube_node_cluster: KubeCluster) -> Iterator[Callable[[str, Path, str], 
 
     def make(name: str, out: Path, mode: str) -> str:
         made.append(name)
-        kube_node_cluster.apply_manifest(spark_app(kube_node_cluster, name, out, mode))
+        kube_node_cluster.apply_manifest(spark_app(name, out, mode))
         return name
 
     yield make
@@ -237,8 +237,18 @@ def test_spark_application_runs_on_real_pods(
         report=lambda: node_report(kube_node_cluster, name),
     )
     assert status["applicationState"]["state"] == "COMPLETED", status
-    driver = get(kube_node_cluster, f"{PODS}/{name}-driver")
-    assert driver is not None
+    # upstream reads the driver container's exit; the kubelet reports the pod's terminal phase
+    # only once it has stopped the pod, a moment later
+    driver = wait_for(
+        "the driver pod to succeed",
+        lambda: (
+            (p := get(kube_node_cluster, f"{PODS}/{name}-driver"))
+            and p["status"].get("phase") in ("Succeeded", "Failed")
+            and p
+        ),
+        timeout=60,
+        report=lambda: node_report(kube_node_cluster, name),
+    )
     assert driver["spec"]["nodeName"] == NODE_NAME
     assert driver["status"]["phase"] == "Succeeded"
     assert terminated(driver)["exitCode"] == 0

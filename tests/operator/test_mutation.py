@@ -9,7 +9,7 @@ import pytest
 
 from sparkguard.operator import appmeta, errors, finalizers, mutation, podsecurity
 from sparkguard.operator import config as config_
-from tests.operator.apps import spark_app
+from tests.operator.apps import apache_app, spark_app
 
 IMAGE = "registry.example/sparkguard:test"
 
@@ -441,3 +441,44 @@ def test_the_job_id_label_is_ours(config: config_.OperatorConfig) -> None:
     labels = mutation.mutate(app, config=config)["metadata"]["labels"]
     assert labels == {appmeta.JOB_ID_LABEL: appmeta.job_id_label("jobs.etl"), "team": "data"}
     assert len(labels[appmeta.JOB_ID_LABEL]) <= 63
+
+
+#: a table (or the journal) on a volume of the app's own, mounted into the driver container
+DATA_MOUNT = {"name": "warehouse", "mountPath": "/data"}
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_rollback_and_the_sidecar_see_the_drivers_own_volumes(
+    config: config_.OperatorConfig, native: bool
+) -> None:
+    """In a pod each container sees only what is mounted into it: a table on a volume of the
+    app (a PersistentVolumeClaim) must be where the rollback initContainer and the marker
+    sidecar look, or the rollback finds no journal and undoes nothing (seen on a real kubelet).
+    sparkguard's own mounts are not copied, and a path they take is not mounted twice."""
+    tmp_mount = {"name": "scratch", "mountPath": mutation.TMP_DIR}
+    app = spark_app(driver={"volumeMounts": [DATA_MOUNT, tmp_mount]})
+    once = mutation.mutate(app, config=config, native_sidecar=native)
+    driver = once["spec"]["driver"]
+    sidecar = _named(driver["initContainers" if native else "sidecars"], mutation.SIDECAR_NAME)
+    for container in (_named(driver["initContainers"], mutation.ROLLBACK_INIT_NAME), sidecar):
+        mounts = container["volumeMounts"]
+        assert DATA_MOUNT in mounts
+        paths = [m["mountPath"] for m in mounts]
+        assert len(paths) == len(set(paths)), paths
+        assert mutation.LIB_DIR not in paths
+    # the executors' library initContainer copies the bundle only: no data volume
+    lib = _named(once["spec"]["executor"]["initContainers"], mutation.LIB_INIT_NAME)
+    assert DATA_MOUNT not in lib["volumeMounts"]
+    assert mutation.mutate(once, config=config, native_sidecar=native) == once
+
+
+def test_an_apache_apps_rollback_and_sidecar_see_its_spark_containers_volumes(
+    config: config_.OperatorConfig,
+) -> None:
+    template = {"spec": {"containers": [{"name": "spark", "volumeMounts": [DATA_MOUNT]}]}}
+    app = apache_app(driverSpec={"podTemplateSpec": template})
+    once = mutation.mutate(app, config=config)
+    inits = once["spec"]["driverSpec"]["podTemplateSpec"]["spec"]["initContainers"]
+    for name in (mutation.ROLLBACK_INIT_NAME, mutation.SIDECAR_NAME):
+        assert DATA_MOUNT in _named(inits, name)["volumeMounts"], name
+    assert mutation.mutate(once, config=config) == once

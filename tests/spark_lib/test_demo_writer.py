@@ -63,6 +63,9 @@ def test_the_default_job_is_plain_spark() -> None:
             imported += [alias.name for alias in node.names]
     assert not [name for name in imported if name.split(".")[0] == "sparkguard"], imported
     assert 'frame.write.mode("append").parquet(table)' in source
+    # unchanged, it runs as a SparkApplication too (tests/e2e/test_recovery_on_node.py): a
+    # driver address of its own would send the executor pods to their own loopback
+    assert "spark.driver.host" not in source
 
 
 def test_leftovers_are_what_no_reader_sees_and_no_commit_keeps(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -587,7 +588,7 @@ func (rs *runtimeServer) StartContainer(_ context.Context, req *runtimeapi.Start
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		logw.Close()
 		return nil, status.Errorf(codes.Internal, "start %v: %v", c.argv, err)
 	}
@@ -603,6 +604,37 @@ func (rs *runtimeServer) StartContainer(_ context.Context, req *runtimeapi.Start
 	go rs.wait(c, logw, &copying)
 	logf("container %s (%s) started: pid %d, %v", c.id[:12], c.config.GetMetadata().GetName(), cmd.Process.Pid, c.argv)
 	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+// spawns carries container processes to the spawner, the one OS thread that starts them all.
+// Pdeathsig (PR_SET_PDEATHSIG) fires when the *thread* that forked the child ends, not the
+// process (golang/go#27505), and the Go runtime does end threads: a goroutine that locked its
+// thread to enter a pod's network namespace (listenIn) ends with it. A container started from
+// a thread that later ran such a goroutine was SIGKILLed when another pod's sandbox was made
+// (seen on the bench: a driver and its marker sidecar exited 137 as its executor pod's sandbox
+// came up). The spawner's thread is locked and never ends, so Pdeathsig fires only when the
+// runtime itself dies, as meant.
+var spawns = make(chan spawn)
+
+type spawn struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+		for s := range spawns {
+			s.done <- s.cmd.Start()
+		}
+	}()
+}
+
+// startOnSpawner starts cmd from the spawner's thread.
+func startOnSpawner(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawns <- spawn{cmd: cmd, done: done}
+	return <-done
 }
 
 // wait records the container's exit, then kills what is left of its process group (as the end
