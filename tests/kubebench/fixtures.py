@@ -21,7 +21,7 @@ Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtur
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pytest
 
@@ -122,7 +122,7 @@ def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     machine (``build.sh``, ``build-spark-operator.sh``). Apart from ``kube_bench``: its
     controllers (garbage collection, namespaces, ServiceAccounts) and upstream's CRDs would
     change what the bench's other tests see."""
-    yield from _cluster(request, KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE]))
+    yield from _started(request, KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE]))
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def kube_node_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     nothing left (no process, mount, pod network or kernel setting of its own)."""
     sysctls = host_sysctls()
     cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE], node=True)
-    yield from _cluster(request, cluster)
+    yield from _started(request, cluster)
     left = cluster.node.leftovers() if cluster.node is not None else {}
     if any(left.values()) or host_sysctls() != sysctls:
         raise KubeBenchError(
@@ -141,15 +141,23 @@ def kube_node_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         )
 
 
-def _cluster(request: pytest.FixtureRequest, cluster: KubeCluster) -> Iterator[KubeCluster]:
-    """Start ``cluster``, yield it, stop it."""
+_Started = TypeVar("_Started", KubeCluster, ApacheOperatorBench)
+
+
+def _started(
+    request: pytest.FixtureRequest,
+    bench: _Started,
+    key: pytest.StashKey[bool] = _CLUSTER_STARTED,
+) -> Iterator[_Started]:
+    """Start ``bench`` (a cluster or the Apache bench), note it under ``key`` (what
+    ``pytest_timeout_set_timer`` reads), yield it, stop it."""
     try:
-        cluster.start()
+        bench.start()
         request.config.stash[_STARTED] = True
-        request.config.stash[_CLUSTER_STARTED] = True
-        yield cluster
+        request.config.stash[key] = True
+        yield bench
     finally:
-        cluster.stop()
+        bench.stop()
 
 
 @pytest.fixture(scope="module")
@@ -165,13 +173,7 @@ def apache_operator_bench(request: pytest.FixtureRequest) -> Iterator[ApacheOper
     # app's reconciles back by up to 15 s in a restart; the tests' apps reconcile more often.
     rate = {"spark.kubernetes.operator.reconciler.rateLimiter.maxLoopForPeriod": "50"}
     bench = ApacheOperatorBench(job_namespaces=[APACHE_JOB_NAMESPACE], properties=rate)
-    try:
-        bench.start()
-        request.config.stash[_STARTED] = True
-        request.config.stash[_APACHE_STARTED] = True
-        yield bench
-    finally:
-        bench.stop()
+    yield from _started(request, bench, _APACHE_STARTED)
 
 
 class _KubeTally:
