@@ -56,6 +56,7 @@ __all__ = [
     "host_sysctls",
     "image_rules",
     "kubelet_configuration",
+    "node_roots",
 ]
 
 #: the Node's name (``--hostname-override``): the API server reaches the kubelet on loopback
@@ -197,6 +198,24 @@ def image_rules(*, spark_home: Path, python: str, java_home: str, path: str) -> 
     ]
 
 
+#: The node's system directories every container sees (read-only), as an image's base would.
+SYSTEM_ROOTS: Final = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
+
+
+def node_roots(*needed: Path) -> list[str]:
+    """The node paths bound read-only into every container: the system directories, plus the
+    real location of each ``needed`` path (the checkout, the venv, the interpreter it was made
+    from, the JDK, Spark's home), wherever this machine keeps them (a CI checkout need not live
+    where a developer's does), leaving out any path inside another one. A purely computational
+    function of the paths and the links they resolve through."""
+    roots: list[Path] = [Path(p) for p in SYSTEM_ROOTS if os.path.lexists(p)]
+    for path in needed:
+        real = path.resolve()
+        if not any(real == r or r in real.parents for r in roots):
+            roots = [r for r in roots if real not in r.parents] + [real]
+    return [str(r) for r in roots]
+
+
 def pyspark_home() -> Path:
     """The PySpark wheel's directory: a SPARK_HOME with ``bin/spark-submit`` and the Kubernetes
     resource manager's jars (spark-kubernetes, fabric8)."""
@@ -296,7 +315,15 @@ class KubeNode:
             "token": self.bench.admin_token,
             "caFile": self.bench.ca_file,
             "clusterDomain": CLUSTER_DOMAIN,
-            "readOnly": ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc", "/root", "/work"],
+            "readOnly": node_roots(
+                REPO,
+                Path(sys.prefix),
+                Path(sys.base_prefix),
+                Path(_java_home()),
+                spark_home,
+                # the project's caches (jars a test's Spark conf may name)
+                Path(os.environ.get("SPARKGUARD_CACHE") or Path.home() / ".cache" / "sparkguard"),
+            ),
             "writable": [],
             "images": image_rules(
                 spark_home=spark_home,
@@ -305,7 +332,6 @@ class KubeNode:
                 path=os.environ.get("PATH", "/usr/bin:/bin"),
             ),
         }
-        cri_config["readOnly"] = [p for p in cri_config["readOnly"] if os.path.lexists(p)]
         cri_config_file = self.dir / "cri.json"
         kubebench._write_private(cri_config_file, json.dumps(cri_config, indent=2).encode())
         config = kubelet_configuration(
