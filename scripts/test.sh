@@ -77,11 +77,14 @@ echo "== checks took $(( $(date +%s) - started ))s"
 workers=${SPARKGUARD_TEST_WORKERS:-2}
 xdist=()
 if [[ "$workers" != "0" ]]; then
-  # loadgroup: the real kube-apiserver tier is one group (one bench, one worker: see
-  # tests/kubebench/fixtures.py); so is the HDFS minicluster's (one cluster, one worker:
+  # loadgroup: the real kube-apiserver tests are grouped by the bench they need (one group per
+  # cluster, one per plain-bench module: tests/kubebench/fixtures.py); so is the HDFS minicluster's (one cluster, one worker:
   # tests/conftest.py); each module sharing a SparkSession is one group; every other test goes
   # wherever a worker is free.
-  xdist=(-n "$workers" --dist loadgroup)
+  # --no-loadscope-reorder: units go out in the collection's order, which tests/conftest.py
+  # sorts longest first from tests/durations.json (tests/support/schedule.py), not xdist's
+  # order by the number of tests.
+  xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 fi
 selection=()
 if [[ $fast -eq 1 ]]; then

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.support import jvm_options, netguard, run_tmp, s3faults, s3server, xdist_groups
+from tests.support import (
+    jvm_options,
+    netguard,
+    run_tmp,
+    s3faults,
+    s3server,
+    schedule,
+    xdist_groups,
+)
 
 # The run's own temp directory (tests/support/run_tmp.py): TMPDIR for this process, the xdist
 # workers and everything they start, java.io.tmpdir of the test JVMs; made by the process
@@ -145,11 +153,13 @@ def s3_options(s3_server: s3server.S3Server) -> dict[str, Any]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group tests for pytest-xdist's loadgroup (``scripts/test.sh`` runs two workers).
 
-    The real kube-apiserver tests are one group (``tests/kubebench/fixtures.py``: one bench per
-    run); so are the tests on the HDFS minicluster (marker ``hdfs``, or the ``hdfs_cluster``
-    fixture: one cluster per run, started by the worker that runs them); the tests of a module
+    The real kube-apiserver tests are grouped by the bench they need
+    (``tests/kubebench/fixtures.py``); the tests on the HDFS minicluster are one group (marker
+    ``hdfs``, or the ``hdfs_cluster`` fixture: one cluster per run, started by the worker that
+    runs them); the tests of a module
     that share its SparkSession (the module-scoped ``spark`` fixture) are one group each (one
-    JVM start per module, not one per worker).
+    JVM start per module, not one per worker). On an xdist worker the collection is then
+    sorted longest unit first (``tests/support/schedule.py``).
     """
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
@@ -157,6 +167,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(HDFS_GROUP))
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(f"spark-session:{item.nodeid.split('::')[0]}"))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of a loadgroup run
+        # the longest work units first (tests/support/schedule.py, tests/durations.json)
+        schedule.order(items, schedule.load())
     xdist_groups.suffix_node_ids(config, items)
 
 

@@ -30,7 +30,8 @@ from tests.kubebench.bench import KubeBench, KubeBenchError
 from tests.kubebench.cluster import KubeCluster
 from tests.kubebench.node import host_sysctls
 
-BENCH_GROUP = "kube-bench"
+#: the prefix of the bench modules' xdist groups (:func:`bench_group`)
+BENCH_GROUP = "kube"
 #: the fixtures that start a bench (their tests are marked ``kube``)
 BENCH_FIXTURES = ("kube_bench", "kube_cluster", "kube_node_cluster", "apache_operator_bench")
 #: the namespace where ``kube_cluster``'s spark-operator watches SparkApplications
@@ -64,9 +65,25 @@ def pytest_collection_modifyitems(
         if any(f in fixturenames for f in BENCH_FIXTURES) and not item.get_closest_marker("kube"):
             item.add_marker(pytest.mark.kube)
         if _needs_bench(item):
-            # Under pytest-xdist's loadgroup every bench test runs on one worker: one
-            # kube-apiserver + etcd per run, not one per worker.
-            item.add_marker(pytest.mark.xdist_group(BENCH_GROUP))
+            item.add_marker(pytest.mark.xdist_group(bench_group(item)))
+
+
+def bench_group(item: pytest.Item) -> str:
+    """The xdist group of a bench test (``--dist loadgroup``): every test of a cluster that
+    costs minutes to start shares its group (one cluster per run: ``kube-node`` for the
+    node's modules, which also share the node's bridge and pod network, ``kube-apache``,
+    ``kube-cluster``); the tests on the session's plain bench are grouped by module
+    (``kube:<file>``), so both workers take bench modules and each starts a bench of its own
+    (kube-apiserver + etcd: seconds) once. Namespaces and names are per test, so two benches
+    share nothing."""
+    fixturenames = set(getattr(item, "fixturenames", ()))
+    if "kube_node_cluster" in fixturenames:
+        return "kube-node"
+    if "apache_operator_bench" in fixturenames:
+        return "kube-apache"
+    if "kube_cluster" in fixturenames:
+        return "kube-cluster"
+    return f"{BENCH_GROUP}:{item.nodeid.split('::', 1)[0]}"
 
 
 #: the extra time the first bench test of a process may take while it builds kube-apiserver
