@@ -26,6 +26,7 @@ import pytest
 
 from sparkguard.spark_lib.spark import sparkconf, sparkversions
 from tests.jvm.conftest import job_env, kill_when, rollback_as_init_container
+from tests.support import jvm_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -52,7 +53,9 @@ def _pinned() -> str:
 
 def _env(version: str) -> dict[str, str]:
     """A job's environment with ``version``'s PySpark first on PYTHONPATH (the pinned one is
-    the project's own venv), and no class-data archive (it is of the pinned release's jars)."""
+    the project's own venv), and a class-data archive of that release's jars (the session's
+    is of the pinned release's: tests/support/jvm_options.py dumps one per release once per
+    machine, under ``~/.cache/sparkguard/cds/``)."""
     env = job_env()
     env["SPARK_SUBMIT_OPTS"] = re.sub(r"-XX:SharedArchiveFile=\S+", "", env["SPARK_SUBMIT_OPTS"])
     if version != _pinned():
@@ -63,6 +66,9 @@ def _env(version: str) -> dict[str, str]:
             "(scripts/test.sh does, before pytest)"
         )
         env["PYTHONPATH"] = str(site)
+        archive, _ = jvm_options.ensure_archive(CACHE.parent, site=site)
+        if archive is not None:  # without one the JVMs only start slower
+            env["SPARK_SUBMIT_OPTS"] += f" -XX:SharedArchiveFile={archive} {jvm_options.QUIET_CDS}"
     env["PYSPARK_PYTHON"] = sys.executable  # the Python writer's workers: this release's PySpark
     return env
 

@@ -131,9 +131,11 @@ def kube_bench(request: pytest.FixtureRequest) -> Iterator[KubeBench]:
         bench.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
-    """A cluster of its own (apiserver, etcd, kube-controller-manager, kube-scheduler) with
+    """One per test module (its controllers idling through the rest of a run would cost more
+    CPU than a second start: about 20 s). A cluster of its own (apiserver, etcd,
+    kube-controller-manager, kube-scheduler) with
     upstream's spark-operator (controller and webhook, the chart's arguments and RBAC)
     watching ``spark-jobs``; built from Go modules and the release source the first time on a
     machine (``build.sh``, ``build-spark-operator.sh``). Apart from ``kube_bench``: its

@@ -47,6 +47,7 @@ from typing import Final
 
 from tests.kubebench import bench as kubebench
 from tests.kubebench.bench import HERE, JsonObj, KubeBench, KubeBenchError
+from tests.support import jvm_options
 
 __all__ = [
     "HOST_SYSCTLS",
@@ -168,12 +169,16 @@ def kubelet_configuration(
     }
 
 
-def image_rules(*, spark_home: Path, python: str, java_home: str, path: str) -> list[JsonObj]:
+def image_rules(
+    *, spark_home: Path, python: str, java_home: str, path: str, java_options: str = ""
+) -> list[JsonObj]:
     """Image names to local commands (as an image's ENTRYPOINT, ENV and WORKDIR would):
     anything named ``*spark*`` but sparkguard's is the Spark image (the PySpark wheel's
-    SPARK_HOME, Spark's own ``driver``/``executor`` entrypoint); ``*sparkguard*`` is the
-    checkout's entry points (the venv); any other image runs the node's own commands (what a
-    test's ``command`` names). A purely computational function."""
+    SPARK_HOME, Spark's own ``driver``/``executor`` entrypoint; ``java_options`` in
+    ``JDK_JAVA_OPTIONS``, which every ``java`` it launches reads: the tests' JVM flags, as a
+    test image would set them); ``*sparkguard*`` is the checkout's entry points (the venv);
+    any other image runs the node's own commands (what a test's ``command`` names). A purely
+    computational function."""
     venv_path = f"{Path(python).parent}:{path}"
     return [
         {
@@ -191,6 +196,7 @@ def image_rules(*, spark_home: Path, python: str, java_home: str, path: str) -> 
                 f"JAVA_HOME={java_home}",
                 f"PYSPARK_PYTHON={python}",
                 "PYTHONSAFEPATH=1",
+                *([f"JDK_JAVA_OPTIONS={java_options}"] if java_options else []),
             ],
             "workingDir": "/opt/spark/work-dir",
         },
@@ -330,6 +336,9 @@ class KubeNode:
                 python=python,
                 java_home=_java_home(),
                 path=os.environ.get("PATH", "/usr/bin:/bin"),
+                # the drivers' and executors' JVMs: C1 only and the serial collector, as every
+                # test JVM (tests/support/jvm_options.py: about half a job's CPU on 2 cores)
+                java_options=jvm_options.COMPILER_AND_GC,
             ),
         }
         cri_config_file = self.dir / "cri.json"

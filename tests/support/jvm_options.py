@@ -44,15 +44,19 @@ spark.stop()
 """
 
 
-def _pyspark_jars() -> Path:
+def _pyspark_jars(site: Path | None = None) -> Path:
+    """The jars of this interpreter's PySpark, or of the one installed in ``site``."""
+    if site is not None:
+        return site / "pyspark" / "jars"
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent / "jars"
 
 
-def archive_path(cache_root: Path) -> Path:
-    """Where the archive for this JDK, this PySpark install and these flags lives."""
-    jars = _pyspark_jars()
+def archive_path(cache_root: Path, site: Path | None = None) -> Path:
+    """Where the archive for this JDK, this PySpark install (or ``site``'s) and these flags
+    lives."""
+    jars = _pyspark_jars(site)
     java = subprocess.run(
         ["java", "-version"], capture_output=True, text=True, check=False
     ).stderr.strip()
@@ -62,12 +66,16 @@ def archive_path(cache_root: Path) -> Path:
     return cache_root / "cds" / f"spark-{key}.jsa"
 
 
-def ensure_archive(cache_root: Path, *, timeout: float = 600) -> tuple[Path | None, str]:
+def ensure_archive(
+    cache_root: Path, *, site: Path | None = None, timeout: float = 600
+) -> tuple[Path | None, str]:
     """The archive's path, dumping it first when missing; ``(None, why)`` when it cannot be.
+    ``site``: a site-packages directory whose PySpark (another release's, first on the dump
+    job's PYTHONPATH) the archive is of, instead of this interpreter's.
 
     Safe for concurrent runs: one dumps under a lock, into a temporary name renamed when whole.
     """
-    path = archive_path(cache_root)
+    path = archive_path(cache_root, site)
     if path.exists():
         return path, "cached"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +89,7 @@ def ensure_archive(cache_root: Path, *, timeout: float = 600) -> tuple[Path | No
                 **os.environ,
                 "PYTHONSAFEPATH": "1",
                 "SPARK_LOCAL_IP": "127.0.0.1",
+                **({"PYTHONPATH": str(site)} if site is not None else {}),
                 "SPARK_SUBMIT_OPTS": (
                     f"{COMPILER_AND_GC} {run_tmp.java_options(Path(work))} "
                     f"-XX:ArchiveClassesAtExit={partial}"
