@@ -57,10 +57,11 @@ def load(path: Path = DURATIONS) -> dict[str, float]:
 
 
 def _unit(item: _Item) -> str:
-    names = sorted(
-        str(getattr(mark, "args", ())[0] if getattr(mark, "args", ()) else "default")
-        for mark in item.iter_markers("xdist_group")
-    )
+    names = []
+    for mark in item.iter_markers("xdist_group"):
+        args: tuple[object, ...] = tuple(getattr(mark, "args", ()))
+        names.append(str(args[0]) if args else "default")
+    names.sort()
     return "@" + "_".join(names) if names else item.nodeid
 
 
