@@ -4,7 +4,8 @@ checkpoint written with one conditional PUT per file, and a second query on the 
 refused with Spark's concurrent-update error (by whichever of Spark's checks fires first; the
 race only the conditional PUT decides is in test_checkpoint_race.py). On a real HDFS (the
 minicluster: temp file + hsync + ``FileContext.rename`` on a NameNode): the same shared vectors.
-On both: a query SIGKILLed at random moments restarts from its checkpoint exactly once.
+On both: a query SIGKILLed at a seeded random moment restarts from its checkpoint exactly once
+(repeated kills of one query: test_foreach_batch.py, test_streaming_sink_s3.py).
 
 Requests are counted, never timed."""
 
@@ -365,9 +366,9 @@ def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
     store: stores.Store, tmp_path: Path
 ) -> None:
     """rate-micro-batch -> parquet on the store, SIGKILLed (the whole process group: driver and
-    JVM) at random moments, restarted from the checkpoint each time: every checkpoint file
-    parses and the sink, read through _spark_metadata, holds each input row exactly once."""
-    rng = random.Random(13)  # a fixed schedule of kill points
+    JVM) at a seeded random moment, restarted from the checkpoint: every checkpoint file parses
+    and the sink, read through _spark_metadata, holds each input row exactly once."""
+    rng = random.Random(13)  # the kill point: 0.44 s after the second commit
     checkpoint, output = store.url("cp"), store.url("out")
     conf = with_manager(store.conf)
     env = job_env()  # with the test JVM options
@@ -377,26 +378,25 @@ def test_sigkilled_query_restarts_from_its_checkpoint_exactly_once(
         names = [k.rsplit("/", 1)[-1] for k in store.listing("cp/commits/")]
         return max((int(n) for n in names if n.isdigit()), default=-1)
 
-    for kill in range(2):
-        target = committed() + rng.randint(1, 3)
-        with (tmp_path / f"run{kill}.err").open("wb") as err:
-            query = subprocess.Popen(
-                [*args, output, "1000000"],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=env,
-                start_new_session=True,  # its own process group: the JVM dies with it
-            )
-        try:
-            deadline = time.monotonic() + 300
-            while committed() < target:
-                assert query.poll() is None, (tmp_path / f"run{kill}.err").read_text()[-3000:]
-                assert time.monotonic() < deadline, f"no commit {target} within 300 s"
-                time.sleep(0.2)
-            time.sleep(rng.uniform(0, 1.5))  # somewhere inside the next micro-batch
-        finally:
-            kill_session(query.pid)
-            query.wait()
+    target = committed() + rng.randint(1, 3)
+    with (tmp_path / "killed.err").open("wb") as err:
+        query = subprocess.Popen(
+            [*args, output, "1000000"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            start_new_session=True,  # its own process group: the JVM dies with it
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while committed() < target:
+            assert query.poll() is None, (tmp_path / "killed.err").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no commit {target} within 300 s"
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0, 1.5))  # somewhere inside the next micro-batch
+    finally:
+        kill_session(query.pid)
+        query.wait()
     last = committed() + 2
     result = run_job("stream_checkpoint.py", checkpoint, output, str(last), conf=conf)
     assert_every_file_parses(store.files("cp/"), "cp/")

@@ -3,8 +3,8 @@ an unchanged streaming job (``tests/jvm/jobs/stream_write.py``, never imports sp
 its checkpoint, its parquet sink and its journal on ``s3a://`` (the test S3 server, an object
 store) or on ``hdfs://`` (the HDFS minicluster, a rename store: a real NameNode and DataNode),
 run with the conf ``sparkguard spark-conf`` prints plus the store's conf. It is SIGKILLed (the whole
-driver: its Python process and its Spark JVM) several times, once with a batch's files written
-and its ``_spark_metadata/<batch>`` not, then at seeded random moments; before each restart
+driver: its Python process and its Spark JVM) twice, once with a batch's files written and its
+``_spark_metadata/<batch>`` not, then at a seeded random moment; before each restart
 ``sparkguard rollback`` runs as the operator's rollback initContainer runs it. After every
 rollback the sink holds exactly the files its manifest lists, with no incomplete upload or temp
 file of a data file; at the end every input row is there once, through ``_spark_metadata`` and
@@ -12,7 +12,6 @@ by listing the directory, and every checkpoint and manifest file parses."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import random
@@ -36,13 +35,13 @@ pytestmark = pytest.mark.spark
 
 JOB = "stream-s3-job-1"
 ROWS_PER_FILE = 1000
-#: Input files, one micro-batch each: enough that the random kills land before the last batch.
-INPUTS = 10
-#: The first attempt of the task holding this row (batch 6) fails in every execution of that
+#: Input files, one micro-batch each: enough that the random kill lands before the last batch.
+INPUTS = 6
+#: The first attempt of the task holding this row (batch 4) fails in every execution of that
 #: batch: on S3 Spark's close of the aborted writer completes its object under the final name,
 #: abortTask deletes it, and the retry writes the name again (on HDFS the aborted writer's temp
 #: file is deleted and the retry publishes the name).
-FAIL_ROW = "6500"
+FAIL_ROW = "4500"
 NAME = re.compile(rf"^k=[01]/part-(\d{{5}})-{JOB}-b(\d{{10}})-c\d{{3}}\.snappy\.parquet$")
 
 
@@ -184,27 +183,27 @@ def test_a_sink_killed_repeatedly_is_rolled_back_and_ends_exactly_once(
     _assert_no_orphan(sink)
     flag.unlink()
 
-    # Kills 2 and 3: a seeded moment inside a later batch execution (each is one instant).
-    for kill in (1, 2):
-        target = sink.instants() + rng.randint(1, 2)
-        delay = rng.uniform(0.5, 4.0)  # a batch takes a few seconds here: early to late in one
-        reached = functools.partial(lambda n: sink.instants() >= n, target)
-        _kill_when([*args, "-", "-1", FAIL_ROW], conf, tmp_path / f"run{kill}.err", reached, delay)
-        seen_dead[f"random-{kill}"] = sink.data_files() - sink.listed()
-        summary = _rollback(sink, capsys, monkeypatch)
-        with capsys.disabled():  # with -s: where the kill landed, what the rollback did
-            print(
-                f"\nkill {kill}: instant {target} +{delay:.2f}s, manifest up to batch "
-                f"{max(sink.manifest_batches(), default=-1)}, uncommitted "
-                f"{sorted(seen_dead[f'random-{kill}'])}, rollback deleted "
-                f"{summary['filesDeleted']}, rolled back {summary['instantsRolledBack']}, "
-                f"recorded committed {summary['instantsCommitted']}"
-            )
-        assert summary["filesDeleted"] == len(seen_dead[f"random-{kill}"]), summary
-        _assert_no_orphan(sink)
+    # Kill 2: a seeded moment inside a later batch execution (each is one instant; seed 31:
+    # 2.14 s after the next instant).
+    target = sink.instants() + rng.randint(1, 2)
+    delay = rng.uniform(0.5, 4.0)  # a batch takes a few seconds here: early to late in one
+    random_run = [*args, "-", "-1", FAIL_ROW]
+    _kill_when(random_run, conf, tmp_path / "run1.err", lambda: sink.instants() >= target, delay)
+    seen_dead["random"] = sink.data_files() - sink.listed()
+    summary = _rollback(sink, capsys, monkeypatch)
+    with capsys.disabled():  # with -s: where the kill landed, what the rollback did
+        print(
+            f"\nkill 2: instant {target} +{delay:.2f}s, manifest up to batch "
+            f"{max(sink.manifest_batches(), default=-1)}, uncommitted "
+            f"{sorted(seen_dead['random'])}, rollback deleted "
+            f"{summary['filesDeleted']}, rolled back {summary['instantsRolledBack']}, "
+            f"recorded committed {summary['instantsCommitted']}"
+        )
+    assert summary["filesDeleted"] == len(seen_dead["random"]), summary
+    _assert_no_orphan(sink)
 
     # The last restart runs to the end (trigger availableNow), then reads back the sink.
-    last = tmp_path / "run3.err"
+    last = tmp_path / "run2.err"
     with last.open("wb") as err:
         done = subprocess.run(
             conftest.job_command("stream_write.py", *args, "-", "-1", FAIL_ROW, conf=conf),

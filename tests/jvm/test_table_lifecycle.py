@@ -29,7 +29,9 @@ from tests.jvm.conftest import job_command, kill_when, run_job
 pytestmark = pytest.mark.spark
 
 JOB = "orders-nightly"
-ROWS = 3_000_000
+#: Enough rows that the kill (at the first data file) lands inside the write; each case writes
+#: them twice (the killed run and the rerun).
+ROWS = 1_000_000
 PARTITIONS = 8
 
 
