@@ -297,6 +297,11 @@ def _run_and_kill_during_second_write(tmp_path: Path, url: str, job: str, journa
 @pytest.mark.spark
 @pytest.mark.slow
 def test_driver_killed_during_second_write_then_rollback_and_rerun(tmp_path: Path) -> None:
+    """Two driver processes: the first is SIGKILLed while write 1 is paused after a file;
+    after the rollback, the rerun (a new process, so a new driver run) skips the committed
+    write 0 and writes write 1 again under the same names. That a plain rerun of a job whose
+    writes are all committed changes nothing is test_new_driver_run_maps_writes_again's claim
+    (a third process here would cost a JVM start for the same code path)."""
     url, job, journal = str(tmp_path / "t"), "two-writes", str(tmp_path / "journal")
     _run_and_kill_during_second_write(tmp_path, url, job, journal)
     statuses = _instants(url)
@@ -315,13 +320,3 @@ def test_driver_killed_during_second_write_then_rollback_and_rerun(tmp_path: Pat
     assert_no_strays(url)
     committed = [s for s in _instants(url) if s.state is timeline.State.COMMITTED]
     assert [writer.write_index_of(s) for s in committed] == [0, 1]
-
-    # A plain rerun of the fully committed two-write job changes nothing.
-    files_before = {p: Path(url, p).stat().st_mtime_ns for p in data_files_on_storage(url)}
-    instants_before = [s.instant for s in _instants(url)]
-    _run_job(url, job, journal)
-    assert {p: Path(url, p).stat().st_mtime_ns for p in data_files_on_storage(url)} == (
-        files_before
-    )
-    assert [s.instant for s in _instants(url)] == instants_before
-    assert_exactly_once(url, range(FIRST.start, SECOND.stop))
