@@ -101,6 +101,10 @@ def _main_pid(wrapper: subprocess.Popen[bytes]) -> int | None:
     return None
 
 
+class _DeletedWhilePendingError(Exception):
+    """The pod was deleted while a container of it waited to start."""
+
+
 class HostPorts:
     """The ports the bench's pods listen on: one pod at a time per port.
 
@@ -118,16 +122,27 @@ class HostPorts:
         self._held: dict[int, object] = {}
         self._changed = threading.Condition()
 
-    def hold(self, port: int, holder: object, *, timeout: float) -> None:
-        """Wait until no other holder has ``port``, then hold it (again, for its holder)."""
+    def hold(
+        self,
+        port: int,
+        holder: object,
+        *,
+        timeout: float,
+        cancelled: threading.Event | None = None,
+    ) -> bool:
+        """Wait until no other holder has ``port``, then hold it (again, for its holder) and
+        return True; False, holding nothing, once ``cancelled`` is set (the pod was deleted)."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while self._held.get(port, holder) is not holder:
+                if cancelled is not None and cancelled.is_set():
+                    return False
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RuntimeError(f"port {port} still held by another pod after {timeout:g} s")
-                self._changed.wait(left)
+                self._changed.wait(min(left, 0.1))
             self._held[port] = holder
+        return True
 
     def release(self, holder: object) -> None:
         """Free every port ``holder`` holds."""
@@ -148,7 +163,11 @@ class _PodProcesses:
     process, the wrapper relays its exit status.
     """
 
-    def __init__(self, *, shared: bool, run_dir: Path) -> None:
+    def __init__(
+        self, *, shared: bool, run_dir: Path, deleting: threading.Event | None = None
+    ) -> None:
+        #: set when the pod is deleted (a container waiting to start gives up)
+        self.deleting = deleting if deleting is not None else threading.Event()
         self.available = pid_namespaces_available()
         if shared and not self.available:
             raise PidNamespacesUnavailableError(
@@ -428,7 +447,9 @@ class Kubelet:
         record, run_dir = pod.record, pod.run_dir
         assert run_dir is not None
         volumes = self._volumes(spec.volumes, run_dir, annotations=spec.annotations)
-        procs = _PodProcesses(shared=spec.share_process_namespace, run_dir=run_dir)
+        procs = _PodProcesses(
+            shared=spec.share_process_namespace, run_dir=run_dir, deleting=pod.deleting
+        )
         record["shared_processes"] = procs.pause_pid is not None
         # As the kubelet: a native sidecar (an initContainer with restartPolicy Always) starts
         # in its place among the initContainers, the next one waits until it has started.
@@ -467,6 +488,8 @@ class Kubelet:
                 self._stop(native, procs)
                 pod.phase = self._pod_phase(code, sidecars, pod)
                 record["sidecar_exits"] = [p.returncode for p in sidecars]
+        except _DeletedWhilePendingError:
+            record["ended_by"] = "deleted"
         finally:
             self._stop(native + sidecars, procs)  # the stand-in cleans up either way
             procs.close()
@@ -607,7 +630,8 @@ class Kubelet:
         # The pod network is the host here: listen on loopback only, one pod at a time.
         argv = pod.wrap(["127.0.0.1" if a == "0.0.0.0" else a for a in argv], sidecar=True)
         probe = (container.get("startupProbe") or container["readinessProbe"])["httpGet"]
-        HOST_PORTS.hold(int(probe["port"]), pod, timeout=300)
+        if not HOST_PORTS.hold(int(probe["port"]), pod, timeout=300, cancelled=pod.deleting):
+            raise _DeletedWhilePendingError
         process = subprocess.Popen(
             argv, env=self._env(container, mounts), stdout=log, stderr=log, cwd=run_dir
         )

@@ -168,3 +168,8 @@ def test_a_port_is_one_pods_at_a_time_on_the_benchs_host_network() -> None:
     ports.release(first)
     assert got.wait(5)
     waiter.join(5)
+    deleted = threading.Event()
+    deleted.set()  # a pod deleted while it waits gives up, holding nothing
+    assert ports.hold(26755, first, timeout=10, cancelled=deleted) is False
+    ports.release(second)
+    assert ports.hold(26755, first, timeout=1) is True
