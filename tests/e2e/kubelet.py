@@ -14,7 +14,8 @@ with ``restartPolicy: Always``) is stopped (SIGTERM) once the driver container e
 containers are never stopped, so the pod is terminal only once every one of them has exited by
 itself (``Succeeded`` when all exited 0, else ``Failed``), and ``Running`` until then. Deleting
 the pod sends SIGTERM to its containers and SIGKILL after ``termination_grace_s``; the pod is
-gone (its name free again) only then. Process namespaces are real (``unshare``/``nsenter``):
+gone (its name free again) only then. Pods share the host's network, so a port is one pod's at
+a time (:class:`HostPorts`). Process namespaces are real (``unshare``/``nsenter``):
 every sidecar sees only its own processes, or, with ``shareProcessNamespace: true``, sidecars
 and driver share one namespace with a pause process as PID 1.
 
@@ -100,6 +101,61 @@ def _main_pid(wrapper: subprocess.Popen[bytes]) -> int | None:
     return None
 
 
+class _DeletedWhilePendingError(Exception):
+    """The pod was deleted while a container of it waited to start."""
+
+
+class HostPorts:
+    """The ports the bench's pods listen on: one pod at a time per port.
+
+    In a cluster each pod has its own network; on the bench every pod shares the host's
+    loopback. Two pods' marker sidecars at once (a scheduled app's next run while the previous
+    one's rerun writes) would both want the chart's one port: the second could not listen, its
+    startup probe would be answered by the first pod's sidecar, and its driver would send its
+    markers to another app's sidecar, which refuses them: the rerun fails, a failure no
+    cluster has. So a pod whose container needs a port another pod holds waits for it, Pending
+    (as a pod with a hostPort waits for a node where that port is free); the port is free
+    again once that pod ended.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[int, object] = {}
+        self._changed = threading.Condition()
+
+    def hold(
+        self,
+        port: int,
+        holder: object,
+        *,
+        timeout: float,
+        cancelled: threading.Event | None = None,
+    ) -> bool:
+        """Wait until no other holder has ``port``, then hold it (again, for its holder) and
+        return True; False, holding nothing, once ``cancelled`` is set (the pod was deleted)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._held.get(port, holder) is not holder:
+                if cancelled is not None and cancelled.is_set():
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"port {port} still held by another pod after {timeout:g} s")
+                self._changed.wait(min(left, 0.1))
+            self._held[port] = holder
+        return True
+
+    def release(self, holder: object) -> None:
+        """Free every port ``holder`` holds."""
+        with self._changed:
+            for port in [p for p, h in self._held.items() if h is holder]:
+                del self._held[port]
+            self._changed.notify_all()
+
+
+#: the bench's one host network, shared by every stand-in's pods in this process
+HOST_PORTS: Final = HostPorts()
+
+
 class _PodProcesses:
     """The PID namespaces of one driver pod: shared (a pause process as PID 1) or per container.
 
@@ -107,7 +163,11 @@ class _PodProcesses:
     process, the wrapper relays its exit status.
     """
 
-    def __init__(self, *, shared: bool, run_dir: Path) -> None:
+    def __init__(
+        self, *, shared: bool, run_dir: Path, deleting: threading.Event | None = None
+    ) -> None:
+        #: set when the pod is deleted (a container waiting to start gives up)
+        self.deleting = deleting if deleting is not None else threading.Event()
         self.available = pid_namespaces_available()
         if shared and not self.available:
             raise PidNamespacesUnavailableError(
@@ -158,6 +218,7 @@ class _PodProcesses:
             os.killpg(self.pause.pid, signal.SIGKILL)  # PID 1 gone: the namespace ends
         if self.pause is not None:
             self.pause.wait(timeout=30)
+        HOST_PORTS.release(self)  # the pod ended: its ports are free
 
 
 class DriverPod:
@@ -386,7 +447,9 @@ class Kubelet:
         record, run_dir = pod.record, pod.run_dir
         assert run_dir is not None
         volumes = self._volumes(spec.volumes, run_dir, annotations=spec.annotations)
-        procs = _PodProcesses(shared=spec.share_process_namespace, run_dir=run_dir)
+        procs = _PodProcesses(
+            shared=spec.share_process_namespace, run_dir=run_dir, deleting=pod.deleting
+        )
         record["shared_processes"] = procs.pause_pid is not None
         # As the kubelet: a native sidecar (an initContainer with restartPolicy Always) starts
         # in its place among the initContainers, the next one waits until it has started.
@@ -425,6 +488,8 @@ class Kubelet:
                 self._stop(native, procs)
                 pod.phase = self._pod_phase(code, sidecars, pod)
                 record["sidecar_exits"] = [p.returncode for p in sidecars]
+        except _DeletedWhilePendingError:
+            record["ended_by"] = "deleted"
         finally:
             self._stop(native + sidecars, procs)  # the stand-in cleans up either way
             procs.close()
@@ -562,13 +627,15 @@ class Kubelet:
     ) -> subprocess.Popen[bytes]:
         mounts = self._mounts(container, volumes)
         argv = self._argv(container, mounts)
-        # The pod network is the host here: listen on loopback only.
+        # The pod network is the host here: listen on loopback only, one pod at a time.
         argv = pod.wrap(["127.0.0.1" if a == "0.0.0.0" else a for a in argv], sidecar=True)
+        probe = (container.get("startupProbe") or container["readinessProbe"])["httpGet"]
+        if not HOST_PORTS.hold(int(probe["port"]), pod, timeout=300, cancelled=pod.deleting):
+            raise _DeletedWhilePendingError
         process = subprocess.Popen(
             argv, env=self._env(container, mounts), stdout=log, stderr=log, cwd=run_dir
         )
         pod.started(process, argv)
-        probe = (container.get("startupProbe") or container["readinessProbe"])["httpGet"]
         url = f"http://127.0.0.1:{probe['port']}{probe['path']}"
         deadline = time.monotonic() + 30
         while True:

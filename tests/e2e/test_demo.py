@@ -129,27 +129,54 @@ def test_demo_falls_back_to_the_fsspec_writer_where_the_jvm_cannot_write(
     assert "protocol" not in commit.extra
 
 
-def test_demo_rejects_bad_flags(tmp_path: Path) -> None:
+def _demo_in_process(
+    *args: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cwd: Path
+) -> tuple[int, str]:
+    """``sparkguard demo ARGS`` through the command line's entry point in this process: (exit
+    status, stderr). Each bad flag is refused before anything starts, so a process per flag
+    would only add an interpreter's start; ``test_demo_rejects_bad_flags`` runs one in its own
+    process, as a user does."""
+    from sparkguard import cli
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    try:
+        code = cli.main(["demo", *args])
+    except SystemExit as exc:  # argparse's refusal
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+def test_demo_rejects_bad_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _demo("--rows", "0", cwd=tmp_path)  # the command as a user runs it
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "demo: --rows must be >= 1, got 0"  # one line, no traceback
+
+    def demo(*args: str) -> tuple[int, str]:
+        return _demo_in_process(*args, capsys=capsys, monkeypatch=monkeypatch, cwd=tmp_path)
+
     for args, needle in [
         (["--partitions", "3"], "--partitions must be >= 4 with the jvm writer"),
         (["--writer", "fsspec", "--partitions", "1"], "--partitions must be >= 2 with the fsspec"),
         (["--rows", "0"], "--rows must be >= 1, got 0"),
         (["--writer", "jvm", "--storage", "s3://bucket/demo"], "--writer jvm cannot write"),
     ]:
-        result = _demo(*args, cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        assert needle in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    result = _demo("--rows", "many", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "--rows" in result.stderr
-    result = _demo("--writer", "scala", cwd=tmp_path)
-    assert result.returncode == 2
-    assert "--writer" in result.stderr
+        code, err = demo(*args)
+        assert code == 2, err
+        assert needle in err
+        assert len(err.strip().splitlines()) == 1, err
+    code, err = demo("--rows", "many")
+    assert code == 2
+    assert "--rows" in err
+    code, err = demo("--writer", "scala")
+    assert code == 2
+    assert "--writer" in err
     for storage, needle in [("foo://b/demo", "cannot open foo://"), ("memory://d", "one process")]:
-        result = _demo("--storage", storage, cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1, result.stderr  # one line, no traceback
+        code, err = demo("--storage", storage)
+        assert code == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err  # one line, no traceback
         assert f"--storage {storage!r}" in lines[0]
         assert needle in lines[0]

@@ -5,12 +5,16 @@ sidecar is injected as a native sidecar, or, with ``SPARKGUARD_SIDECAR_NATIVE=fa
 regular container Kubernetes < 1.29 gets); the stand-in for spark-operator runs the mutated
 driver pod as the kubelet would (see tests/e2e/standin.py): a native sidecar is stopped once
 the driver container ended; a regular container is never stopped, the pod ends only when it
-exits by itself. Either way the pod must reach a terminal phase and the app COMPLETED.
+exits by itself. Either way the pod must reach a terminal phase and the app COMPLETED. The
+native sidecar is stopped whatever the driver runs: its pod runs the light driver
+(``light_driver.py``); the regular sidecar watches for the driver's JVM
+(``--exit-with-process``): its pods run the demo's Spark job, both on one operator.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,12 @@ from tests.e2e.standin import (
     StandInSparkOperator,
     pid_namespaces_available,
 )
-from tests.e2e.test_recovery_scenario import ChartOperator, chart_operator  # noqa: F401
+from tests.e2e.test_recovery_scenario import (
+    ChartOperator,
+    chart_operator,  # noqa: F401
+    installed_chart_operator,
+)
+from tests.kubebench.bench import KubeBench
 from tests.operator.apps import spark_app
 
 pytestmark = [pytest.mark.kube, pytest.mark.spark]
@@ -47,6 +56,7 @@ def test_driver_pod_reaches_a_terminal_phase(
         workdir=workdir,
         table=str(tmp_path / "short"),
         rows=2_000,
+        job="light",
     )
     assert standin.run_driver_pod() == "COMPLETED"
     (run,) = standin.runs
@@ -56,23 +66,31 @@ def test_driver_pod_reaches_a_terminal_phase(
     assert cluster.state("short") == "COMPLETED"
 
 
-REGULAR_SIDECARS = pytest.mark.parametrize(
-    "chart_operator", [{"SPARKGUARD_SIDECAR_NATIVE": "false"}], indirect=True
-)
+@pytest.fixture(scope="module")
+def regular_sidecar_operator(
+    kube_bench: KubeBench, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChartOperator]:
+    """The chart's operator injecting the regular sidecar (``SPARKGUARD_SIDECAR_NATIVE=false``),
+    for both tests of it."""
+    workdir = tmp_path_factory.mktemp("regular-sidecar")
+    with installed_chart_operator(
+        kube_bench, workdir, {"SPARKGUARD_SIDECAR_NATIVE": "false"}
+    ) as cluster:
+        yield cluster
+
+
 NEEDS_PID_NAMESPACES = pytest.mark.skipif(
     not pid_namespaces_available(),
     reason="modelling shareProcessNamespace needs PID namespaces (root or user namespaces)",
 )
 
 
-@REGULAR_SIDECARS
 @NEEDS_PID_NAMESPACES
 def test_a_regular_sidecar_container_ends_with_the_driver(
-    chart_operator: ChartOperator,  # noqa: F811 - the fixture imported above
-    tmp_path: Path,
+    regular_sidecar_operator: ChartOperator,
 ) -> None:
     """The pre-1.29 injection: the sidecar sees the driver JVM end (shared PID namespace)."""
-    cluster = chart_operator
+    cluster = regular_sidecar_operator
     created = cluster.create(spark_app("legacy"))
     driver = created["spec"]["driver"]
     (sidecar,) = driver["sidecars"]
@@ -82,14 +100,14 @@ def test_a_regular_sidecar_container_ends_with_the_driver(
     assert driver["shareProcessNamespace"] is True
     assert mutation.SIDECAR_NAME not in [c["name"] for c in driver["initContainers"]]
 
-    workdir = tmp_path / "pods"
-    workdir.mkdir()
+    workdir = cluster.workdir / "legacy" / "pods"  # the module's operator: its allowed root
+    workdir.mkdir(parents=True)
     standin = StandInSparkOperator(
         cluster.api,
         namespace=cluster.namespace,
         name="legacy",
         workdir=workdir,
-        table=str(tmp_path / "legacy"),
+        table=str(cluster.workdir / "legacy" / "table"),
         rows=2_000,
     )
     assert standin.run_driver_pod() == "COMPLETED"
@@ -104,18 +122,16 @@ def test_a_regular_sidecar_container_ends_with_the_driver(
     assert cluster.state("legacy") == "COMPLETED"
 
 
-@REGULAR_SIDECARS
 @NEEDS_PID_NAMESPACES
 def test_without_a_shared_process_namespace_the_regular_sidecar_keeps_the_pod_running(
-    chart_operator: ChartOperator,  # noqa: F811 - the fixture imported above
-    tmp_path: Path,
+    regular_sidecar_operator: ChartOperator,
 ) -> None:
     """Why the operator sets shareProcessNamespace: without it the sidecar never sees the driver.
 
     The app still ends (spark-operator reads the driver container's exit while the pod is
     Running); the pod, with everything it requested, does not.
     """
-    cluster = chart_operator
+    cluster = regular_sidecar_operator
     mutated = cluster.create(spark_app("shared"))
     # The same driver pod without the shared namespace. Admission would put it back on any
     # opted-in app, so this copy does not opt in (the stand-in only reads the spec).
@@ -126,14 +142,14 @@ def test_without_a_shared_process_namespace_the_regular_sidecar_keeps_the_pod_ru
     assert "shareProcessNamespace" not in cluster.get("unshared")["spec"]["driver"]
     assert cluster.get("unshared")["spec"]["driver"]["sidecars"] == spec["driver"]["sidecars"]
 
-    workdir = tmp_path / "pods"
-    workdir.mkdir()
+    workdir = cluster.workdir / "unshared" / "pods"  # the module's operator: its allowed root
+    workdir.mkdir(parents=True)
     standin = StandInSparkOperator(
         cluster.api,
         namespace=cluster.namespace,
         name="unshared",
         workdir=workdir,
-        table=str(tmp_path / "unshared"),
+        table=str(cluster.workdir / "unshared" / "table"),
         rows=2_000,
     )
     standin.sidecar_grace_s = 5.0  # it would wait exit_with_process_wait_s (300 s) in vain

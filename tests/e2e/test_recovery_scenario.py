@@ -6,7 +6,9 @@ the chart's ServiceAccount (webhook on 127.0.0.1); a SparkApplication opted in w
 *mutated* driver pod locally (initContainers, marker sidecar, driver with the injected conf)
 and reports status like spark-operator. The first run is killed mid-write; the operator rolls
 back with the real library and resubmits; the second run completes; the table holds every row
-exactly once.
+exactly once. Where the claim is about the operator (its replicas, spark-operator's own
+restart), the driver is the light one (``tests/e2e/light_driver.py``: sparkguard's Python
+writer without a JVM); ``test_driver_pod.py`` runs the demo's Spark job in the mutated pod.
 
 The same with an **unchanged job**: a plain PySpark job that never imports sparkguard
 (``df.write.mode("append").parquet``), run with the conf admission injected (the JVM layer:
@@ -179,6 +181,23 @@ def chart_operator(
         yield cluster
 
 
+@pytest.fixture(scope="module")
+def scenario_operator(
+    kube_bench: KubeBench, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChartOperator]:
+    """One install of the chart and its operator for this module's single-operator tests (each
+    app has its own name, job id and directory under the operator's allowed root)."""
+    with installed_chart_operator(kube_bench, tmp_path_factory.mktemp("scenario")) as cluster:
+        yield cluster
+
+
+def _app_dir(cluster: ChartOperator, name: str) -> Path:
+    """App ``name``'s directory (table, pods) under the operator's allowed root."""
+    base = cluster.workdir / name
+    base.mkdir()
+    return base
+
+
 @dataclasses.dataclass
 class ChartReplicas(ChartOperator):
     """The chart installed on the bench, its two replicas as ``sparkguard operator`` processes."""
@@ -330,7 +349,8 @@ def _run_until_completed(
     partitions: int = 4,
     kill_when: Callable[[], bool] | None = None,
 ) -> StandInSparkOperator:
-    """Serve app ``name`` with the stand-in (first run killed mid-write) until COMPLETED."""
+    """Serve app ``name`` with the stand-in (first run killed mid-write) until COMPLETED and
+    its lingering executors (the light driver's) are gone."""
     workdir.mkdir()
     standin = StandInSparkOperator(
         cluster.api, namespace=cluster.namespace, name=name, workdir=workdir, table=str(table),
@@ -343,7 +363,7 @@ def _run_until_completed(
     runner.start()
     try:
         harness.eventually(
-            lambda: cluster.state(name) == "COMPLETED",
+            lambda: cluster.state(name) == "COMPLETED" and standin.executors_left() == 0,
             what=f"app {name} to complete (runs so far: {standin.runs})",
             timeout=420,
         )
@@ -382,7 +402,9 @@ def test_killed_run_is_rolled_back_resubmitted_and_exactly_once(
     )
     killer.start()
     try:
-        standin = _run_until_completed(cluster, "orders", table=table, workdir=tmp_path / "pods")
+        standin = _run_until_completed(
+            cluster, "orders", table=table, workdir=tmp_path / "pods", job="light"
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.output()}") from exc
     finally:
@@ -426,20 +448,24 @@ def test_killed_run_is_rolled_back_resubmitted_and_exactly_once(
 
 
 def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
-    chart_operator: ChartOperator, tmp_path: Path
+    scenario_operator: ChartOperator,
 ) -> None:
     """restartPolicy OnFailure: spark-operator restarts the driver; the operator stays out."""
-    cluster = chart_operator
-    rollback = cluster.rollback
-    table = tmp_path / "orders"
+    cluster = scenario_operator
+    base = _app_dir(cluster, "restarts")
+    table = base / "orders"
     policy = {"type": "OnFailure", "onFailureRetries": 1, "onFailureRetryInterval": 1}
-    cluster.create(spark_app("restarts", restartPolicy=policy))
-    standin = _run_until_completed(cluster, "restarts", table=table, workdir=tmp_path / "pods")
+    created = cluster.create(spark_app("restarts", restartPolicy=policy))
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    standin = _run_until_completed(
+        cluster, "restarts", table=table, workdir=base / "pods", job="light"
+    )
     reasons = cluster.event_reasons("restarts")
     assert len(standin.runs) == 2
     assert standin.runs[1]["generation"] == standin.runs[0]["generation"]  # no resubmission
     assert "FAILED" not in standin.states  # spark-operator's own retry: FAILING, PENDING_RERUN
-    assert rollback.summaries == []  # the operator never acted: no FAILED was final
+    # the operator never acted: no FAILED was final
+    assert [s for s in cluster.rollback.summaries if s["jobId"] == job_id] == []
     assert "Resubmitted" not in reasons
     rows, duplicates, missing = _exactly_once(str(table))
     assert (rows, duplicates, missing) == (ROWS, 0, 0)
@@ -459,11 +485,12 @@ def _mid_write(table: Path) -> bool:
 
 
 def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_once(
-    chart_operator: ChartOperator, tmp_path: Path
+    scenario_operator: ChartOperator,
 ) -> None:
     """A plain PySpark job (never imports sparkguard) with only the conf admission injected."""
-    cluster = chart_operator
-    table = tmp_path / "plain"
+    cluster = scenario_operator
+    base = _app_dir(cluster, "plain")
+    table = base / "plain"
     created = cluster.create(spark_app("plain", annotations={appmeta.BACKOFF: "1s"}))
     conf = created["spec"]["sparkConf"]
     # Admission injected the JVM layer: nothing in the app asked for it but the opt-in label.
@@ -472,7 +499,7 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
     assert conf["spark.sparkguard.markers.type"] == "TIMELINE_SERVER_BASED"
     job_id = conf["spark.sparkguard.jobId"]
     standin = _run_until_completed(
-        cluster, "plain", table=table, workdir=tmp_path / "pods", job="plain", rows=PLAIN_ROWS,
+        cluster, "plain", table=table, workdir=base / "pods", job="plain", rows=PLAIN_ROWS,
         partitions=PLAIN_PARTITIONS, kill_when=lambda: _mid_write(table),
     )  # fmt: skip
     reasons = cluster.event_reasons("plain")
@@ -484,7 +511,7 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
     assert cluster.notes("plain")[appmeta.ATTEMPT] == "1"
     # The operator's rollback undid the killed write: its temp files removed (none was ever
     # published), none committed.
-    summary = cluster.rollback.summaries[0]
+    summary = next(s for s in cluster.rollback.summaries if s["jobId"] == job_id)
     assert len(summary["instantsRolledBack"]) == 1
     assert summary["instantsCommitted"] == []
     assert summary["tempFilesRemoved"] >= 1
@@ -513,23 +540,24 @@ def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_o
 
 
 def test_new_managed_table_killed_mid_save_as_table_is_removed_and_created_by_the_resubmission(
-    chart_operator: ChartOperator, tmp_path: Path
+    scenario_operator: ChartOperator,
 ) -> None:
     """An unchanged job's first ``saveAsTable("orders")`` (a new managed table in the warehouse)
     is SIGKILLed mid-write; the operator's rollback removes the location the write created, so
     the resubmitted run creates the table instead of failing with LOCATION_ALREADY_EXISTS."""
-    cluster = chart_operator
-    warehouse = tmp_path / "warehouse"
+    cluster = scenario_operator
+    base = _app_dir(cluster, "managed")
+    warehouse = base / "warehouse"
     table = warehouse / "orders"
     created = cluster.create(spark_app("managed", annotations={appmeta.BACKOFF: "1s"}))
     job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
     standin = _run_until_completed(
-        cluster, "managed", table=warehouse, workdir=tmp_path / "pods", job="plain-table",
+        cluster, "managed", table=warehouse, workdir=base / "pods", job="plain-table",
         rows=PLAIN_ROWS, partitions=PLAIN_PARTITIONS, kill_when=lambda: _mid_write(table),
     )  # fmt: skip
     assert [run["exit"] for run in standin.runs] == [128 + signal.SIGKILL, 0]
     assert standin.runs[1]["generation"] == standin.runs[0]["generation"] + 1
-    summary = cluster.rollback.summaries[0]
+    summary = next(s for s in cluster.rollback.summaries if s["jobId"] == job_id)
     assert len(summary["instantsRolledBack"]) == 1
     assert summary["tablesRemoved"] == [str(table)]
     # The rerun created the table (its driver read it back with spark.table: every row once).

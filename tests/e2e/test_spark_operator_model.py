@@ -316,6 +316,10 @@ def test_a_scheduled_run_that_fails_is_recovered(model_operator: ChartOperator) 
     assert job_id == f"{cluster.namespace}.{run}"
     reasons = cluster.event_reasons(run)
     assert reasons.count("Resubmitted") == 1
+    # ...and its rerun completed: Forbid starts the next run while the first is FAILED, so its
+    # rerun overlaps that run; each pod's sidecar has the port to itself (kubelet.HostPorts).
+    assert [r["ended_by"] for r in controller.runs[run].runs] == ["killed", "exited"]
+    assert controller.runs[run].runs[1]["exit"] == 0
     for each in controller.runs:
         if _succeeded(cluster, each):
             table = cluster.workdir / each / "table"

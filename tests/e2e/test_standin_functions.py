@@ -141,3 +141,35 @@ def test_schedules_are_every_n_seconds_only() -> None:
     assert standin.parse_every("@every 2s") == 2.0
     with pytest.raises(ValueError, match=r"spec\.schedule '\*/5 \* \* \* \*'"):
         standin.parse_every("*/5 * * * *")
+
+
+def test_a_port_is_one_pods_at_a_time_on_the_benchs_host_network() -> None:
+    """A second pod's sidecar on the same port waits until the first pod ended (the bench's
+    pods share one loopback): its probe is never answered by another pod's sidecar."""
+    import threading
+
+    from tests.e2e.kubelet import HostPorts
+
+    ports, first, second = HostPorts(), object(), object()
+    ports.hold(26754, first, timeout=1)
+    ports.hold(26754, first, timeout=1)  # its own port again: no wait
+    ports.hold(26755, second, timeout=1)  # another port: no wait
+    with pytest.raises(RuntimeError, match="still held by another pod"):
+        ports.hold(26754, second, timeout=0.05)
+    got = threading.Event()
+
+    def hold_then_say() -> None:
+        ports.hold(26754, second, timeout=10)
+        got.set()
+
+    waiter = threading.Thread(target=hold_then_say, daemon=True)
+    waiter.start()
+    assert not got.wait(0.2)  # waits while the first pod runs
+    ports.release(first)
+    assert got.wait(5)
+    waiter.join(5)
+    deleted = threading.Event()
+    deleted.set()  # a pod deleted while it waits gives up, holding nothing
+    assert ports.hold(26755, first, timeout=10, cancelled=deleted) is False
+    ports.release(second)
+    assert ports.hold(26755, first, timeout=1) is True
