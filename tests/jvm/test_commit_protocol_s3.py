@@ -73,19 +73,28 @@ def _inspect(
     return doc
 
 
-def test_python_tools_read_what_the_jvm_protocol_committed_on_s3(
+def test_a_jvm_write_to_s3_makes_no_probes_and_python_tools_read_what_it_committed(
     s3_server: s3server.S3Server,
     s3a_jars: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The write's requests (through a counting proxy: :func:`_assert_written_without_probes`),
+    then what the Python side reads of it, after a rerun that skips it."""
+    from tests.jvm import test_checkpoint_manager as counting
+
     bucket = s3_server.create_bucket()
     table, journal = f"s3a://{bucket}/t", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
+    with counting.counting_proxy(s3_server) as proxy:
+        counted = {**conf, "spark.hadoop.fs.s3a.endpoint": proxy}
+        result = run_job("plain_write.py", table, "1000", "4", conf=counted)
+        log = counting.requests_of(proxy)
+    assert result == {"rows": 1000, "ids": 1000}
+    _assert_written_without_probes(s3_server, bucket, "t", log)
     # Committed, then the job ran again (spark-operator#1854): the rerun's write 0 is skipped.
-    for _ in range(2):
-        result = run_job("plain_write.py", table, "1000", "4", conf=conf)
-        assert result == {"rows": 1000, "ids": 1000}
+    result = run_job("plain_write.py", table, "1000", "4", conf=conf)
+    assert result == {"rows": 1000, "ids": 1000}
 
     keys = _keys(s3_server, bucket, "t/")
     assert _data(keys, "t") == NAMES  # written directly under their final names, once
@@ -113,11 +122,10 @@ def test_a_partitioned_write_to_s3_is_committed_exactly_once(
     bucket = s3_server.create_bucket()
     table, journal = f"s3a://{bucket}/p", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
-    for _ in range(2):
-        result = run_job(
-            "plain_write.py", table, "900", "2", "append", "-", "0", "n % 3", conf=conf
-        )
-        assert result == {"rows": 900, "ids": 900}
+    # One run: a rerun's skip of the committed write is the same step partitioned or not
+    # (test_a_jvm_write_to_s3_makes_no_probes_and_python_tools_read_what_it_committed reruns).
+    result = run_job("plain_write.py", table, "900", "2", "append", "-", "0", "n % 3", conf=conf)
+    assert result == {"rows": 900, "ids": 900}
 
     data = _data(_keys(s3_server, bucket, "p/"), "p")
     expected = [
@@ -240,37 +248,29 @@ def test_a_store_ignoring_if_none_match_is_refused_before_anything_is_written(
     assert _keys(s3_server, bucket, "") == []  # no data, no timeline, no probe key
 
 
-def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
-    s3_server: s3server.S3Server, s3a_jars: Path
+def _assert_written_without_probes(
+    s3_server: s3server.S3Server, bucket: str, table: str, log: list[dict[str, Any]]
 ) -> None:
-    # The tasks open their files as sg-s3a:// (OwnedFileSystem): S3A's per-file performance
-    # create, no HEAD/LIST probe of the name, and the length and rows come from the stream, so
-    # until the commit decides, each data key sees its upload only: the commit's W7 check
-    # reads the sizes from one LIST of the table's directory (from just before its first name),
-    # not a HEAD per file. The driver's state checks make no S3A existence probe (HEAD, or a
-    # LIST with a delimiter) under _sparkguard/, and list it at most twice before the .inflight.
-    from tests.jvm import test_checkpoint_manager as counting
+    """The requests ``log`` of a 4-task write of 1000 rows to the table at key ``table``: data
+    files are created without probes and not read back by the task.
 
-    bucket = s3_server.create_bucket()
-    with counting.counting_proxy(s3_server) as proxy:
-        conf = {
-            **_conf(s3_server, s3a_jars, f"s3a://{bucket}/journal"),
-            "spark.hadoop.fs.s3a.endpoint": proxy,
-        }
-        result = run_job("plain_write.py", f"s3a://{bucket}/q", "1000", "4", conf=conf)
-        log = counting.requests_of(proxy)
-    assert result == {"rows": 1000, "ids": 1000}
+    The tasks open their files as sg-s3a:// (OwnedFileSystem): S3A's per-file performance
+    create, no HEAD/LIST probe of the name, and the length and rows come from the stream, so
+    until the commit decides, each data key sees its upload only: the commit's W7 check reads
+    the sizes from one LIST of the table's directory (from just before its first name), not a
+    HEAD per file. The driver's state checks make no S3A existence probe (HEAD, or a LIST with
+    a delimiter) under _sparkguard/, and list it at most twice before the .inflight."""
     outcome = next(
         i
         for i, r in enumerate(log)
-        if r["method"] == "PUT" and r["path"].startswith(f"/{bucket}/q/_sparkguard/timeline/")
+        if r["method"] == "PUT" and r["path"].startswith(f"/{bucket}/{table}/_sparkguard/timeline/")
         and r["path"].endswith(".outcome")
     )  # fmt: skip
     before = log[:outcome]
     for name in NAMES:
-        on_key = [r["method"] for r in before if r["path"] == f"/{bucket}/q/{name}"]
+        on_key = [r["method"] for r in before if r["path"] == f"/{bucket}/{table}/{name}"]
         assert on_key == ["PUT"], (name, on_key)  # the task's upload; W7 lists (below)
-        probes = [r for r in before if f"prefix=q/{name}" in urllib.parse.unquote(r["query"])]
+        probes = [r for r in before if f"prefix={table}/{name}" in urllib.parse.unquote(r["query"])]
         assert probes == [], (name, probes)
     last_upload = max(
         i for i, r in enumerate(before) if r["method"] == "PUT" and r["path"].endswith(".parquet")
@@ -278,14 +278,15 @@ def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
     queries = [urllib.parse.parse_qs(r["query"], keep_blank_values=True) for r in before]
     w7 = [
         q for r, q in zip(before[last_upload:], queries[last_upload:], strict=True)
-        if r["method"] == "GET" and q.get("prefix") == ["q/"] and "uploads" not in q
+        if r["method"] == "GET" and q.get("prefix") == [f"{table}/"] and "uploads" not in q
     ]  # fmt: skip
     assert len(w7) == 1, w7
-    assert w7[0]["start-after"][0] <= f"q/{NAMES[0]}", w7
+    assert w7[0]["start-after"][0] <= f"{table}/{NAMES[0]}", w7
     state = [
         (r["method"], q)
         for r, q in zip(before, queries, strict=True)
-        if "/q/_sparkguard/" in r["path"] or q.get("prefix", [""])[0].startswith("q/_sparkguard")
+        if f"/{table}/_sparkguard/" in r["path"]
+        or q.get("prefix", [""])[0].startswith(f"{table}/_sparkguard")
     ]  # fmt: skip
     assert [m for m, _ in state if m == "HEAD"] == [], "an existence probe"
     assert [q for m, q in state if "delimiter" in q] == [], "an S3A listStatus probe"
@@ -294,15 +295,18 @@ def test_data_files_are_created_without_probes_and_not_read_back_by_the_task(
     )
     opening = [
         q for r, q in zip(log[:inflight], queries[:inflight], strict=False)
-        if r["method"] == "GET" and q.get("prefix") == ["q/_sparkguard/"]
+        if r["method"] == "GET" and q.get("prefix") == [f"{table}/_sparkguard/"]
     ]  # fmt: skip
     assert 1 <= len(opening) <= 2, opening
     # The sizes and rows the streams recorded are the objects' and the footers' (250 rows each).
     client = s3_server.client()
-    key = next(k for k in _keys(s3_server, bucket, "q/_sparkguard/timeline/") if "outcome" in k)
+    key = next(
+        k for k in _keys(s3_server, bucket, f"{table}/_sparkguard/timeline/") if "outcome" in k
+    )
     outcome = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-    sizes = {k[2:]: client.head_object(Bucket=bucket, Key=k)["ContentLength"] for k in (
-        f"q/{n}" for n in NAMES)}  # fmt: skip
+    sizes = {
+        n: client.head_object(Bucket=bucket, Key=f"{table}/{n}")["ContentLength"] for n in NAMES
+    }
     assert {f["path"]: (f["size"], f["rows"]) for f in outcome["files"]} == {
         n: (sizes[n], 250) for n in NAMES
     }

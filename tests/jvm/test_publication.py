@@ -44,6 +44,9 @@ JOB = "jvm-publish-1"
 OLD_ROWS = 1_000
 ROWS = 400_000
 PARTITIONS = 8
+#: the write killed inside its publication window: the test's pause between renames makes the
+#: window, not the rows (ROWS makes the random kill's write last)
+WINDOW_ROWS = 8_000
 #: the Hadoop setting that pauses the driver's publication after each rename (tests only)
 PUBLISH_PAUSE = "spark.hadoop.sparkguard.test.publishPauseMs"
 
@@ -262,7 +265,8 @@ def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
     journal = str(tmp_path / "journal")
     conf = stores.with_jars(sparkconf.build_spark_conf(JOB, journal=journal), where.conf)
     conf[PUBLISH_PAUSE] = "2000"  # one rename every 2 s: the kill lands after the first
-    command = job_command("plain_write.py", where.url, str(ROWS), str(PARTITIONS), conf=conf)
+    args = [where.url, str(WINDOW_ROWS), str(PARTITIONS)]
+    command = job_command("plain_write.py", *args, conf=conf)
     assert _run_and_kill(command, lambda: bool(where.names("part-*")), 0.2), "killed too late"
     published = where.names("part-*")
     assert 0 < len(published) < PARTITIONS, "killed inside the publication window"
@@ -276,7 +280,7 @@ def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
     assert len(committed) == PARTITIONS
     assert where.names(".*.sg-tmp-*") == []
     assert where.names("_sparkguard/markers/*/*") == [], "no marker left"
-    assert plain_reading(where.root, where.fs) == _reading(range(ROWS)), "every row once"
+    assert plain_reading(where.root, where.fs) == _reading(range(WINDOW_ROWS)), "every row once"
 
 
 def test_a_rerun_before_any_rollback_first_publishes_a_write_killed_inside_the_window(

@@ -79,7 +79,7 @@ def _wait_for(condition: object, *, timeout: float, process: subprocess.Popen[st
         assert process.poll() is None, f"the job ended early:\n{process.communicate()[1][-3000:]}"
         if condition():  # type: ignore[operator]
             return
-        time.sleep(0.5)
+        time.sleep(0.05)
     raise AssertionError("the job never reached the point where the test kills it")
 
 

@@ -1,10 +1,12 @@
-"""kill -9 the sidecar under load, many times: no acknowledged marker may ever be lost.
+"""kill -9 the sidecar under load, round after round: no acknowledged marker may ever be lost.
 
 The sidecar runs as a real subprocess; writer threads drive it through HttpMarkerClient and
 record a marker only once its request got a 2xx. At a random moment the sidecar gets SIGKILL;
 it is restarted on the same marker directory (so each round also proves the lazy reload: new
 flushes append to the files a killed predecessor wrote) and, after every round, every recorded
-marker must be found on storage by the library's own reader.
+marker must be found on storage by the library's own reader. The rounds are a seeded, varied
+few (8 on local disk, 5 on S3, 3 under S3 faults): each alternates the flush mode and draws its
+batch interval, its flush threads and its kill moment from the seed.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def test_kill_9_loses_no_acknowledged_marker_local(root: str) -> None:
     directory = marker_dir_under(root)
     manager, path = filemanager.resolve(directory)
     kill_loop(
-        rounds=20,
+        rounds=8,
         roots=root,
         directory=directory,
         manager=manager,
@@ -150,7 +152,7 @@ def test_kill_9_loses_no_acknowledged_marker_s3(
     directory = marker_dir_under(s3_bucket, storage_options=s3_options)
     manager, path = filemanager.resolve(directory, storage_options=s3_options)
     kill_loop(
-        rounds=10,
+        rounds=5,
         roots=s3_bucket,
         directory=directory,
         manager=manager,

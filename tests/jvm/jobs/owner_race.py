@@ -1,11 +1,12 @@
 """One of two drivers racing to open a write of one job id on one table (O4a, the JVM protocol).
 
-    python owner_race.py CONF_JSON ROOT ROUNDS DELAY_MS NAME
+    python owner_race.py CONF_JSON ROOT ROUNDS DELAYS_MS NAME
 
 CONF_JSON is a JSON object of Spark conf (sparkguard's jar in ``spark.jars``, the job id and
-this driver's owner in ``spark.sparkguard.*``). For each round r the driver writes
-``ROOT/ready-r-NAME``, waits for ``ROOT/go-r`` (the test creates it once both drivers are
-ready), sleeps DELAY_MS, then runs the protocol's driver steps on table ``ROOT/t<r>`` exactly as
+this driver's owner in ``spark.sparkguard.*``). DELAYS_MS is one delay, or several separated by
+commas that the rounds take in turn. For each round r the driver writes ``ROOT/ready-r-NAME``,
+waits for ``ROOT/go-r`` (the test creates it once both drivers are ready), sleeps its delay,
+then runs the protocol's driver steps on table ``ROOT/t<r>`` exactly as
 Spark's file writer calls them: ``setupJob`` (W1, W2, the owner confirmation), then, unless it
 refused or skipped, ``commitJob`` (no task wrote a file). Calling them directly keeps the two
 drivers' ``setupJob`` within a millisecond of each other, which a whole ``df.write`` (query
@@ -30,7 +31,8 @@ def _wait_for(path: str) -> None:
 
 def main() -> None:
     conf = json.loads(sys.argv[1])
-    root, rounds, delay, name = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+    root, rounds, name = sys.argv[2], int(sys.argv[3]), sys.argv[5]
+    delays = [float(d) for d in sys.argv[4].split(",")]
     builder = SparkSession.builder.master("local[1]").appName(f"owner-race-{name}")
     builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
     for key, value in conf.items():
@@ -48,6 +50,7 @@ def main() -> None:
         with open(f"{root}/ready-{round_no}-{name}", "w"):
             pass
         _wait_for(f"{root}/go-{round_no}")
+        delay = delays[round_no % len(delays)]
         if delay:
             time.sleep(delay / 1000)
         try:
