@@ -323,7 +323,10 @@ def test_the_chart_rbac_is_sufficient_and_minimal(
     )
     apache_call = (f"{variant.app_namespace}.apache-etl", *expected_call[1:])
     # Kubeflow's two failures; the Apache app's final failure, then its recreation's deletion
-    assert rollback.calls == [expected_call] * 2 + [apache_call] * 2, rollback.calls
+    # A cluster-wide operator also sees apps other modules left on the same bench (their
+    # namespaces are not this test's): only this test's namespace is its business.
+    ours = [c for c in rollback.calls if c[0].startswith(f"{variant.app_namespace}.")]
+    assert ours == [expected_call] * 2 + [apache_call] * 2, rollback.calls
 
     granted = release.granted()
     role_kind = "Role" if variant.watch_app_namespace_only else "ClusterRole"
