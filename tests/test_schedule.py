@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import schedule
+from tests.support import pytester_conftest, schedule
 
 pytest_plugins = ["pytester"]
 
@@ -86,21 +86,14 @@ def test_the_checked_in_durations_name_only_modules_that_exist() -> None:
     assert not missing, f"tests/durations.json names modules that are gone: {missing}"
 
 
-SUPPORT = Path(schedule.__file__).resolve()
-CONFTEST = f"""
-import importlib.util
-import json, os
-import pytest
-
-_spec = importlib.util.spec_from_file_location("schedule", {str(SUPPORT)!r})
-schedule = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(schedule)
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config, items):
+CONFTEST = pytester_conftest.collection_hook(
+    Path(schedule.__file__).resolve(),
+    """
+    import json, os
     if getattr(config.option, "loadgroup", False):
         schedule.order(items, json.loads(os.environ["PER_TEST"]))
-"""
+    """,
+)
 
 LIGHT = """
 import os, time

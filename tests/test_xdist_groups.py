@@ -1,6 +1,7 @@
 """scripts/test.sh runs pytest-xdist's loadgroup: every test of one ``xdist_group`` runs on one
-worker (the kube-apiserver bench is one group). pytest-xdist 3.8 cannot suffix node ids under
-pytest 9; ``tests/conftest.py`` does, and this proves the grouping really happens."""
+worker (the kube tests are grouped by the bench they need). pytest-xdist 3.8 cannot suffix
+node ids under pytest 9; ``tests/conftest.py`` does, and this proves the grouping really
+happens."""
 
 from __future__ import annotations
 
@@ -8,21 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import pytester_conftest
+
 pytest_plugins = ["pytester"]
 
-SUPPORT = Path(__file__).resolve().parent / "support" / "xdist_groups.py"
-CONFTEST = f"""
-import importlib.util
-import pytest
-
-_spec = importlib.util.spec_from_file_location("xdist_groups", {str(SUPPORT)!r})
-xdist_groups = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(xdist_groups)
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config, items):
-    xdist_groups.suffix_node_ids(config, items)  # what tests/conftest.py runs
-"""
+CONFTEST = pytester_conftest.collection_hook(
+    Path(__file__).resolve().parent / "support" / "xdist_groups.py",
+    "xdist_groups.suffix_node_ids(config, items)  # what tests/conftest.py runs",
+)
 
 TESTS = """
 import os
