@@ -6,12 +6,12 @@ import functools
 import os
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support import (
+    cached_jars,
     jvm_options,
     netguard,
     run_tmp,
@@ -54,8 +54,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if not any(item.get_closest_marker("spark") for item in session.items):
         return
-    cache = Path(os.environ.get("SPARKGUARD_CACHE", Path.home() / ".cache" / "sparkguard"))
-    archive, how = jvm_options.ensure_archive(cache)
+    archive, how = jvm_options.ensure_archive(cached_jars.cache_root())
     if archive is None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

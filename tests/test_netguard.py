@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.podstatus import wait_for
 from tests.kubebench.bench import KubeBench
 from tests.support import netguard
 
@@ -232,12 +233,11 @@ def test_a_webhook_at_a_private_address_is_stopped_before_any_packet_leaves(
         where = netguard.require_guard("this test")
         # the sink refuses first and writes its record after: under load the record can
         # trail the API server's answer by a moment
-        recorded: set[tuple[str, int | None]] = set()
-        deadline = time.monotonic() + 30
-        while (target, port) not in recorded and time.monotonic() < deadline:
-            recorded = {(p.dst, p.port) for p in netguard.offbench_packets(where)}
-            time.sleep(0.1)
-        assert (target, port) in recorded, recorded
+        wait_for(
+            f"the guard's record of {target}:{port}",
+            lambda: (target, port) in {(p.dst, p.port) for p in netguard.offbench_packets(where)},
+            timeout=30,
+        )
     finally:
         client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(name)
         api.close()

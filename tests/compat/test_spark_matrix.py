@@ -16,7 +16,6 @@ release, one for the refused one; small data.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -26,13 +25,13 @@ import pytest
 
 from sparkguard.spark_lib.spark import sparkconf, sparkversions
 from tests.jvm.conftest import job_env, kill_when, rollback_as_init_container
-from tests.support import jvm_options
+from tests.support import cached_jars, jvm_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-CACHE = Path(os.environ.get("SPARKGUARD_CACHE", Path.home() / ".cache" / "sparkguard")) / "compat"
+CACHE = cached_jars.cache_root() / "compat"
 ROWS = 40_000
 JOB = "compat-1"
 

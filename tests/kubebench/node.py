@@ -47,7 +47,7 @@ from typing import Final
 
 from tests.kubebench import bench as kubebench
 from tests.kubebench.bench import HERE, JsonObj, KubeBench, KubeBenchError
-from tests.support import jvm_options
+from tests.support import cached_jars, jvm_options
 
 __all__ = [
     "HOST_SYSCTLS",
@@ -303,6 +303,7 @@ class KubeNode:
         host_port = self.bench.server.removeprefix("https://")
         python = str(Path(sys.executable))
         spark_home = self.spark_home or pyspark_home()
+        java_home = _java_home()
         cri_config = {
             "socket": str(socket),
             "stateDir": str(self.dir / "runtime"),
@@ -325,16 +326,15 @@ class KubeNode:
                 REPO,
                 Path(sys.prefix),
                 Path(sys.base_prefix),
-                Path(_java_home()),
+                Path(java_home),
                 spark_home,
-                # the project's caches (jars a test's Spark conf may name)
-                Path(os.environ.get("SPARKGUARD_CACHE") or Path.home() / ".cache" / "sparkguard"),
+                cached_jars.cache_root(),  # the project's caches (jars a test's conf may name)
             ),
             "writable": [],
             "images": image_rules(
                 spark_home=spark_home,
                 python=python,
-                java_home=_java_home(),
+                java_home=java_home,
                 path=os.environ.get("PATH", "/usr/bin:/bin"),
                 # the drivers' and executors' JVMs: C1 only and the serial collector, as every
                 # test JVM (tests/support/jvm_options.py: about half a job's CPU on 2 cores)

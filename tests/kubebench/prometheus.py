@@ -29,6 +29,7 @@ from typing import Any, Self
 
 from tests.kubebench import bench as kubebench
 from tests.kubebench.bench import HERE, JsonObj, KubeBenchError
+from tests.support import cached_jars
 
 BUILD_SCRIPT = HERE / "build-prometheus.sh"
 
@@ -37,7 +38,7 @@ def is_built() -> bool:
     """Whether both binaries of the script's pinned version are in the cache already (a cheap
     look, for test timers: a build may still be needed if the stamp changed)."""
     found = re.search(r"^version=(\S+)", BUILD_SCRIPT.read_text(), re.MULTILINE)
-    cache = Path(os.environ.get("SPARKGUARD_CACHE") or Path.home() / ".cache" / "sparkguard")
+    cache = cached_jars.cache_root()
     bin_dir = cache / "prometheus" / (found.group(1) if found else "?") / "bin"
     return all(os.access(bin_dir / b, os.X_OK) for b in ("prometheus", "promtool"))
 

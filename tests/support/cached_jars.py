@@ -3,10 +3,17 @@ filesystem for PySpark (``s3a``) and Hadoop's minicluster (``hdfs-minicluster``)
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def cache_root() -> Path:
+    """The shared cache's root, as the scripts read it: ``$SPARKGUARD_CACHE`` when set and
+    not empty, else ``~/.cache/sparkguard``."""
+    return Path(os.environ.get("SPARKGUARD_CACHE") or Path.home() / ".cache" / "sparkguard")
 
 
 def fetch(jar_list: str, *args: str) -> Path:
