@@ -77,6 +77,34 @@ def test_record_sums_each_module_and_load_gives_seconds_per_test(tmp_path: Path)
     assert schedule.load(tmp_path / "missing.json") == {}
 
 
+@pytest.mark.parametrize(
+    ("argv", "content", "error"),
+    [
+        ([], None, "usage: python tests/support/schedule.py record RUN.xml"),
+        (["recrod", "run.xml"], None, "usage: python tests/support/schedule.py record RUN.xml"),
+        (["record", "missing.xml"], None, "cannot read missing.xml as a JUnit XML report"),
+        (["record", "run.xml"], "<testsuites><testcase", "cannot read run.xml as a JUnit XML"),
+    ],
+)
+def test_record_refuses_bad_arguments_and_files_in_one_line(
+    *,
+    argv: list[str],
+    content: str | None,
+    error: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "run.xml").write_text(content)
+    assert schedule.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing that a redirect into tests/durations.json would keep
+    assert err.count("\n") == 1
+    assert error in err, err
+
+
 def test_the_checked_in_durations_name_only_modules_that_exist() -> None:
     """A module renamed or removed leaves a stale entry: harmless to a run (it only orders),
     but the file is refreshed with the tree (tests/README.md, "How two cores are used")."""

@@ -105,11 +105,25 @@ def _path_of(classname: str, root: Path) -> str | None:
     return None
 
 
+USAGE: Final = "usage: python tests/support/schedule.py record RUN.xml > tests/durations.json"
+
+
 def main(argv: list[str]) -> int:
+    """``record RUN.xml``: the durations file on stdout; a usage or read error on stderr (one
+    line naming the file and the fix) and exit status 2, nothing on stdout."""
     if len(argv) != 2 or argv[0] != "record":
-        print("usage: python tests/support/schedule.py record RUN.xml > tests/durations.json")
+        print(USAGE, file=sys.stderr)
         return 2
-    print(json.dumps(record(Path(argv[1])), indent=1, sort_keys=False))
+    try:
+        recorded = record(Path(argv[1]))
+    except (OSError, ElementTree.ParseError) as exc:
+        print(
+            f"schedule.py record: cannot read {argv[1]} as a JUnit XML report ({exc}): give the "
+            "file pytest's --junitxml wrote",
+            file=sys.stderr,
+        )
+        return 2
+    print(json.dumps(recorded, indent=1, sort_keys=False))
     return 0
 
 
