@@ -15,6 +15,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
 from sparkguard.operator import recovery
 from sparkguard.operator import runtime as runtime_
 
@@ -26,6 +29,9 @@ TASK_NAME: Final = "sparkguard-events"
 _POSTED_REMEMBERED: Final = 10_000
 #: how many transition Events of one app it remembers (a recovery posts at most three)
 _POSTED_PER_APP: Final = 4
+#: the seconds between tries of an Event the API server failed to take for a passing reason
+#: (5xx, 429, a dropped connection), as client-go's event broadcaster retries its sink
+POST_RETRY_DELAYS: Final = (0.5, 1.0, 2.0, 4.0)
 
 
 def transition_event_name(app: Mapping[str, Any], transition: str) -> str:
@@ -112,13 +118,30 @@ async def post(
 ) -> bool:
     """Post a Kubernetes Event about ``app``; a failure to post is logged, never raised.
 
+    A passing failure (the API server answers 5xx or 429, or the connection drops) is tried
+    again after each of :data:`POST_RETRY_DELAYS`; a refusal (4xx) is not. A retried named
+    Event that the first try did create is the same Event (409: nothing posted twice).
     ``True`` once the Event exists (posted now, or before under the same ``name``).
     """
-    try:
-        await runtime.kube.post_event(app, type=type, reason=reason, message=message, name=name)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an Event is informational
-        _log.warning("could not post Event %s: %s", reason, exc)
-        return False
-    return True
+    delays = iter(POST_RETRY_DELAYS)
+    while True:
+        try:
+            await runtime.kube.post_event(app, type=type, reason=reason, message=message, name=name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an Event is informational
+            delay = next(delays, None) if _passing(exc) else None
+            if delay is None:
+                _log.warning("could not post Event %s: %s", reason, exc)
+                return False
+            _log.info("posting Event %s failed (%s); trying again in %.1fs", reason, exc, delay)
+            await runtime.sleep(delay)
+        else:
+            return True
+
+
+def _passing(exc: Exception) -> bool:
+    """Whether the API server may take the same request a moment later."""
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 429) or (exc.status or 0) >= 500
+    return isinstance(exc, OSError | urllib3.exceptions.HTTPError)

@@ -29,6 +29,12 @@ API_THREADS: Final = 32
 #: a thread (and connection) of its own for the Lease: its renewal never waits behind a burst
 #: of recoveries' requests (a leader that cannot renew in time steps down)
 LEASE_THREADS: Final = 1
+#: seconds to connect and to wait for an answer, per request: a connection the API server
+#: (or a load balancer) dropped without a word fails the request instead of holding a thread
+#: and the recovery waiting on it for ever (the read bound is kube-apiserver's own default
+#: ``--request-timeout``). The next step reads the app again, so a request that timed out
+#: after it was applied is harmless.
+REQUEST_TIMEOUT: Final = (10.0, 60.0)
 
 
 class KubeClient:
@@ -40,8 +46,14 @@ class KubeClient:
     metrics.
     """
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        request_timeout: tuple[float, float] = REQUEST_TIMEOUT,
+    ) -> None:
         self.api_client = api_client
+        self.request_timeout = request_timeout
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
@@ -55,11 +67,13 @@ class KubeClient:
         )
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking client call in the client's own threads."""
+        """Run a blocking client call in the client's own threads (within the request timeout)."""
+        kwargs.setdefault("_request_timeout", self.request_timeout)
         return await self._run(self._executor, functools.partial(fn, *args, **kwargs))
 
     async def _lease_call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking Lease call in the Lease's own thread."""
+        """Run a blocking Lease call in the Lease's own thread (within the request timeout)."""
+        kwargs.setdefault("_request_timeout", self.request_timeout)
         return await self._run(self._lease_executor, functools.partial(fn, *args, **kwargs))
 
     async def _run(self, executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:
@@ -271,11 +285,11 @@ class KubeClient:
         self._count("event")
         event = cast(client.CoreV1Event, body)  # the client serialises a plain dict as it is
 
-        def create() -> None:
+        def create(**request: Any) -> None:
             # The created Event is of no use: skip decoding and validating it (in a burst of
             # recoveries that was a good part of the client's CPU). Errors still raise.
             raw: Any = self._core.create_namespaced_event(
-                meta["namespace"], event, _preload_content=False
+                meta["namespace"], event, _preload_content=False, **request
             )  # the raw urllib3 response, typed as the Event
             try:
                 raw.drain_conn()

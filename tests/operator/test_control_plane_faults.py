@@ -35,6 +35,7 @@ from tests.operator.apps import GROUP, VERSION, failed_status, spark_app
 from tests.operator.test_real_apiserver import (
     Cluster,
     Replicas,
+    _events_out,
     _eventually,
     _settled_in_every_replica,
 )
@@ -67,6 +68,7 @@ def _until_resubmitted(cluster: Cluster, replicas: Replicas, names: list[str]) -
             _eventually(
                 lambda n=name: cluster.notes(n).get(appmeta.PHASE) == "Resubmitted", timeout=90
             )
+        _eventually(lambda: _events_out(cluster, names), timeout=60)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{replicas.logs()}") from exc
 

@@ -474,6 +474,16 @@ def replicas_factory(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[...,
             replicas.stop_all()
 
 
+def _events_out(cluster: Cluster, names: list[str]) -> bool:
+    """Each app's last recovery Event (``Resubmitted``) is out, and so the ones before it.
+
+    Events go out off the recovery's path; a test that counts them waits for this before it
+    stops the replicas, so that the count does not depend on how fast a stopping replica
+    flushes its queue.
+    """
+    return all("Resubmitted" in cluster.event_reasons(name) for name in names)
+
+
 def _settled_in_every_replica(replicas: Replicas, names: list[str], identities: list[str]) -> bool:
     """Each replica read each app after its resubmission (and only waits for the rerun)."""
     seen = {
@@ -511,6 +521,7 @@ def test_two_replicas_recover_a_burst_of_failures_exactly_once(
                 lambda n=name: cluster.notes(n).get(appmeta.PHASE) == "Resubmitted", timeout=60
             )
         _eventually(lambda: _settled_in_every_replica(replicas, names, identities), timeout=60)
+        _eventually(lambda: _events_out(cluster, names), timeout=60)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{replicas.logs()}") from exc
     replicas.stop_all()
@@ -554,6 +565,7 @@ def test_leader_killed_mid_rollback_the_other_replica_resumes_once(
         leader.process.wait(10)
         _eventually(lambda: cluster.notes("victim").get(appmeta.PHASE) == "Resubmitted", timeout=60)
         _eventually(lambda: _settled_in_every_replica(replicas, ["victim"], [follower_id]))
+        _eventually(lambda: _events_out(cluster, ["victim"]), timeout=60)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{replicas.logs()}") from exc
     replicas.stop_all()
