@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.sparkguard.spark.common.SparkguardException;
 import io.sparkguard.spark.store.AtomicStore;
-import io.sparkguard.spark.store.ObjectStoreAtomicStoreTest;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -24,7 +23,6 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
-import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -159,22 +157,14 @@ class SidecarMarkerFailsClosedTest {
     }
   }
 
-  /** A direct-write store (the local filesystem as an object store with conditional create):
-   * there Spark's writer creates the data file under its final name in the table. */
-  private AtomicStore directStore(String table) {
-    Configuration conf = new Configuration(false);
-    conf.set("fs.sgtest.impl", ObjectStoreAtomicStoreTest.FakeStoreFileSystem.class.getName());
-    conf.setBoolean("fs.sgtest.impl.disable.cache", true);
-    conf.setBoolean("sgtest.conditional", true);
-    return AtomicStore.forTable(new Path(table), conf);
-  }
-
   /** W4 of one task against {@code endpoint}: the path its writer would open. */
   private Path markThenPrepare(String endpoint, Duration deadline) throws IOException {
     String table = "sgtest://" + dir.resolve("t").toUri().getPath();
     SidecarMarkerClient client =
         new SidecarMarkerClient(endpoint, null, deadline, REQUEST_TIMEOUT);
-    return ProtocolSteps.markAndPrepare(directStore(table), client,
+    // a direct-write store: there Spark's writer creates the data file under its final name
+    AtomicStore store = AtomicStore.forTable(new Path(table), ProtocolStepsTest.directStore());
+    return ProtocolSteps.markAndPrepare(store, client,
         new Path(table, "_sparkguard/markers/20260101000000000-j"), new Path(table, NAME), NAME);
   }
 
