@@ -19,24 +19,46 @@ import java.util.Set;
  * Markers batched by the driver pod's marker sidecar (docs/sidecar.md), as the Python executors
  * send them: {@code POST <endpoint>/v1/markers/create} with {@code markerdir} and
  * {@code markername}, a bearer token from the token file. A marker is acknowledged only once the
- * sidecar answered 2xx, i.e. once it is durable on storage; transient answers (408, 429, 502,
- * 503, 504, connection errors) are retried with backoff until the deadline, every other answer
- * fails the task at once with the sidecar's message.
+ * sidecar answered 2xx, i.e. once it is durable on storage (a create it already holds answers 2xx
+ * too, so a retry of one that landed is one marker); transient answers (408, 429, 502, 503, 504)
+ * and connection errors (refused, reset, closed, no answer within the request timeout) are
+ * retried with backoff until the deadline (120 s), every other answer (500 included) fails the
+ * task at once with the sidecar's message. Each attempt waits at most the request timeout (30 s)
+ * clipped to the time left, and no attempt starts past the deadline, so a call never outlives its
+ * deadline by more than the connect timeout. Either failure is a {@link SparkguardException}
+ * naming the sidecar's address and what to check, thrown before the caller opens its data file
+ * (docs/decisions.md, "The JVM marker client fails closed").
  */
 public final class SidecarMarkerClient implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final Set<Integer> RETRYABLE = Set.of(408, 429, 502, 503, 504);
   static final Duration DEADLINE = Duration.ofSeconds(120);
+  static final Duration REQUEST_TIMEOUT = Duration.ofSeconds(30);
+  static final Duration CONNECT_TIMEOUT = Duration.ofSeconds(10);
+  /** What a task's failure says to check, after the sidecar's address. */
+  static final String CHECK = "check that the marker sidecar (under the operator: the"
+      + " sparkguard-markers container of the driver pod; else `sparkguard sidecar`) is running and"
+      + " reachable at that address; its log says why it failed. The task fails before it writes"
+      + " its data file, so Spark can retry it";
 
   private final String endpoint;
   private final String tokenFile;
+  private final Duration deadline;
+  private final Duration requestTimeout;
   private transient HttpClient http;
   private transient String token;
 
   SidecarMarkerClient(String endpoint, String tokenFile) {
+    this(endpoint, tokenFile, DEADLINE, REQUEST_TIMEOUT);
+  }
+
+  /** With another deadline and request timeout than the defaults (the tests: short ones). */
+  SidecarMarkerClient(String endpoint, String tokenFile, Duration deadline, Duration requestTimeout) {
     this.endpoint = endpoint.endsWith("/") ? endpoint.substring(0, endpoint.length() - 1) : endpoint;
     this.tokenFile = tokenFile;
+    this.deadline = deadline;
+    this.requestTimeout = requestTimeout;
   }
 
   /** Create {@code markerName} in {@code markerDir} (a storage URL or absolute local path). */
@@ -71,12 +93,16 @@ public final class SidecarMarkerClient implements Serializable {
     } catch (IOException e) {
       throw new SparkguardException("cannot encode a marker request", e);
     }
-    long deadline = System.nanoTime() + DEADLINE.toNanos();
+    long deadlineAt = System.nanoTime() + deadline.toNanos();
     boolean tokenReloaded = false;
     String last = "no answer";
     for (int attempt = 1; ; attempt++) {
       try {
-        HttpResponse<String> response = client().send(request(route, body), HttpResponse.BodyHandlers.ofString());
+        long left = Math.max(1_000_000L, deadlineAt - System.nanoTime());
+        Duration timeout = requestTimeout.compareTo(Duration.ofNanos(left)) < 0
+            ? requestTimeout : Duration.ofNanos(left);
+        HttpResponse<String> response =
+            client().send(request(route, body, timeout), HttpResponse.BodyHandlers.ofString());
         int status = response.statusCode();
         if (status < 300 || tolerated.contains(status)) {
           return status;
@@ -90,23 +116,23 @@ public final class SidecarMarkerClient implements Serializable {
         if (!RETRYABLE.contains(status)) {
           throw new SparkguardException(
               "sparkguard: the marker sidecar at " + endpoint + " refused " + route + " "
-                  + params + ": " + last);
+                  + params + ": " + last + "; " + CHECK);
         }
       } catch (IOException e) {
-        last = e.toString();
+        last = describe(e);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
         throw new SparkguardException("interrupted while sending a marker to " + endpoint, e);
       }
-      if (System.nanoTime() > deadline) {
+      long delay = Math.min(2000L, 50L << Math.min(attempt - 1, 6));
+      if (System.nanoTime() + delay * 1_000_000L >= deadlineAt) {
         throw new SparkguardException(
             "sparkguard: the marker sidecar at " + endpoint + " did not acknowledge " + route
-                + " " + params + " within " + DEADLINE.toSeconds() + " s (" + attempt
-                + " attempts, last: " + last + "); the task fails so that no unmarked file is"
-                + " written");
+                + " " + params + " within " + seconds(deadline) + " s (" + attempt
+                + " attempts, last: " + last + "); " + CHECK);
       }
       try {
-        Thread.sleep(Math.min(2000L, 50L << Math.min(attempt - 1, 6)));
+        Thread.sleep(delay);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
         throw new SparkguardException("interrupted while sending a marker to " + endpoint, e);
@@ -114,9 +140,24 @@ public final class SidecarMarkerClient implements Serializable {
     }
   }
 
-  private HttpRequest request(String route, byte[] body) {
+  /** A failed exchange in words (a refused connection's exception has no message). */
+  private static String describe(IOException e) {
+    String what = e.getClass().getName();
+    if (e instanceof java.net.ConnectException && e.getMessage() == null) {
+      return what + ": nothing accepted the connection";
+    }
+    return e.getMessage() == null ? what : what + ": " + e.getMessage();
+  }
+
+  private static String seconds(Duration duration) {
+    return duration.toMillis() % 1000 == 0
+        ? Long.toString(duration.toSeconds())
+        : Double.toString(duration.toMillis() / 1000.0);
+  }
+
+  private HttpRequest request(String route, byte[] body, Duration timeout) {
     HttpRequest.Builder builder = HttpRequest.newBuilder(URI.create(endpoint + "/v1/markers/" + route))
-        .timeout(Duration.ofSeconds(30))
+        .timeout(timeout)
         .header("Content-Type", "application/json")
         .header("Accept", "application/json")
         .POST(HttpRequest.BodyPublishers.ofByteArray(body));
@@ -144,7 +185,7 @@ public final class SidecarMarkerClient implements Serializable {
     if (http == null) {
       http = HttpClient.newBuilder()
           .version(HttpClient.Version.HTTP_1_1)
-          .connectTimeout(Duration.ofSeconds(10))
+          .connectTimeout(CONNECT_TIMEOUT.compareTo(requestTimeout) < 0 ? CONNECT_TIMEOUT : requestTimeout)
           .build();
     }
     return http;

@@ -33,7 +33,8 @@ import org.junit.jupiter.api.io.TempDir;
 class ProtocolStepsTest {
   @TempDir java.nio.file.Path dir;
 
-  private static Configuration directStore() {
+  /** The local filesystem as an object store with conditional create (S3A's stand-in). */
+  static Configuration directStore() {
     Configuration conf = new Configuration(false);
     conf.set("fs.sgtest.impl", ObjectStoreAtomicStoreTest.FakeStoreFileSystem.class.getName());
     conf.setBoolean("fs.sgtest.impl.disable.cache", true);
