@@ -97,3 +97,20 @@ def test_each_fault_is_what_the_client_sees(s3_server: s3server.S3Server) -> Non
         with front.off():
             assert client.get_object(Bucket=bucket, Key="m")["Body"].read() == b"p"
         print(front.report())
+
+
+def test_a_placed_fault_meets_only_the_requests_of_its_key(s3_server: s3server.S3Server) -> None:
+    from botocore.exceptions import ClientError
+
+    bucket = s3_server.create_bucket()
+    with s3faults.S3FaultFront(s3_server.endpoint, seed=7) as front:
+        client = _raw_client(front.endpoint)
+        front.fail_next(Op.PUT, Fault.INTERNAL, key="/b.outcome")
+        front.fail_next(Op.PUT, Fault.SLOWDOWN, key="/a.inflight")
+        client.put_object(Bucket=bucket, Key="other", Body=b"x")  # no key of a placed fault
+        with pytest.raises(ClientError, match="InternalError"):
+            client.put_object(Bucket=bucket, Key="t/b.outcome", Body=b"x")
+        with pytest.raises(ClientError, match="SlowDown"):
+            client.put_object(Bucket=bucket, Key="t/a.inflight", Body=b"x")
+        client.put_object(Bucket=bucket, Key="t/a.inflight", Body=b"x")  # each placed once
+        assert front.injected == {(Op.PUT, Fault.INTERNAL): 1, (Op.PUT, Fault.SLOWDOWN): 1}

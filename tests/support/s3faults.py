@@ -14,8 +14,9 @@ met with one fault (:class:`Fault`):
   of answering: the client sees an error for a write that happened.
 
 ``fail_next(op, fault, count)`` gives the next ``count`` requests of a kind that fault (placed
-exactly: a retry then goes through); ``burst(op, fault, seconds)`` makes every request of that
-kind fail that way for a while (a store under load, or an outage of one kind). ``off()`` turns
+exactly: a retry then goes through; with ``key=``, only requests whose path contains it);
+``burst(op, fault, seconds)`` makes every request of that kind fail that way for a while (a
+store under load, or an outage of one kind). ``off()`` turns
 every fault off, for verification reads. :attr:`S3FaultFront.injected` counts the faults
 injected, by operation and kind.
 
@@ -193,7 +194,8 @@ class S3FaultFront:
         self.delay_s = delay_s
         self._enabled = True
         self._bursts: dict[Op, tuple[Fault, float]] = {}
-        self._next: dict[Op, list[Fault]] = {}
+        #: per operation, the faults placed by :meth:`fail_next` (each with its key filter)
+        self._next: dict[Op, list[tuple[Fault, str | None]]] = {}
         #: faults injected, by (operation, fault)
         self.injected: Counter[tuple[Op, Fault]] = Counter()
         #: requests seen, by operation (forwarded or not)
@@ -236,11 +238,13 @@ class S3FaultFront:
         with self._lock:
             self._bursts[op] = (fault, time.monotonic() + seconds)
 
-    def fail_next(self, op: Op, fault: Fault, count: int = 1) -> None:
+    def fail_next(self, op: Op, fault: Fault, count: int = 1, *, key: str | None = None) -> None:
         """The next ``count`` requests of ``op`` get ``fault`` (before any burst or rate): a
-        fault placed exactly, whose retry then goes through."""
+        fault placed exactly, whose retry then goes through. With ``key``, only requests whose
+        path (``/<bucket>/<key>``) contains it, the others of ``op`` passing as if unplaced.
+        Placed faults add up, each met by the first request it matches."""
         with self._lock:
-            self._next[op] = [fault] * count
+            self._next.setdefault(op, []).extend([(fault, key)] * count)
 
     @contextlib.contextmanager
     def off(self) -> Iterator[None]:
@@ -282,16 +286,20 @@ class S3FaultFront:
 
     # -- the decision -------------------------------------------------------------------
 
-    def decide(self, op: Op) -> Fault | None:
-        """The fault for one request of ``op`` (counted), or None."""
+    def decide(self, op: Op, path: str = "") -> Fault | None:
+        """The fault for one request of ``op`` on ``path`` (counted), or None."""
         with self._lock:
             self.requests[op] += 1
             if not self._enabled or op is Op.OTHER:
                 return None
             fault: Fault | None = None
             burst = self._bursts.get(op)
-            if self._next.get(op):
-                fault = self._next[op].pop(0)
+            placed = self._next.get(op, [])
+            match = next(
+                (i for i, (_, key) in enumerate(placed) if key is None or key in path), None
+            )
+            if match is not None:
+                fault = placed.pop(match)[0]
             elif burst is not None and time.monotonic() < burst[1]:
                 fault = burst[0]
             else:
@@ -348,7 +356,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         op = classify(self.command, self.path, headers)
         body = self._read_body()
-        fault = self.owner.decide(op)
+        fault = self.owner.decide(op, urllib.parse.urlsplit(self.path).path)
         if fault is Fault.DELAY:
             time.sleep(self.owner.delay_s)
         elif fault is Fault.RESET_BEFORE:
