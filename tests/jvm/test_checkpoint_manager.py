@@ -31,6 +31,7 @@ from tests.jvm import s3a, stores
 from tests.jvm.conftest import JOBS, job_env, run_job
 from tests.support import hdfs, s3server
 from tests.support.process import kill_session
+from tests.support.s3faults import Fault, Op, S3FaultFront
 
 pytestmark = pytest.mark.spark
 
@@ -238,6 +239,25 @@ def test_shared_vectors_on_s3a_one_conditional_put_per_file(
     assert not any("/cancel" in r["path"] for r in writes)
     assert set(by_key) == {f"{base}/{d}/0" for d in ("publish", "once", "race", "replace")}
     assert not any(r["copy"] for r in log)
+
+
+@pytest.mark.s3
+def test_a_conditional_create_whose_answer_was_lost_is_its_own_not_a_lost_race(
+    s3_server: s3server.S3Server, s3_faults: S3FaultFront, s3a_jars: Path
+) -> None:
+    """The store applies a conditional create, then the connection resets before its answer
+    (the fault front); S3A's retry is refused with 412. The object there is this very create's
+    (its write id in the object's metadata), so the create succeeded: the shared vectors hold
+    unchanged, a second create of the name is still refused, and of four racing creators one
+    wins. Without the write id the first create of each name failed as if it had lost a race.
+    """
+    bucket = s3_server.create_bucket()
+    for name in ("publish", "once", "race"):
+        s3_faults.fail_next(Op.PUT, Fault.RESET_AFTER, key=f"/{bucket}/cp/{name}/0")
+    conf = manager_conf(s3_server, s3a_jars, endpoint=s3_faults.endpoint)
+    result = run_job("checkpoint_files.py", f"s3a://{bucket}/cp", conf=conf)
+    assert s3_faults.injected[(Op.PUT, Fault.RESET_AFTER)] == 3
+    assert_shared_vectors(result)
 
 
 @pytest.mark.hdfs

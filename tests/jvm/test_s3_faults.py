@@ -42,7 +42,12 @@ def test_a_failed_jvm_write_rolled_back_and_rerun_under_s3_faults(
     )
     assert failed == {"failed": True}
     rollback.rollback_job(on_s3.JOB, journal, storage_options=options)
+    # The rerun's timeline creates are applied and their answers lost: S3A's retry meets its
+    # own object (412), which its write id shows to be this create's, not a lost race.
+    for suffix in (".inflight", ".outcome"):
+        s3_faults.fail_next(Op.PUT, Fault.RESET_AFTER, key=suffix)
     result = on_s3.run_job("plain_write.py", table, "1000", "4", conf=conf)
+    assert s3_faults.injected[(Op.PUT, Fault.RESET_AFTER)] >= 4
     assert result == {"rows": 1000, "ids": 1000}
     s3_faults.set_rates(None)
     with s3_faults.off():

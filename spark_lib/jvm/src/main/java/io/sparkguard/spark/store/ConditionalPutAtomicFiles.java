@@ -22,7 +22,10 @@ import org.apache.hadoop.fs.Path;
  *   <li>put-if-absent: the upload is conditional ({@code If-None-Match: *}, Hadoop's
  *       {@code fs.option.create.conditional.overwrite}): one request, no HEAD or LIST; a loser's
  *       {@code close()} gets 412, which S3A reports as {@code RemoteFileChangedException} and
- *       this class as {@link FileAlreadyExistsException}; S3A aborts a losing multipart upload;
+ *       this class as {@link FileAlreadyExistsException}; S3A aborts a losing multipart upload.
+ *       Each create carries a write id in its metadata, so a create whose answer was lost and
+ *       whose retry met its own object is a success, not a lost race
+ *       ({@link ObjectStoreAtomicStore#storedBy});
  *   <li>overwrite: a plain PUT in S3A's create-performance mode (no existence or parent probes);
  *   <li>{@code cancel()}: {@code abort()} on S3A's stream, so nothing is uploaded (a small file)
  *       or the pending multipart upload is aborted (a large one).
@@ -62,14 +65,17 @@ public final class ConditionalPutAtomicFiles implements AtomicFiles {
   public AtomicOutput create(Path path, boolean overwrite) throws IOException {
     FSDataOutputStreamBuilder<?, ?> builder = fs.createFile(path);
     builder.overwrite(true).recursive();
+    String writeId = null;
     if (overwrite) {
       builder.must(CREATE_PERFORMANCE, true);
     } else {
       Path parent = path.getParent();
       ConditionalCreateProbe.require(fs, parent == null ? path : parent);
       builder.must(Options.CreateFileOptionKeys.FS_OPTION_CREATE_CONDITIONAL_OVERWRITE, true);
+      writeId = ObjectStoreAtomicStore.newWriteId();
+      ObjectStoreAtomicStore.withWriteId(builder, writeId);
     }
-    return new Output(path, (FSDataOutputStream) builder.build());
+    return new Output(fs, path, writeId, (FSDataOutputStream) builder.build());
   }
 
   /** True when {@code e} (or a cause) is S3A's report of a refused conditional PUT. */
@@ -88,11 +94,16 @@ public final class ConditionalPutAtomicFiles implements AtomicFiles {
   }
 
   private static final class Output extends AtomicOutput {
+    private final FileSystem fs;
     private final Path path;
+    /** The conditional create's write id; {@code null} for an overwrite. */
+    private final String writeId;
     private final FSDataOutputStream out;
 
-    Output(Path path, FSDataOutputStream out) {
+    Output(FileSystem fs, Path path, String writeId, FSDataOutputStream out) {
+      this.fs = fs;
       this.path = path;
+      this.writeId = writeId;
       this.out = out;
     }
 
@@ -107,6 +118,9 @@ public final class ConditionalPutAtomicFiles implements AtomicFiles {
         out.close();
       } catch (IOException e) {
         if (isPreconditionFailed(e)) {
+          if (writeId != null && ObjectStoreAtomicStore.storedBy(fs, path, writeId)) {
+            return; // this create's own object: an earlier attempt landed, its answer was lost
+          }
           FileAlreadyExistsException exists = new FileAlreadyExistsException(
               path + " already exists: another writer created it first (the conditional PUT"
                   + " was refused with 412; nothing was published)");

@@ -3,16 +3,20 @@ package io.sparkguard.spark.store;
 import io.sparkguard.spark.common.Concurrently;
 import io.sparkguard.spark.common.SparkVersions;
 import io.sparkguard.spark.common.SparkguardException.UnsupportedWriteException;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.InterruptedIOException;
 import java.net.URI;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.ExecutionException;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.CommonPathCapabilities;
 import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.MultipartUploader;
@@ -28,7 +32,11 @@ import org.apache.hadoop.fs.Path;
  *       If-None-Match: *}. Of racing creators the store accepts one; the others get HTTP 412
  *       (S3A: {@code RemoteFileChangedException} at {@code close()}), which is {@code false}
  *       here. A store without the capability is refused when the store is opened, never served
- *       by a check-then-create (two writers would both "win");
+ *       by a check-then-create (two writers would both "win"). Each create carries a random
+ *       write id in its object metadata ({@code x-amz-meta-sparkguard-write}, as the Python
+ *       writer's): when the store applied a create but its answer was lost (a reset, a
+ *       timeout) and the connector's retry is refused with 412, one HEAD tells whether the
+ *       object is this very create, so a create that landed is ours, not a lost race;
  *   <li>publish: none. A data file is written directly under its final name: an object appears
  *       only when its upload completes, whole (the "no copy-rename" of object stores);
  *       {@link #workPath} is the target itself;
@@ -60,6 +68,12 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
   /** S3A's switch for conditional create (default true), named in the refusal. */
   static final String S3A_CONDITIONAL_SETTING = "fs.s3a.create.conditional.enabled";
+  /** The object metadata key of a create's write id (the Python writer's too). */
+  static final String WRITE_ID_KEY = "sparkguard-write";
+  /** S3A's create option prefix for object metadata ({@code Constants.FS_S3A_CREATE_HEADER}). */
+  static final String S3A_CREATE_HEADER = "fs.s3a.create.header";
+  /** How S3A names an object's metadata entry among its extended attributes. */
+  static final String S3A_XATTR_HEADER = "header.";
   /** S3A's path capability: {@code create()} skips the overwrite probes (and so replaces). */
   static final String S3A_CREATE_PERFORMANCE = "fs.s3a.create.performance.enabled";
 
@@ -103,19 +117,53 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
 
   @Override
   public boolean putIfAbsent(Path path, byte[] data) throws IOException {
+    String writeId = newWriteId();
+    FSDataOutputStreamBuilder<?, ?> create = fs().createFile(path);
+    create.must(CONDITIONAL_CREATE, true);
+    withWriteId(create, writeId);
     // createFile() is a raw builder type in Hadoop: its build() result needs the cast.
-    try (FSDataOutputStream out =
-        (FSDataOutputStream) fs().createFile(path).must(CONDITIONAL_CREATE, true).build()) {
+    try (FSDataOutputStream out = (FSDataOutputStream) create.build()) {
       out.write(data);
     } catch (FileAlreadyExistsException e) {
-      return false;
+      return storedBy(fs(), path, writeId);
     } catch (IOException e) {
       if (isPreconditionFailed(e)) {
-        return false;
+        return storedBy(fs(), path, writeId);
       }
       throw e;
     }
     return true;
+  }
+
+  /** A fresh write id for one conditional create (see {@link #withWriteId}). */
+  static String newWriteId() {
+    return UUID.randomUUID().toString();
+  }
+
+  /** {@code builder} with {@code writeId} in the object's metadata (S3A; others ignore it). */
+  static void withWriteId(FSDataOutputStreamBuilder<?, ?> builder, String writeId) {
+    builder.opt(S3A_CREATE_HEADER + "." + WRITE_ID_KEY, writeId);
+  }
+
+  /**
+   * After a refused conditional create: whether the object at {@code path} is that create's own
+   * ({@code writeId}): an earlier attempt of it was applied and its answer lost, so the
+   * connector's retry met it. A connector without extended attributes, or an object gone since,
+   * is a refusal.
+   */
+  static boolean storedBy(FileSystem fs, Path path, String writeId) throws IOException {
+    byte[] stored;
+    try {
+      stored = fs.getXAttr(path, S3A_XATTR_HEADER + WRITE_ID_KEY);
+    } catch (UnsupportedOperationException | FileNotFoundException e) {
+      return false;
+    }
+    if (stored != null && writeId.equals(new String(stored, StandardCharsets.UTF_8))) {
+      LOG.info("a retried conditional create of {} found its own earlier attempt stored (its"
+          + " answer was lost): it is this create's, not a lost race", path);
+      return true;
+    }
+    return false;
   }
 
   /**
