@@ -114,9 +114,11 @@ public final class SidecarMarkerClient implements Serializable {
         }
         last = "HTTP " + status + ": " + response.body().strip();
         if (!RETRYABLE.contains(status)) {
+          // A 4xx is the sidecar's verdict on this request (409: the write is already decided),
+          // not a sidecar in trouble: its message says why; a 5xx is trouble, so say what to check.
           throw new SparkguardException(
               "sparkguard: the marker sidecar at " + endpoint + " refused " + route + " "
-                  + params + ": " + last + "; " + CHECK);
+                  + params + ": " + last + (status >= 500 ? "; " + CHECK : ""));
         }
       } catch (IOException e) {
         last = describe(e);
