@@ -95,16 +95,24 @@ class History:
         return snapshots.compact(self.manager, self.table, **kwargs)
 
 
-def build(store: Store, n: int = 12) -> History:
-    """Appends, an overwrite, an overwrite-partitions, a rewrite, a rolled-back instant."""
+#: commits of build()'s job-a by default: each kind of operation once, appends around them
+#: (every step on S3 is requests: the history is as short as that allows)
+BUILT_COMMITS = 7
+#: instants build() leaves by default: those commits, a rolled-back one and job-b's commit
+BUILT_INSTANTS = BUILT_COMMITS + 2
+
+
+def build(store: Store, n: int = BUILT_COMMITS) -> History:
+    """Appends, an overwrite, an overwrite-partitions, a rewrite of a write the overwrite hid,
+    more appends; then a rolled-back instant and another job's commit."""
     h = History(store)
     for i in range(n):
-        if i == 4:
+        if i == 2:
             h.commit(operation="overwrite")
-        elif i == 7:
+        elif i == 4:
             h.commit(operation="overwrite-partitions", partitions=["k=1"])
-        elif i == 9:
-            h.commit(operation="rewrite", write=2, files=[f"part-00000-{JOB}-w002-c000.parquet"])
+        elif i == 5:
+            h.commit(operation="rewrite", write=1, files=[f"part-00000-{JOB}-w001-c000.parquet"])
         else:
             h.commit()
     h.rolled_back(marked=[f"part-00000-{JOB}-w099-c000.parquet"])
@@ -119,8 +127,8 @@ def test_compaction_keeps_the_committed_set_and_empties_the_timeline(durable_sto
     assert h.visible() == before
     result = h.compact()
     assert result.snapshot == 1
-    assert result.covered == 14
-    assert result.archived == 14
+    assert result.covered == BUILT_INSTANTS
+    assert result.archived == BUILT_INSTANTS
     assert h.visible() == before
     assert h.hot() == [live]  # only the undecided instant stays hot
     # A second compaction has nothing to do; the reader still agrees.
@@ -138,7 +146,7 @@ def test_compaction_keeps_the_committed_set_and_empties_the_timeline(durable_sto
     # inspect reads the same, and --archived lists the history.
     report = commands.inspect_table(durable_store.url, options=durable_store.options, archived=True)
     assert report["visible"]["files"] == len(expected)
-    assert len(report["archived"]) == 16
+    assert len(report["archived"]) == BUILT_INSTANTS + 2
     assert report["snapshot"]["snapshot"] == 2
     assert report["snapshot"]["latestPointer"] == 2
 
@@ -547,8 +555,8 @@ def test_compact_cli(durable_store: Store, monkeypatch: pytest.MonkeyPatch) -> N
     )
     report = json.loads(out.getvalue())
     assert report["snapshot"] == 1
-    assert report["instantsCovered"] == 14
-    assert report["instantsDeleted"] == 14
+    assert report["instantsCovered"] == BUILT_INSTANTS
+    assert report["instantsDeleted"] == BUILT_INSTANTS
     out = io.StringIO()
     commands.run_compact(durable_store.url, as_json=False, options=durable_store.options, out=out)
     assert "no snapshot written (nothing to compact)" in out.getvalue()

@@ -32,7 +32,7 @@ from tests.support.process import kill_session
 __all__ = ["spark"]
 
 pytestmark = pytest.mark.spark
-FILES = 6
+FILES = 4  # four micro-batches (maxFilesPerTrigger=1): enough for a batch before and after
 PER_FILE = 50
 
 

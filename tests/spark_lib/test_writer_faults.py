@@ -4,10 +4,16 @@ task-retry / job-failure case on the S3 server.
 Each kill waits for the fault's signal line (the job is paused exactly there), kills the whole
 driver process group, then checks that readers see all rows or none (as the outcome decides),
 that the rollback leaves nothing undecided and that a re-run holds each row exactly once.
+
+The kills share one driver (one JVM start instead of one per point): it runs one write per
+selected (store, point) at once, each its own job id, journal and table, each paused at its own
+point, and a single SIGKILL then kills all of them. Every point still has its own test, which
+checks its own table and job: the rows visible after the kill, the rollback, the re-run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,7 +28,6 @@ import pytest
 
 from sparkguard.spark_lib.spark import faults, writer
 from sparkguard.spark_lib.storage import rollback
-from tests.spark_lib.conftest import Store, make_store
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
@@ -33,6 +38,7 @@ from tests.spark_lib.spark_conftest import (
     undecided,
     visible_ids,
 )
+from tests.support import s3server
 from tests.support.process import kill_session
 
 __all__ = ["spark"]
@@ -42,20 +48,41 @@ ROWS = range(3000)
 
 CHILD = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, threading, traceback
     from pyspark.sql import SparkSession
     from sparkguard.spark_lib.spark import faults, writer
-    url, job, journal, injected, options = sys.argv[1:6]
-    spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
+    cases = json.loads(sys.argv[1])
+    # A task slot for every paused task, and more for the writes that run on to their point.
+    spark = (SparkSession.builder.master(f"local[{len(cases) + 2},4]")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.host", "127.0.0.1").getOrCreate())
-    conf = {"spark.sparkguard.jobId": job, "spark.sparkguard.journal": journal}
-    if json.loads(options):
-        conf["spark.sparkguard.storageOptions"] = options
-    writer.register(spark, conf=conf)
-    df = spark.range(0, 3000, numPartitions=4).selectExpr(
-        "id", "cast(id % 3 as int) as k", "cast(id as double) * 0.5 as d", "concat('v', id) as s")
-    df.write.format("sparkguard").mode("append").option(faults.OPTION, injected).save(url)
-    print("finished", flush=True)
+    # Every write names its own job, journal and storage options (write options override the
+    # session's conf, which only has to be complete).
+    writer.register(spark, conf={"spark.sparkguard.jobId": "unused",
+                                 "spark.sparkguard.journal": cases[0]["journal"]})
+    def write(case):
+        try:
+            # A new thread's JVM side has no active session: the registered source lives in it.
+            SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(
+                spark._jsparkSession)
+            df = spark.range(0, 3000, numPartitions=4).selectExpr(
+                "id", "cast(id % 3 as int) as k", "cast(id as double) * 0.5 as d",
+                "concat('v', id) as s")
+            out = (df.write.format("sparkguard").mode("append").option("jobId", case["job"])
+                   .option("journal", case["journal"]).option(faults.OPTION, case["faults"]))
+            if case["options"]:
+                out = out.option("storageOptions", json.dumps(case["options"]))
+            out.save(case["url"])
+            print("finished", case["point"], flush=True)
+        except BaseException:
+            # The parent fails at once on this line instead of waiting for its deadline.
+            print("failed", case["point"], flush=True)
+            traceback.print_exc()
+    threads = [threading.Thread(target=write, args=(case,)) for case in cases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     """
 )
 
@@ -66,7 +93,7 @@ def _kill_case(point: str) -> list[dict[str, Any]]:
     """Faults that pause the job at ``point`` exactly once (a test then kills the driver)."""
     pause: dict[str, Any] = {"point": point, "action": "pause"}
     if point.startswith("task:"):
-        pause["partition"] = 1  # one task pauses; the other core's task may run on
+        pause["partition"] = 1  # one task pauses; the other tasks may run on
     if point == P.ABORT_START:
         # Every attempt of partition 1 fails, so Spark aborts the write: it pauses there.
         return [{"point": P.TASK_END, "partition": 1}, pause]
@@ -75,38 +102,124 @@ def _kill_case(point: str) -> list[dict[str, Any]]:
 
 #: every point of the batch writer, killed on local disk; test_fault_points.py checks the list
 KILL_POINTS = [p for p in P if not p.value.startswith("stream:")]
-#: on the S3 server (each kill costs a JVM start, so two): a kill that leaves an unfinished
-#: upload, and one that leaves a committed outcome with its markers
+#: on the S3 server too: a kill that leaves an unfinished upload, and one that leaves a
+#: committed outcome with its markers
 S3_KILL_POINTS = [P.TASK_MID_FILE, P.COMMIT_AFTER_OUTCOME]
+KILL_CASES = [("local", p) for p in KILL_POINTS] + [("s3", p) for p in S3_KILL_POINTS]
+
+#: how long the shared driver may take to start and reach every point, on a loaded machine (a
+#: paused write waits for the kill; the setup stays well inside pytest's 600 s timeout)
+REACH_TIMEOUT = 300.0
 
 
-def _run_and_kill(
-    tmp_path: Path, url: str, job: str, journal: str, *, options: dict[str, Any], point: str
-) -> None:
-    """Run the job in a child driver, SIGKILL it once it paused at ``point``."""
-    signal_file = tmp_path / f"signal-{job}"
-    injected_faults = [{**f, "signal": str(signal_file)} for f in _kill_case(point)]
-    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYSPARK_PYTHON": sys.executable}
-    argv = [sys.executable, "-c", CHILD, url, job, journal, json.dumps(injected_faults),
-            json.dumps(options)]  # fmt: skip
-    child = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    deadline = time.monotonic() + 240
-    while fired(signal_file)[point] == 0:
-        assert child.poll() is None, f"the job ended before reaching {point}"
-        assert time.monotonic() < deadline, f"{point} was never reached"
-        time.sleep(0.2)
-    kill_session(child.pid)  # the driver, its JVM and Python workers, at once
-    child.wait()
-    expected = {point: 1, **({P.TASK_END: 4} if point == P.ABORT_START else {})}
-    assert fired(signal_file) == expected
+@dataclasses.dataclass(frozen=True)
+class Killed:
+    """One write of the killed driver: its store, table, job and journal, where it paused."""
+
+    kind: str
+    point: str
+    url: str
+    job: str
+    journal: str
+    options: dict[str, Any]
+    signal: Path
 
 
-def _kill_then_recover(spark: Any, store: Store, tmp_path: Path, point: str) -> None:
+def _killed(kind: str, point: str, base: str, options: dict[str, Any], tmp_path: Path) -> Killed:
     job = f"killed-{zlib.crc32(point.encode()):08x}"
-    url, journal, options = f"{store.url}/t", f"{store.url}/journal", store.options
-    _run_and_kill(tmp_path, url, job, journal, options=options, point=point)
+    base = f"{base}/{job}"
+    signal = tmp_path / f"signal-{kind}-{job}"
+    return Killed(kind, point, f"{base}/t", job, f"{base}/journal", options, signal)
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+def _run_and_kill(killed: list[Killed], logs: Path) -> None:
+    """Run every write in one child driver, SIGKILL it once each paused at its point.
+
+    Fails at once, naming the points not reached and quoting the end of the driver's stderr,
+    when a write ended (it prints a line) or the driver exited, and after REACH_TIMEOUT.
+    """
+    cases = [
+        {
+            "point": f"{k.kind}-{k.point}",
+            "url": k.url,
+            "job": k.job,
+            "journal": k.journal,
+            "options": k.options,
+            "faults": json.dumps([{**f, "signal": str(k.signal)} for f in _kill_case(k.point)]),
+        }
+        for k in killed
+    ]
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYSPARK_PYTHON": sys.executable}
+    argv = [sys.executable, "-c", CHILD, json.dumps(cases)]
+    stdout, stderr = logs / "driver.out", logs / "driver.err"
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        child = subprocess.Popen(argv, env=env, stdout=out, stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + REACH_TIMEOUT
+        while waiting := [f"{k.kind}-{k.point}" for k in killed if fired(k.signal)[k.point] == 0]:
+            problem = None
+            if ended := _tail(stdout).split():
+                problem = f"writes ended ({' '.join(ended)})"
+            elif child.poll() is not None:
+                problem = f"the driver exited ({child.returncode})"
+            elif time.monotonic() > deadline:
+                problem = f"{REACH_TIMEOUT:.0f} s passed"
+            if problem is not None:
+                raise AssertionError(
+                    f"{problem} before {waiting} were reached; the driver's stderr ends:\n"
+                    + _tail(stderr)
+                )
+            time.sleep(0.2)
+    finally:
+        kill_session(child.pid)  # the driver, its JVM and Python workers, at once
+        child.wait()
+    for k in killed:
+        expected = {k.point: 1, **({P.TASK_END: 4} if k.point == P.ABORT_START else {})}
+        assert fired(k.signal) == expected, f"{k.kind}-{k.point}"
+
+
+@pytest.fixture(scope="module")
+def killed_driver(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], Killed]:
+    """One driver, one write per selected case of KILL_CASES (each paused there), SIGKILLed
+    once; only the cases of the tests this run selected (one test id runs one write)."""
+    selected = {
+        (item.callspec.params["kind"], item.callspec.params["point"])
+        for item in request.session.items
+        if item.path == request.path and "killed_driver" in getattr(item, "fixturenames", ())
+    }
+    tmp_path = tmp_path_factory.mktemp("killed")
+    stores: dict[str, tuple[str, dict[str, Any]]] = {"local": (str(tmp_path / "store"), {})}
+    if any(kind == "s3" for kind, _ in selected):
+        server: s3server.S3Server = request.getfixturevalue("s3_server")
+        stores["s3"] = (f"s3://{server.create_bucket()}/store", server.storage_options)
+    killed = [
+        _killed(kind, point, *stores[kind], tmp_path)
+        for kind, point in KILL_CASES
+        if (kind, point) in selected
+    ]
+    _run_and_kill(killed, tmp_path)
+    return {(k.kind, k.point): k for k in killed}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "point"),
+    [
+        pytest.param(kind, point, marks=[pytest.mark.s3] * (kind == "s3"))
+        for kind, point in KILL_CASES
+    ],
+)
+def test_driver_sigkilled_then_rollback_and_rerun(
+    spark: Any, killed_driver: dict[tuple[str, str], Killed], kind: str, point: faults.Point
+) -> None:
+    killed = killed_driver[kind, point]
+    url, job, journal, options = killed.url, killed.job, killed.journal, killed.options
     ids = visible_ids(url, options)
     expected = list(ROWS) if point == P.COMMIT_AFTER_OUTCOME else []
     assert sorted(ids) == expected, point  # the outcome decides: all of it, or none of it
@@ -122,17 +235,6 @@ def _kill_then_recover(spark: Any, store: Store, tmp_path: Path, point: str) -> 
     ids_df(spark, ROWS).write.format("sparkguard").mode("append").save(url)
     assert_exactly_once(url, ROWS, options)
     assert_no_strays(url, options)
-
-
-KILL_CASES = [("local", p) for p in KILL_POINTS] + [("s3", p) for p in S3_KILL_POINTS]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("kind", "point"), KILL_CASES)
-def test_driver_sigkilled_then_rollback_and_rerun(
-    spark: Any, tmp_path: Path, request: pytest.FixtureRequest, kind: str, point: faults.Point
-) -> None:
-    _kill_then_recover(spark, make_store(kind, tmp_path, request), tmp_path, point)
 
 
 @pytest.mark.s3

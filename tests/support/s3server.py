@@ -6,6 +6,7 @@ Tests reach it through s3fs exactly as a user's S3 would be reached: endpoint UR
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -74,12 +75,18 @@ class S3Server:
             region_name="us-east-1",
         )
 
+    @functools.cached_property
+    def _bucket_maker(self) -> Any:
+        """The client create_bucket reuses: a new boto3 client costs about 11 ms of CPU, reusing
+        one makes a bucket about 4 times cheaper (a bucket per S3 test)."""
+        return self.client()
+
     def create_bucket(self, name: str | None = None, *, ignores_if_none_match: bool = False) -> str:
         """Create a fresh bucket; returns its name. ``ignores_if_none_match``: a bucket where
         the server ignores ``If-None-Match: *``, as some S3-compatible stores do."""
         prefix = "ignores-inm-" if ignores_if_none_match else "sg-"  # moto_conditional.py
         bucket = name or f"{prefix}{uuid.uuid4().hex[:12]}"
-        self.client().create_bucket(Bucket=bucket)
+        self._bucket_maker.create_bucket(Bucket=bucket)
         return bucket
 
 
