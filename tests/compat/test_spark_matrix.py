@@ -11,15 +11,23 @@ unsupported release: ``spark-conf`` (from its installed PySpark) refuses it in o
 with the jar in ``spark.jars`` a plain read works while a guarded write and
 ``format("sparkguard")`` fail with the jar's one-line refusal. Two JVM starts per supported
 release, one for the refused one; small data.
+
+And on every supported release the version-sensitive part of the JUnit suite (``junit.txt``:
+which classes, from which line, and why) runs against the shipped jar and that release's jars
+(``scripts/build-jvm.sh --tests-only``, Maven offline). Its stamp skips Maven when the jar, the
+test sources, the pom and the release's jars are unchanged since a run that passed; the test
+then reads that run's Surefire reports.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -50,6 +58,16 @@ def _pinned() -> str:
     return pin
 
 
+def _site(version: str) -> Path:
+    """The site-packages of ``version``'s PySpark venv (scripts/fetch-spark-compat.sh)."""
+    site = CACHE / version / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    assert (CACHE / version / ".complete").is_file(), (
+        f"no PySpark {version} venv in {CACHE}: run scripts/fetch-spark-compat.sh "
+        "(scripts/test.sh does, before pytest)"
+    )
+    return site / "site-packages"
+
+
 def _env(version: str) -> dict[str, str]:
     """A job's environment with ``version``'s PySpark first on PYTHONPATH (the pinned one is
     the project's own venv), and a class-data archive of that release's jars (the session's
@@ -58,12 +76,7 @@ def _env(version: str) -> dict[str, str]:
     env = job_env()
     env["SPARK_SUBMIT_OPTS"] = re.sub(r"-XX:SharedArchiveFile=\S+", "", env["SPARK_SUBMIT_OPTS"])
     if version != _pinned():
-        site = CACHE / version / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        site = site / "site-packages"
-        assert (CACHE / version / ".complete").is_file(), (
-            f"no PySpark {version} venv in {CACHE}: run scripts/fetch-spark-compat.sh "
-            "(scripts/test.sh does, before pytest)"
-        )
+        site = _site(version)
         env["PYTHONPATH"] = str(site)
         archive, _ = jvm_options.ensure_archive(CACHE.parent, site=site)
         if archive is not None:  # without one the JVMs only start slower
@@ -161,3 +174,58 @@ def test_an_unsupported_release_is_refused_in_one_line_and_never_broken(
     )
     assert refusal in str(result["write"]), result
     assert refusal in str(result["front"]), result
+
+
+def _line(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _junit_subset(version: str) -> tuple[list[str], list[str]]:
+    """The JUnit sources ``junit.txt`` runs on ``version``'s line (as paths under
+    ``io/sparkguard/spark/``) and those it leaves out there."""
+    run: list[str] = []
+    left_out: list[str] = []
+    for line in (HERE / "junit.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        source, first_line = line.split()[:2]
+        if _line(version) < _line(first_line):
+            left_out.append(source)
+        elif source.endswith("Test.java"):
+            run.append(source)
+    return run, left_out
+
+
+@pytest.mark.parametrize(
+    "version", [v for v, expect in _releases() if expect == "supported"], ids=str
+)
+def test_the_version_sensitive_junit_tests_pass_on_a_supported_release(version: str) -> None:
+    run, left_out = _junit_subset(version)
+    package = "io/sparkguard/spark/"
+    env = {
+        **os.environ,
+        "SPARKGUARD_PYSPARK_JARS": str(_site(version) / "pyspark" / "jars"),
+        "SPARKGUARD_JUNIT_TESTS": ",".join(Path(source).stem for source in run),
+        "SPARKGUARD_JUNIT_EXCLUDE": ",".join(package + source for source in left_out),
+    }
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "build-jvm.sh"), "--tests-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, f"JUnit on Spark {version} failed:\n{proc.stderr[-6000:]}"
+    reports = Path(proc.stdout.strip().splitlines()[-1])
+    results = {}
+    for report in reports.glob("TEST-*.xml"):
+        suite = ElementTree.parse(report).getroot()  # noqa: S314 (our own Surefire report)
+        counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
+        results[str(suite.get("name"))] = counts
+    expected = {(package + source).removesuffix(".java").replace("/", ".") for source in run}
+    assert set(results) == expected, f"Surefire reports in {reports}"
+    for name, counts in results.items():
+        assert counts["tests"] > 0, (name, counts)
+        assert counts["failures"] == counts["errors"] == counts["skipped"] == 0, (name, counts)
