@@ -81,3 +81,24 @@ def test_check_then_put_opt_in(s3_bucket: str, s3_options: dict[str, Any]) -> No
     assert manager.put_if_absent(target, b"1") is True
     assert manager.put_if_absent(target, b"2") is False
     assert manager.read_bytes(target) == b"1"
+
+
+def test_s3_filesystems_share_the_process_session(
+    s3_bucket: str, s3_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every resolve makes its own filesystem and client, from one botocore session per process
+    and AWS environment; the session never travels with a pickled filesystem."""
+    import pickle
+
+    first, base = _manager(s3_bucket, s3_options)
+    second, _ = _manager(s3_bucket, s3_options)
+    assert first.fs is not second.fs
+    assert first.fs.session is second.fs.session
+    first.write_bytes(paths.join(base, "a"), b"1")
+    assert second.read_bytes(paths.join(base, "a")) == b"1"
+    assert first.fs.s3 is not second.fs.s3  # a client (and connection pool) each
+    assert "session" not in pickle.loads(pickle.dumps(first.fs)).storage_options  # noqa: S301
+    monkeypatch.setenv("AWS_PROFILE_SG_TEST", "other")  # another AWS environment
+    third, _ = _manager(s3_bucket, s3_options)
+    assert third.fs.session is not first.fs.session
+    assert third.read_bytes(paths.join(base, "a")) == b"1"
