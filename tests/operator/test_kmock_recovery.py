@@ -413,15 +413,19 @@ class _DiesBeforePosting(kube.KubeClient):
     def __init__(self, api: Any, *, posts_first: bool) -> None:
         super().__init__(api)
         self.posts_first = posts_first
+        #: from the RolledBack Event on, nothing else this replica does reaches the API server
+        #: (Events go out off the recovery's path: on a slow machine the backoff could end while
+        #: the Event is still on its way, and the dying replica resubmit)
+        self.frozen = False
         self.dead = asyncio.Event()
 
     async def patch_app(self, *args: Any, **kwargs: Any) -> Any:
-        if self.dead.is_set():
+        if self.frozen:
             await asyncio.Future()
         return await super().patch_app(*args, **kwargs)
 
     async def get_app(self, *args: Any, **kwargs: Any) -> Any:
-        if self.dead.is_set():
+        if self.frozen:
             await asyncio.Future()
         return await super().get_app(*args, **kwargs)
 
@@ -429,6 +433,7 @@ class _DiesBeforePosting(kube.KubeClient):
         if reason != "RolledBack":
             await super().post_event(app, reason=reason, **kwargs)
             return
+        self.frozen = True
         if self.posts_first:  # killed just after the Event went out instead
             await super().post_event(app, reason=reason, **kwargs)
         self.dead.set()
