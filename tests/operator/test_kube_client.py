@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -16,36 +14,14 @@ from kubernetes import client
 
 from sparkguard.operator import kube
 from tests.operator.apps import spark_app
+from tests.support.bad_endpoint import misbehaving_endpoint
 
 
 @pytest.fixture
 def silent_apiserver() -> Iterator[str]:
     """An address that accepts connections and reads requests, and never answers one."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            held.append(connection)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
-        listener.close()
-        for connection in held:
-            connection.close()
-        thread.join(5)
+    with misbehaving_endpoint("silent") as endpoint:
+        yield endpoint
 
 
 def _client(host: str) -> kube.KubeClient:

@@ -7,12 +7,7 @@ the sidecar, and the table holds no data file; the rollback then finds nothing t
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import socket
-import struct
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,55 +18,9 @@ from sparkguard.spark_lib.spark import marker_http
 from sparkguard.spark_lib.storage import rollback
 from tests.spark_lib.spark_conftest import data_files_on_storage
 from tests.spark_lib.test_rollback import PARTS, _start, _task
-from tests.support.s3server import free_port
+from tests.support.bad_endpoint import misbehaving_endpoint
 
 KINDS = ["500", "503", "reset", "silent", "unreachable"]
-
-
-@contextlib.contextmanager
-def misbehaving_sidecar(kind: str) -> Iterator[str]:
-    """An endpoint that fails every request in the way ``kind`` names."""
-    if kind == "unreachable":
-        yield f"http://127.0.0.1:{free_port()}"
-        return
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    stop = threading.Event()
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            conn.recv(65536)  # the request (small: a marker name)
-            if kind == "silent":
-                held.append(conn)  # never answered: the client's read times out
-            elif kind == "reset":
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                conn.close()
-            else:
-                body = b'{"error": "flush failed"}'
-                conn.sendall(
-                    f"HTTP/1.1 {kind} Failed\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                    + body
-                )
-                conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(5)
-        for conn in held:
-            conn.close()
-        listener.close()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -85,7 +34,7 @@ def test_a_marker_not_acknowledged_fails_the_task_before_its_data_file(
         functools.partial(marker_http.HttpMarkerClient, deadline_s=1.5, request_timeout_s=0.4),
     )
     url, journal = str(tmp_path / "t"), str(tmp_path / "journal")
-    with misbehaving_sidecar(kind) as endpoint:
+    with misbehaving_endpoint(kind) as endpoint:
         w = _start(
             url, journal, {}, f"closed-{kind}", markerType="TIMELINE_SERVER_BASED",
             markerEndpoint=endpoint,
