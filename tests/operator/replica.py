@@ -6,8 +6,10 @@ Settings come from ``SPARKGUARD_*`` variables, as for ``sparkguard operator``. T
 a stand-in that appends one JSON line per call to ``--calls`` (job id, owner, replica), takes
 ``--rollback-seconds``, and, with ``--gate``, does not return before that file exists (a
 rollback that is still running when the test kills this process); with ``--fail-jobs REGEX``
-it raises for the job ids that match (storage unreachable). Everything else is the
-product: kopf, leader election, claims, patches, Events. SIGTERM stops it like a pod
+it raises for the job ids that match (storage unreachable); with ``--real-rollback``, after
+recording the call (and waiting as above) it runs the product's rollback on the real storage
+and returns its summary. Everything else is the product: kopf, leader election, claims,
+patches, Events. SIGTERM stops it like a pod
 termination; SIGKILL is a crash.
 """
 
@@ -24,7 +26,10 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkguard.operator import rollbacks
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # after the stdlib: no shadowing
 
@@ -54,6 +59,8 @@ class FileRollback:
     gate: Path | None
     seconds: float
     fail: re.Pattern[str] | None = None
+    #: the product's rollback, run after the record and the wait (``--real-rollback``)
+    real: rollbacks.RollbackFn | None = None
 
     def __call__(
         self,
@@ -63,7 +70,7 @@ class FileRollback:
         owner: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         dry_run: bool = False,
-    ) -> Summary:
+    ) -> Summary | rollbacks.RollbackSummary:
         line = json.dumps(
             {"job": job_id, "owner": owner, "replica": self.replica, "at": time.time()}
         )
@@ -76,6 +83,10 @@ class FileRollback:
             time.sleep(0.02)
         if self.fail is not None and self.fail.search(job_id):
             raise OSError(f"storage unreachable (the stand-in fails job {job_id})")
+        if self.real is not None:
+            return self.real(
+                job_id, journal, owner=owner, storage_options=storage_options, dry_run=dry_run
+            )
         return Summary()
 
 
@@ -91,6 +102,7 @@ def main() -> int:
     parser.add_argument("--rollback-seconds", type=float, default=0.0)
     parser.add_argument("--decisions", type=Path, help="append every decision here (JSONL)")
     parser.add_argument("--fail-jobs", type=re.compile, help="rollbacks of these job ids fail")
+    parser.add_argument("--real-rollback", action="store_true", help="then the product's rollback")
     args = parser.parse_args()
     # Warnings and the leadership's changes, with the time: the tests read when it led.
     logging.basicConfig(format="[%(asctime)s] %(name)s %(levelname)s %(message)s")
@@ -98,8 +110,9 @@ def main() -> int:
     settings = config.load_config(os.environ)
     api = kube.load_api_client(kubeconfig=args.kubeconfig)
     runtime = runtime_.Runtime(config=settings, kube=kube.KubeClient(api))
+    real = runtime.rollback if args.real_rollback else None
     runtime.rollback = FileRollback(
-        args.calls, runtime.identity, args.gate, args.rollback_seconds, args.fail_jobs
+        args.calls, runtime.identity, args.gate, args.rollback_seconds, args.fail_jobs, real
     )
     if args.decisions is not None:
         decisions = args.decisions.open("a", buffering=1)

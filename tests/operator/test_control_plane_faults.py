@@ -3,17 +3,22 @@ etcd): kube-apiserver SIGKILLed and restarted on a compacted etcd (every watch c
 with 410 Gone, relisted), etcd frozen for longer than the lease, and an admission webhook too
 slow for the API server's timeout.
 
-The operator runs as replica processes (``replica.py``, the stand-in rollback recording its
-calls), as in ``test_real_apiserver.py``'s HA tests. Each scenario asserts exactly one
-resubmission per failure (the app's generation, its ``Resubmitted`` Events, the stand-in's
-calls) and no app left unrecovered. docs/operations.md ("When the infrastructure misbehaves")
-says what each looks like to an operator.
+The operator runs as replica processes (``replica.py``, recording each rollback call), as in
+``test_real_apiserver.py``'s HA tests. Each scenario asserts exactly one resubmission per
+failure (the app's generation, its ``Resubmitted`` Events, the recorded calls) and no app left
+unrecovered. In the two recovery scenarios the failed app is a real Spark job: an unchanged
+PySpark append through the JVM layer (the conf admission injects, for the app's job id and
+journal) SIGKILLed mid-write; the replicas run the product's rollback on its table while the
+control plane fails, and the test then runs the resubmitted app's job as spark-operator would:
+every row once, read by a plain Spark reader. docs/operations.md ("When the infrastructure
+misbehaves") says what each looks like to an operator.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime
 import http.server
 import itertools
@@ -30,6 +35,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sparkguard.operator import appmeta
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import reader, timeline
+from tests.jvm.conftest import job_command, kill_when, run_job
 from tests.operator import test_real_apiserver
 from tests.operator.apps import GROUP, VERSION, failed_status, spark_app
 from tests.operator.test_real_apiserver import (
@@ -45,6 +53,58 @@ cluster = test_real_apiserver.cluster
 replicas_factory = test_real_apiserver.replicas_factory
 
 pytestmark = pytest.mark.kube
+
+#: the real Spark job of a failed app: enough rows that a SIGKILL lands mid-write
+ROWS = 400_000
+PARTITIONS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class KilledWrite:
+    """App ``name``'s Spark job, killed mid-write: its table and the conf it ran with."""
+
+    name: str
+    table: Path
+    conf: dict[str, str]
+
+    def files(self, pattern: str) -> list[str]:
+        return sorted(p.name for p in self.table.glob(pattern))
+
+
+def _killed_write(cluster: Cluster, name: str, journal_root: Path, workdir: Path) -> KilledWrite:
+    """Run app ``name``'s job (``tests/jvm/jobs/plain_write.py``: a plain append, no sparkguard
+    import) with the JVM layer's conf for the app's job id (``<namespace>.<name>``) and journal
+    (``<journal root>/<namespace>``), as admission injects it; SIGKILL the whole driver once a
+    data file is written (under its hidden temp name) and before the outcome."""
+    job_id = appmeta.derive_job_id(namespace=cluster.namespace, name=name)
+    conf = sparkconf.build_spark_conf(job_id, journal=f"{journal_root}/{cluster.namespace}")
+    table = workdir / name
+    outcomes = table / timeline.SPARKGUARD_DIR / "timeline"
+
+    def mid_write() -> bool:
+        return bool(list(table.glob(".part-*.sg-tmp-*"))) and not list(outcomes.glob("*.outcome"))
+
+    command = job_command("plain_write.py", str(table), str(ROWS), str(PARTITIONS), conf=conf)
+    kill_when(command, mid_write, log=workdir / f"{name}-killed.log")
+    killed = KilledWrite(name, table, conf)
+    assert killed.files(".part-*.sg-tmp-*"), "the kill came after a data file was written"
+    return killed
+
+
+def _rerun_exactly_once(cluster: Cluster, killed: KilledWrite) -> None:
+    """The rollback left nothing of the killed write; then spark-operator's run of the
+    resubmitted app (the job with the app's ``spark.sparkguard.*`` conf as resubmitted, e.g.
+    its attempt) commits every row once, read back by a plain ``spark.read.parquet``."""
+    assert killed.files("part-*") == [], "no data file of the killed write published"
+    assert killed.files(".part-*.sg-tmp-*") == [], "the rollback removed the killed write's files"
+    spec = cluster.get(killed.name)["spec"]["sparkConf"]
+    conf = killed.conf | {k: v for k, v in spec.items() if k.startswith("spark.sparkguard.")}
+    args = (str(killed.table), str(ROWS), str(PARTITIONS))
+    assert run_job("plain_write.py", *args, conf=conf) == {"rows": ROWS, "ids": ROWS}
+    committed = sorted(Path(p).name for p in reader.committed_paths(str(killed.table)))
+    assert committed == killed.files("part-*"), "every data file in the table is committed"
+    assert killed.files(".part-*.sg-tmp-*") == []
+    assert killed.files(f"{timeline.SPARKGUARD_DIR}/markers/*/*") == []
 
 
 def _resubmitted_once(cluster: Cluster, name: str, generation: int) -> None:
@@ -73,16 +133,21 @@ def _until_resubmitted(cluster: Cluster, replicas: Replicas, names: list[str]) -
         raise AssertionError(f"{exc}\n{replicas.logs()}") from exc
 
 
+@pytest.mark.spark
 def test_apiserver_killed_mid_rollback_and_restarted_on_a_compacted_etcd(
     cluster: Cluster, replicas_factory: Callable[..., Replicas], tmp_path: Path
 ) -> None:
     """kube-apiserver is SIGKILLed while the leader rolls an app back; the rollback returns
     while it is down (so the rollback's record and the resubmission meet a dead API server);
     etcd is compacted, so every watch resumed after the restart ends with 410 Gone and is
-    relisted; an app that fails right after the restart is found by that relist."""
+    relisted; an app that fails right after the restart is found by that relist. The victim is
+    a real Spark job killed mid-write: the repeated rollback leaves its table clean and the
+    resubmitted run writes every row once."""
     replicas = replicas_factory(leader_election=True)
+    replicas.env["SPARKGUARD_JOURNAL_ROOT"] = str(tmp_path / "journal")
+    killed = _killed_write(cluster, "victim", tmp_path / "journal", tmp_path)
     gate = tmp_path / "gate"
-    leader = replicas.start("a", gate=gate)
+    leader = replicas.start("a", gate=gate, extra_args=("--real-rollback",))
     leader_id = replicas.identity(leader)
     _eventually(lambda: cluster.lease_holder(replicas.lease) == leader_id)
     victim = _fail(cluster, "victim")
@@ -107,6 +172,7 @@ def test_apiserver_killed_mid_rollback_and_restarted_on_a_compacted_etcd(
     # The victim's rollback returned while its result could not be recorded: the recovery
     # repeats it (a rollback is idempotent) rather than resubmit without a record of one.
     assert jobs.count(f"{cluster.namespace}.victim") == 2, jobs
+    _rerun_exactly_once(cluster, killed)
     # The watch resumed after the restart from a revision etcd had compacted: it ended with
     # 410 Gone (an ERROR event in the stream, so kopf logs it at DEBUG only) and kopf listed
     # the apps again, then watched from the list's revision. Seen in the audit log.
@@ -156,17 +222,22 @@ def _leading_intervals(log: str) -> list[tuple[datetime.datetime, datetime.datet
     return intervals
 
 
+@pytest.mark.spark
 def test_etcd_paused_longer_than_the_lease(
-    cluster: Cluster, replicas_factory: Callable[..., Replicas]
+    cluster: Cluster, replicas_factory: Callable[..., Replicas], tmp_path: Path
 ) -> None:
     """etcd frozen (SIGSTOP) for 6 s, three lease durations, while the leader rolls an app
     back: the leader steps down within its renew deadline although its renewal hangs; after
-    etcd continues one replica leads (never two at once) and the app is resubmitted once."""
+    etcd continues one replica leads (never two at once) and the app is resubmitted once. The
+    app is a real Spark job killed mid-write: the resubmitted run writes every row once."""
     replicas = replicas_factory(leader_election=True)
-    first = replicas.start("a", rollback_seconds=2)
+    replicas.env["SPARKGUARD_JOURNAL_ROOT"] = str(tmp_path / "journal")
+    killed = _killed_write(cluster, "frozen", tmp_path / "journal", tmp_path)
+    real = ("--real-rollback",)
+    first = replicas.start("a", rollback_seconds=2, extra_args=real)
     first_id = replicas.identity(first)
     _eventually(lambda: cluster.lease_holder(replicas.lease) == first_id)
-    second = replicas.start("b", rollback_seconds=2)
+    second = replicas.start("b", rollback_seconds=2, extra_args=real)
     second_id = replicas.identity(second)
     generation = _fail(cluster, "frozen")
     _eventually(lambda: len(replicas.rollbacks()) == 1)
@@ -189,6 +260,7 @@ def test_etcd_paused_longer_than_the_lease(
     assert 1 <= len(calls) <= 2, calls
     for one, two in itertools.pairwise(calls):  # never two rollbacks at once
         assert one["at"] + 2 <= two["at"], calls
+    _rerun_exactly_once(cluster, killed)
 
 
 # -- admission: a webhook slower than the API server waits --------------------------------------
