@@ -7,7 +7,9 @@
 # s3a: the jars that give PySpark's bundled Hadoop the S3A filesystem (s3a://): hadoop-aws of
 #   that Hadoop version plus the AWS SDK v2 s3 + s3-transfer-manager modules (not the 686 MB SDK
 #   bundle), minus what Spark already ships; the list is spark_lib/jvm/s3a/pom.xml (35 jars,
-#   ~12 MB). --magic-committer: the same jars plus spark-hadoop-cloud (Spark's binding of the
+#   ~12 MB). The SDK's version is the one that Hadoop version is built with (hadoop-project's
+#   aws-java-sdk-v2.version: 2.24.6 for 3.4.1, 2.29.52 for 3.4.2, 2.35.4 for 3.5.0), read from
+#   its pom (Maven fetches that pom first). --magic-committer: the same jars plus spark-hadoop-cloud (Spark's binding of the
 #   S3A committers: PathOutputCommitProtocol, BindingParquetOutputCommitter; the pom's profile
 #   magic-committer), in a directory of its own. benchmarks/commit_protocol.py needs it; the
 #   tests don't, so their classpath stays as it was.
@@ -90,20 +92,37 @@ mkdir -p "$cache_root/$list"
 tmp="$(mktemp -d "$cache_root/$list/.fetch.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 log "fetching the $list jars${profile:+ ($profile)} for Hadoop $hadoop_version into $dir"
-if ! mvn -B -ntp -q -Dstyle.color=never -f "$pom" "-Dmaven.repo.local=$cache_root/m2" ${profile:+"-P$profile"} \
-    "-Dhadoop.version=$hadoop_version" dependency:copy-dependencies -DincludeScope=runtime \
-    ${exclude_groups:+"-DexcludeGroupIds=$exclude_groups"} "-DoutputDirectory=$tmp/jars" >"$tmp/mvn.log" 2>&1; then
+maven_failed() {
   {
     echo "$me: ERROR: Maven could not fetch the $list jars (it needs Maven Central the first time):"
     grep -E '^\[ERROR\]' "$tmp/mvn.log" | head -n 20 | sed 's/^/    /'
   } >&2
   exit 1
+}
+sdk=""
+if [[ "$list" == s3a ]]; then
+  # The AWS SDK v2 this Hadoop version is built with (an S3A of one version on another SDK's
+  # classes can fail at run time), from hadoop-project's pom.
+  mvn -B -ntp -q -Dstyle.color=never -f "$pom" "-Dmaven.repo.local=$cache_root/m2" dependency:get \
+    "-Dartifact=org.apache.hadoop:hadoop-project:$hadoop_version:pom" -Dtransitive=false \
+    >"$tmp/mvn.log" 2>&1 || maven_failed
+  project="$cache_root/m2/org/apache/hadoop/hadoop-project/$hadoop_version/hadoop-project-$hadoop_version.pom"
+  sdk="$(sed -n 's:.*<aws-java-sdk-v2.version>\([^<]*\)</aws-java-sdk-v2.version>.*:\1:p' "$project" | head -n1)"
+  [[ -n "$sdk" ]] || { log "ERROR: no aws-java-sdk-v2.version in $project"; exit 1; }
+fi
+if ! mvn -B -ntp -q -Dstyle.color=never -f "$pom" "-Dmaven.repo.local=$cache_root/m2" ${profile:+"-P$profile"} \
+    "-Dhadoop.version=$hadoop_version" ${sdk:+"-Dawssdk.version=$sdk"} \
+    dependency:copy-dependencies -DincludeScope=runtime \
+    ${exclude_groups:+"-DexcludeGroupIds=$exclude_groups"} "-DoutputDirectory=$tmp/jars" >"$tmp/mvn.log" 2>&1; then
+  maven_failed
 fi
 case "$list" in
-  s3a) required="hadoop-aws-$hadoop_version.jar" ;;
+  s3a) required="hadoop-aws-$hadoop_version.jar s3-$sdk.jar" ;;
   hdfs-minicluster) required="hadoop-client-minicluster-$hadoop_version.jar" ;;
 esac
-[[ -f "$tmp/jars/$required" ]] || { log "ERROR: $required was not fetched"; exit 1; }
+for jar in $required; do
+  [[ -f "$tmp/jars/$jar" ]] || { log "ERROR: $jar was not fetched"; exit 1; }
+done
 if [[ -n "$profile" ]] && ! ls "$tmp/jars"/spark-hadoop-cloud_*.jar >/dev/null 2>&1; then
   log "ERROR: spark-hadoop-cloud was not fetched"; exit 1
 fi

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import (
     cached_jars,
+    hdfs,
     jvm_options,
     netguard,
     run_tmp,
@@ -134,6 +135,18 @@ def s3_server() -> Iterator[s3server.S3Server]:
     """moto's S3 server on 127.0.0.1, one per test session."""
     with s3server.run_s3_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster() -> Iterator[hdfs.MiniHdfs]:
+    """A real HDFS (MiniDFSCluster: a NameNode and a DataNode on 127.0.0.1), one per run: every
+    test that uses it (tests/jvm/, tests/compat/) is in the xdist group ``hdfs-cluster``
+    (:func:`pytest_collection_modifyitems`), so one worker starts it, once, and stops it at the
+    end of its session. Its jars come from the shared cache (Maven Central the first time).
+    ``hdfs://`` is served to this process's Python side over WebHDFS meanwhile
+    (:func:`tests.support.hdfs.python_access`)."""
+    with hdfs.run_mini_hdfs() as cluster, hdfs.python_access():
+        yield cluster
 
 
 @pytest.fixture

@@ -197,7 +197,8 @@ def resolve(
     """Return the file manager for ``url`` and the path inside its filesystem.
 
     ``storage_options`` the filesystem does not take are refused (:func:`check_storage_options`),
-    naming ``options_source`` (the setting they came from).
+    naming ``options_source`` (the setting they came from), unless another store takes them:
+    those are left out of this filesystem's (:func:`own_storage_options`).
 
     The backend comes from ``kind`` when given, else from the protocol (:data:`DEFAULT_KINDS`).
     Filesystem instances are never shared through fsspec's instance cache (they may hold event
@@ -223,13 +224,14 @@ def resolve(
         raise errors.UnsupportedStoreError(
             f"cannot open storage {url!r}: {exc}. Install the fsspec backend for {protocol!r}"
         ) from exc
-    check_storage_options(fs_class, protocol, storage_options or {}, source=options_source)
+    given = storage_options or {}
+    check_storage_options(fs_class, protocol, given, source=options_source)
     if create_mode is None and os.environ.get(CREATE_MODE_ENV):
         create_mode = parse_create_mode(os.environ[CREATE_MODE_ENV], key=CREATE_MODE_ENV)
     options: dict[str, Any] = {"skip_instance_cache": True}
     if chosen is Kind.DIRECT_PUT:
         options["use_listings_cache"] = False
-    options.update(storage_options or {})
+    options.update(own_storage_options(fs_class, given))
     if protocol in S3_PROTOCOLS:
         options["config_kwargs"] = with_retry_policy(options.get("config_kwargs"))
     fs = fs_class(**options)
@@ -281,6 +283,18 @@ def storage_option_names(fs_class: type[AbstractFileSystem]) -> frozenset[str] |
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
     return frozenset(names)
+
+
+def own_storage_options(
+    fs_class: type[AbstractFileSystem], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``options`` without those ``fs_class`` does not take: one setting serves a job whose
+    tables are on several stores (HDFS's ``host`` must not reach an S3 client, which fails on
+    it, nor S3's keys an HDFS one). All of them when ``fs_class`` cannot be inspected."""
+    known = storage_option_names(fs_class)
+    if known is None:
+        return dict(options)
+    return {key: value for key, value in options.items() if key in known}
 
 
 @functools.cache

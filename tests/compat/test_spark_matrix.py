@@ -4,9 +4,14 @@ tabulates.
 
 For a supported release: an unchanged append under ``sparkguard spark-conf --spark-version``
 SIGKILLed (driver and JVM) once a data file is published, ``sparkguard rollback``, then one
-driver that reruns the append exactly once (every row once), runs a streaming query, stops it
-and restarts it (every row once), appends through the Python writer, and reads a CSV file
-with the jar in ``spark.jars``. For the
+driver that reruns the append exactly once (every row once), makes the same append (a few
+thousand rows) to an ``hdfs://`` table on the run's HDFS minicluster (the pinned Hadoop's
+NameNode, the release's own Hadoop client) and, where the JVM layer writes S3A (4.1+), to an
+``s3a://`` table on the test S3 server (the S3A jars of the release's own Hadoop), runs a
+streaming query, stops it and restarts it (every row once), appends through the Python writer,
+and reads a CSV file with the jar in ``spark.jars``; each store's table then holds every row
+once, only committed data files and no temp file (S3: no multipart upload left), and
+``sparkguard rollback`` of the job leaves it whole. For the
 unsupported release: ``spark-conf`` (from its installed PySpark) refuses it in one line, and
 with the jar in ``spark.jars`` a plain read works while a guarded write and
 ``format("sparkguard")`` fail with the jar's one-line refusal. Two JVM starts per supported
@@ -32,8 +37,10 @@ from xml.etree import ElementTree
 import pytest
 
 from sparkguard.spark_lib.spark import sparkconf, sparkversions
+from sparkguard.spark_lib.storage import reader
+from tests.jvm import stores
 from tests.jvm.conftest import job_env, kill_when, rollback_as_init_container
-from tests.support import cached_jars, jvm_options
+from tests.support import cached_jars, hdfs, jvm_options, s3server
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat]
 
@@ -41,6 +48,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CACHE = cached_jars.cache_root() / "compat"
 ROWS = 40_000
+#: the rows of the append to each remote store's table (the store is the point, not the size)
+STORE_ROWS = 4_000
 JOB = "compat-1"
 
 
@@ -85,6 +94,35 @@ def _env(version: str) -> dict[str, str]:
     return env
 
 
+def _stores(
+    version: str, request: pytest.FixtureRequest, cluster: hdfs.MiniHdfs
+) -> list[stores.Store]:
+    """A fresh directory of each remote store the JVM layer writes on ``version``: the run's
+    HDFS minicluster, and on 4.1+ (S3A's conditional create) a bucket of the session's S3
+    server through the S3A jars of the release's own Hadoop (scripts/fetch-spark-compat.sh
+    fetched them)."""
+    found = [stores.on_hdfs(cluster)]
+    if sparkversions.check(version, what="the release").s3a:
+        server: s3server.S3Server = request.getfixturevalue("s3_server")
+        jars = cached_jars.fetch("s3a", pyspark_jars=_site(version) / "pyspark" / "jars")
+        found.append(stores.on_s3(server, jars))
+    return found
+
+
+def _assert_only_committed_files(store: stores.Store) -> None:
+    """``store``'s table holds its committed data files and nothing of a write in flight: no
+    temp file, no ``_temporary``, no marker, no multipart upload."""
+    table = store.url("table")
+    listing = store.listing("table/")
+    committed = reader.committed_files(table, storage_options=store.options)
+    data = [name for name in listing if name.rsplit("/", 1)[-1].startswith("part-")]
+    assert data, listing
+    assert sorted(f"table/{c}" for c in committed) == data, listing
+    assert [n for n in listing if ".sg-tmp-" in n or "_temporary" in n] == [], listing
+    assert [n for n in listing if "/_sparkguard/markers/" in n] == [], listing
+    assert store.uploads() == [], "an incomplete multipart upload left"
+
+
 def _run(command: list[str], env: dict[str, str], *, timeout: float = 600) -> dict[str, object]:
     proc = subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=timeout, check=False
@@ -100,12 +138,16 @@ def _run(command: list[str], env: dict[str, str], *, timeout: float = 600) -> di
 def test_a_supported_release_runs_the_zero_code_path_streaming_and_rollback(
     version: str,
     tmp_path: Path,
+    *,
+    request: pytest.FixtureRequest,
+    hdfs_cluster: hdfs.MiniHdfs,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     env = _env(version)
     journal = str(tmp_path / "journal")
     conf = sparkconf.build_spark_conf(JOB, journal=journal, spark_version=version)
+    remote = _stores(version, request, hdfs_cluster)
     table = tmp_path / "table"
     killed = [
         "env",
@@ -121,20 +163,39 @@ def test_a_supported_release_runs_the_zero_code_path_streaming_and_rollback(
     # `sparkguard rollback` as the operator's initContainer runs it (fails the test unless 0).
     rollback_as_init_container(JOB, journal, {}, capsys, monkeypatch)
 
+    # One driver for everything else: the remote stores' conf (S3A's jars in spark.jars) is in
+    # it from its start.
+    driver_conf = conf
+    for store in remote:
+        driver_conf = stores.with_jars(driver_conf, store.conf)
     result = _run(
         [
             sys.executable,
             str(HERE / "jobs" / "matrix_job.py"),
-            json.dumps(conf),
+            json.dumps(driver_conf),
             str(tmp_path),
             str(ROWS),
             "supported",
+            json.dumps({store.name: store.url("table") for store in remote}),
+            str(STORE_ROWS),
         ],
         env,
     )
     assert result["version"] == version
     assert result["plain_read"] == 3
     assert result["rerun"] == {"rows": ROWS, "ids": ROWS}
+    assert result["tables"] == {
+        store.name: {"rows": STORE_ROWS, "ids": STORE_ROWS} for store in remote
+    }
+    for store in remote:
+        _assert_only_committed_files(store)
+    # The job's rollback as the initContainer runs it before a restart, one storage setting
+    # for all its tables (local, HDFS, S3): every committed append stays whole.
+    options = {k: v for store in remote for k, v in store.options.items()}
+    summary = rollback_as_init_container(JOB, journal, options, capsys, monkeypatch)
+    assert summary["filesDeleted"] == 0, summary
+    for store in remote:
+        _assert_only_committed_files(store)
     assert result["stream"] == {"rows": 200, "ids": 200}
     assert result["python_writer"] == 1000
 

@@ -1,5 +1,6 @@
-"""Fixtures of the JVM layer's tests: the S3A jars, the HDFS minicluster, the stores a test runs
-on, and plain PySpark jobs run as processes."""
+"""Fixtures of the JVM layer's tests: the S3A jars, the stores a test runs on (the HDFS
+minicluster's fixture, ``hdfs_cluster``, is tests/conftest.py's: the compatibility tier shares
+it), and plain PySpark jobs run as processes."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from tests.jvm import s3a, stores
 from tests.sidecar import conftest as sidecar_support
-from tests.support import hdfs, s3server, shared_driver
+from tests.support import s3server, shared_driver
 from tests.support.process import kill_session
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -29,17 +30,6 @@ JOBS = Path(__file__).resolve().parent / "jobs"
 def s3a_jars() -> Path:
     """The S3A jars, fetched once into ~/.cache/sparkguard/s3a (Maven Central the first time)."""
     return s3a.fetch_jars()
-
-
-@pytest.fixture(scope="session")
-def hdfs_cluster() -> Iterator[hdfs.MiniHdfs]:
-    """A real HDFS (MiniDFSCluster: a NameNode and a DataNode on 127.0.0.1), one per run: every
-    test that uses it is in the xdist group ``hdfs-cluster`` (tests/conftest.py), so one worker
-    starts it, once, and stops it at the end of its session. Its jars come from the shared
-    cache (Maven Central the first time). ``hdfs://`` is served to this process's Python side
-    over WebHDFS meanwhile (:func:`tests.support.hdfs.python_access`)."""
-    with hdfs.run_mini_hdfs() as cluster, hdfs.python_access():
-        yield cluster
 
 
 @pytest.fixture

@@ -194,6 +194,12 @@ def test_storage_options_no_filesystem_takes_are_refused(tmp_path: Path) -> None
     filemanager.resolve("s3://b/t", storage_options=s3)
     # One setting serves a local journal and tables on S3: S3's options pass a local path.
     filemanager.resolve(str(tmp_path), storage_options=s3)
+    # ... and tables on HDFS and on S3: each filesystem gets its own options only (an S3
+    # client given HDFS's host failed to start: `sparkguard rollback` of such a job crashed).
+    both = {**s3, "host": "127.0.0.1", "port": 9870, "user": "spark"}
+    manager, _ = filemanager.resolve("s3://b/t", storage_options=both)
+    assert not {"host", "port", "user"} & set(manager.fs.storage_options)
+    assert manager.fs.storage_options["key"] == "k"
 
 
 def test_the_python_writer_names_its_storage_options_key(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Every check of one Spark version that needs no kill, in one driver (one JVM start).
 
-    python matrix_job.py CONF_JSON WORK_DIR ROWS EXPECT
+    python matrix_job.py CONF_JSON WORK_DIR ROWS EXPECT [TABLES_JSON STORE_ROWS]
 
 A PySpark job (only its Python-writer step imports sparkguard), run by
 tests/compat/test_spark_matrix.py with that version's PySpark first on PYTHONPATH. CONF_JSON is
@@ -14,7 +14,9 @@ conf of the newest line). It prints one JSON line of what it saw:
   append as the killed run, rerun once), ``stream`` (rows and distinct ids of a streaming
   query's file sink, the query stopped after its first input and restarted for the second),
   ``python_writer`` (rows read back after an append through sparkguard's Python writer, the
-  job's one import of sparkguard);
+  job's one import of sparkguard); with TABLES_JSON (a store's name to a table URL on it,
+  ``hdfs://`` or ``s3a://``, the store's conf in CONF_JSON), ``tables``: for each, the rows
+  and distinct ids read back after the same unchanged append of STORE_ROWS rows;
 * EXPECT ``refused``: ``write`` and ``front``, the first line naming sparkguard of the error
   that a parquet write under the conf and ``format("sparkguard")`` raised.
 """
@@ -32,6 +34,16 @@ def _sparkguard_line(exc: BaseException) -> str:
     """The first line of ``exc`` (a Py4J error carries the JVM's) that names sparkguard."""
     lines = [line.strip() for line in str(exc).splitlines() if "sparkguard" in line.lower()]
     return lines[0] if lines else str(exc).splitlines()[0]
+
+
+def _append(spark: SparkSession, table: str, rows: int) -> dict[str, int]:
+    """The unchanged append of ``rows`` rows in 4 tasks, and the rows and distinct ids Spark
+    reads back from ``table``."""
+    spark.range(0, rows, numPartitions=4).withColumnRenamed("id", "n").write.mode("append").parquet(
+        table
+    )
+    back = spark.read.parquet(table)
+    return {"rows": back.count(), "ids": back.select("n").distinct().count()}
 
 
 def _stream(spark: SparkSession, work: Path) -> dict[str, int]:
@@ -83,10 +95,12 @@ def main() -> None:
         result["plain_read"] = spark.read.option("header", "true").csv(str(csv)).count()
         table = str(work / "table")
         if expect == "supported":
-            df = spark.range(0, rows, numPartitions=4).withColumnRenamed("id", "n")
-            df.write.mode("append").parquet(table)
-            back = spark.read.parquet(table)
-            result["rerun"] = {"rows": back.count(), "ids": back.select("n").distinct().count()}
+            result["rerun"] = _append(spark, table, rows)
+            if len(sys.argv) > 5:
+                tables: dict[str, str] = json.loads(sys.argv[5])
+                result["tables"] = {
+                    name: _append(spark, url, int(sys.argv[6])) for name, url in tables.items()
+                }
             result["stream"] = _stream(spark, work)
             result["python_writer"] = _python_writer(spark, work, conf)
         else:
