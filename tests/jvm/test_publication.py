@@ -228,49 +228,60 @@ def test_a_plain_reader_sees_the_table_before_or_after_a_write_killed_at_random(
 
 
 @dataclasses.dataclass(frozen=True)
-class RenameStore:
-    """A table on a rename store: its URL, the Spark conf and fsspec options that reach it, and
-    a listing of its directory."""
+class TableOn:
+    """A table on one store: its URL, the Spark conf and fsspec options that reach it, a listing
+    of its directory and of the files its writes left unpublished (rename stores: temp names;
+    object stores: multipart uploads in progress)."""
 
     url: str
     conf: dict[str, str]
     options: dict[str, Any]
     fs: Any
     root: str
+    uploads: Any = None
 
     def names(self, pattern: str) -> list[str]:
         """Last path segments matching ``<table>/<pattern>``, listed now."""
         self.fs.invalidate_cache()
         return sorted(p.rsplit("/", 1)[-1] for p in self.fs.glob(f"{self.root}/{pattern}"))
 
+    def unpublished(self) -> list[str]:
+        """The write's files not published yet: temp files, or pending uploads (by key)."""
+        if self.uploads is not None:
+            return sorted(k.rsplit("/", 1)[-1] for k in self.uploads())
+        return self.names(".*.sg-tmp-*")
 
-@pytest.fixture(params=["local", *stores.params("hdfs")])
-def rename_store(request: pytest.FixtureRequest, tmp_path: Path) -> RenameStore:
-    """A fresh table on local disk or on a real HDFS (the minicluster)."""
+
+@pytest.fixture(params=["local", *stores.params("hdfs", "s3")])
+def table_on(request: pytest.FixtureRequest, tmp_path: Path) -> TableOn:
+    """A fresh table on local disk, on a real HDFS (the minicluster) or on the S3 server."""
     if request.param == "local":
         table = str(tmp_path / "table")
-        return RenameStore(table, {}, {}, fsspec.filesystem("file"), table)
+        return TableOn(table, {}, {}, fsspec.filesystem("file"), table)
     store = conftest.open_store(request, request.param)
     fs, root = store.filesystem()
-    return RenameStore(store.url("table"), store.conf, store.options, fs, f"{root}/table")
+    uploads = store.uploads if request.param == "s3" else None
+    return TableOn(store.url("table"), store.conf, store.options, fs, f"{root}/table", uploads)
 
 
 def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
-    rename_store: RenameStore,
+    table_on: TableOn,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    where = rename_store
+    """Rename stores: the files not renamed yet are renamed; S3: the uploads not completed yet
+    are completed (the Python rollback lists their parts). Nothing is deleted."""
+    where = table_on
     journal = str(tmp_path / "journal")
     conf = stores.with_jars(sparkconf.build_spark_conf(JOB, journal=journal), where.conf)
-    conf[PUBLISH_PAUSE] = "2000"  # one rename every 2 s: the kill lands after the first
+    conf[PUBLISH_PAUSE] = "2000"  # one file published every 2 s: the kill lands after the first
     args = [where.url, str(WINDOW_ROWS), str(PARTITIONS)]
     command = job_command("plain_write.py", *args, conf=conf)
     assert _run_and_kill(command, lambda: bool(where.names("part-*")), 0.2), "killed too late"
     published = where.names("part-*")
     assert 0 < len(published) < PARTITIONS, "killed inside the publication window"
-    assert len(where.names(".part-*.sg-tmp-*")) == PARTITIONS - len(published)
+    assert len(where.unpublished()) == PARTITIONS - len(published)
     summary = rollback_as_init_container(JOB, journal, where.options, capsys, monkeypatch)
     assert summary["filesPublished"] == PARTITIONS - len(published), summary
     assert summary["filesDeleted"] == 0, summary
@@ -278,7 +289,7 @@ def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
     committed = sorted(p.rsplit("/", 1)[-1] for p in paths)
     assert committed == where.names("part-*")
     assert len(committed) == PARTITIONS
-    assert where.names(".*.sg-tmp-*") == []
+    assert where.unpublished() == [], "no temp file, no upload in progress"
     assert where.names("_sparkguard/markers/*/*") == [], "no marker left"
     assert plain_reading(where.root, where.fs) == _reading(range(WINDOW_ROWS)), "every row once"
 
