@@ -56,6 +56,10 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  *       of a file this JVM has just written and not yet committed answers with the written
  *       length instead of a HEAD (Spark's {@code BasicWriteTaskStatsTracker} asks it for every
  *       file it closes). The commit still checks every reported size against the store (W7).
+ *   <li>A name the protocol announced ({@link #expectPendingUpload}: the batch protocol's data
+ *       files on S3A) is written as a {@link PendingUpload}: a multipart upload whose close
+ *       leaves it open, for the driver to complete after the write's outcome; no listing shows
+ *       the object before that. The record ({@link #take}) then carries the upload.
  * </ul>
  *
  * <p>On rename stores the tasks write their temp files through it too ({@link
