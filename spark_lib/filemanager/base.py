@@ -449,6 +449,16 @@ class FileManager(abc.ABC):
             "leave a committed file under a temp name"
         )
 
+    def complete_upload(self, path: str, upload_id: str) -> bool:
+        """Complete the multipart upload ``upload_id`` a writer left open at ``path`` with
+        every part it holds, so the object appears; False when the store no longer knows the
+        upload (completed already, or aborted). A rollback's roll forward of a committed instant
+        (docs/storage-contract.md, R8a). Object stores only."""
+        raise errors.UnsupportedStoreError(
+            f"{type(self).__name__} cannot complete the upload {upload_id} of {path}: only "
+            "object stores leave a committed file as a pending upload"
+        )
+
     def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
         """Delete those of ``file_paths`` that exist; returns the ones actually removed.
 

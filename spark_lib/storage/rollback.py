@@ -612,11 +612,12 @@ def _remove_kept_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id
     instant's tasks left of them (a failed ``rerun=rewrite`` of the JVM protocol on a rename
     store writes committed names under temp names), with their checksums; never a committed
     file or its checksum, nor a temp file a committed outcome of the job lists (not published
-    yet: R8a publishes it). Returns how many temp files went. Object stores: nothing (a write
-    there never repeats committed names)."""
+    yet: R8a publishes it). Returns how many temp files went. Object stores: the incomplete
+    uploads of those names (a rerun writes the names its killed run left pending), except an
+    upload a committed outcome of the job lists (R8a completes it)."""
     manager = tl.manager
     names = sorted(kept)
-    if not names or isinstance(manager, filemanager.DirectPutFileManager):
+    if not names:
         return 0
     found = [
         left
@@ -630,6 +631,9 @@ def _remove_kept_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id
         commit = reader.commit_of_status(tl.status(other))
         if commit is not None:
             listed.update(paths.join(tl.table, f.temp) for f in commit.files if f.temp is not None)
+            listed.update(f.upload for f in commit.files if f.upload is not None)
+    if isinstance(manager, filemanager.DirectPutFileManager):
+        return manager.remove_leftovers(left for left in found if left.upload_id not in listed)
 
     def temp_of(left: filemanager.Leftover) -> str:
         owner = filemanager.checksum_owner(left.path) if left.checksum else None
@@ -696,6 +700,10 @@ def _clean_committed(
             files_published=published,
         )
     deleted = _delete(manager, tl.table, doomed, None)
+    # Uploads of the committed names that the outcome does not list (a failed attempt's, or a
+    # zombie task's after W8): none may stay pending for ever.
+    job_id = timeline.job_of_instant(instant)
+    deleted.temp_files += _remove_kept_leftovers(tl, kept - protected, job_id=job_id)
     deleted.files += delete_superseded(tl, superseded)
     count = markers.delete_snapshot(manager, snapshot)
     return InstantRollback(
@@ -716,30 +724,43 @@ def roll_forward(
 ) -> tuple[int, tuple[str, ...]]:
     """R8a: publish the files the committed ``instant`` lists under a temp name (``temp`` in its
     outcome: a rename store's driver writes the outcome first, then renames) that are still
-    there, by renaming each onto its name. Idempotent: a file already published has no temp
-    file left, and counts nothing. Returns how many were published (dry run: would be) and a
-    warning per listed file found neither published nor under its temp name."""
+    there, by renaming each onto its name; and complete the multipart uploads it lists
+    (``upload``: an object store's tasks leave them open, the driver completes them after the
+    outcome) whose object is not there yet. Idempotent: a file already published has no temp
+    file left (or its object is there), and counts nothing. Returns how many were published
+    (dry run: would be) and a warning per listed file found neither published nor pending."""
     commit = reader.commit_of_status(tl.status(instant))
-    pending = [f for f in commit.files if f.temp is not None] if commit is not None else []
-    if not pending:
+    files = commit.files if commit is not None else ()
+    pending = [f for f in files if f.temp is not None]
+    uploads = [f for f in files if f.upload is not None]
+    if not pending and not uploads:
         return 0, ()
     manager = tl.manager
     published = 0
     missing: list[str] = []
+    targets = {f.path: paths.join(tl.table, f.path) for f in uploads}
+    there = manager.existing_files(targets.values()) if uploads else set()
+    unpublished = [f for f in uploads if targets[f.path] not in there]
     if dry_run:
         temps = manager.existing_files(paths.join(tl.table, f.temp or "") for f in pending)
-        return len(temps), ()
+        return len(temps) + len(unpublished), ()
     for file in pending:
         target = paths.join(tl.table, file.path)
         if manager.publish_temp(paths.join(tl.table, file.temp or ""), target):
             published += 1
         elif not manager.exists(target):
             missing.append(file.path)
+    for file in unpublished:
+        if manager.complete_upload(targets[file.path], file.upload or ""):
+            published += 1
+        elif not manager.exists(targets[file.path]):
+            missing.append(file.path)
     if published:
-        logger.info("published %d committed files of %s from their temp names", published, instant)
+        logger.info("published %d committed files of %s after its outcome", published, instant)
     warnings = tuple(
-        f"committed file {path} is neither published nor under its temp name (deleted by "
-        "hand?): a reader of the table fails on it"
+        f"committed file {path} is neither published nor under its temp name or a pending "
+        "upload (deleted or aborted by hand, or by a lifecycle rule?): a reader of the table "
+        "fails on it"
         for path in missing
     )
     return published, warnings

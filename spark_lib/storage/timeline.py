@@ -109,18 +109,21 @@ def _now_millis() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class DataFile:
-    """A data file an instant committed: path relative to the table, size in bytes, rows, and
+    """A data file an instant committed: path relative to the table, size in bytes, rows,
     ``temp``: where a rename store's task left it for the driver to publish after the outcome
-    (relative to the table, in the file's directory; None when written under its name)."""
+    (relative to the table, in the file's directory; None when written under its name), and
+    ``upload``: the id of the multipart upload an object store's task left open at its name for
+    the driver to complete after the outcome (None: the object was written whole)."""
 
     path: str
     size: int
     rows: int
     temp: str | None = None
+    upload: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form stored in an outcome file (without ``temp``: a record of what is
-        published, as snapshots keep it)."""
+        """The JSON form stored in an outcome file (without ``temp`` and ``upload``: a record of
+        what is published, as snapshots keep it)."""
         return {"path": self.path, "size": self.size, "rows": self.rows}
 
     @classmethod
@@ -136,11 +139,15 @@ class DataFile:
             raise errors.CorruptFileError(
                 f"{source}: temp {temp!r} of {path} is not a temp name in its directory"
             )
+        upload = value.get("upload")
+        if upload is not None and (not isinstance(upload, str) or not upload):
+            raise errors.CorruptFileError(f"{source}: upload of {path} is not an upload id")
         return cls(
             path=path,
             size=formats.require(value, "size", int, source=source),
             rows=formats.require(value, "rows", int, source=source),
             temp=temp,
+            upload=upload,
         )
 
 

@@ -6,13 +6,14 @@ the write made by ``df.write.format("sparkguard")`` (the Python API's name, the 
 local disk.
 
 The stages are chosen explicitly (coverage is never left to chance): the inflight written, the
-first marker, half the files written (rename stores: under their hidden temp names), half the
-files published (rename stores: after the outcome, inside the publication window, which the
-rollback rolls forward; S3: before the commit), and the committed outcome (killed after it: the
-rerun must skip the write, spark-operator#1854). Right after a kill before the outcome, and
-before any rollback, a rename store's directory holds no data file of the write. A seeded draw
+first marker, half the files written (rename stores: under their hidden temp names; S3: as
+multipart uploads left open), half the files published (after the outcome, inside the
+publication window, which the rollback rolls forward), and the committed outcome (killed after
+it: the rerun must skip the write, spark-operator#1854). Right after a kill before the outcome,
+and before any rollback, the directory holds no data file of the write, on every store. A seeded draw
 adds kills at random delays inside the write; the seed chooses only the delay. On S3 (a slower
-tier: S3A's start costs) a subset runs: the middle of the write and one random moment. On a real
+tier: S3A's start costs) a subset runs: the middle of the write (half the files written as
+pending uploads: published after the outcome there too) and one random moment. On a real
 HDFS (the minicluster: ``HadoopRenameAtomicStore``, temp file + hsync + ``FileContext.rename``
 on a NameNode) the middle of the write.
 """
@@ -51,6 +52,8 @@ class Where:
     conf: dict[str, str]
     options: dict[str, Any]
     poll_s: float
+    #: keys of the multipart uploads in progress (S3; a rename store has none)
+    uploads: Callable[[], list[str]] = stores._no_uploads
 
     def glob(self, pattern: str) -> list[str]:
         """Names (last path segment) matching ``<table>/<pattern>``, listed afresh."""
@@ -85,7 +88,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     store = conftest.open_store(request, request.param)
     both = stores.with_jars(conf, store.conf)
     # Listing a store every 2 ms would load its server more than the job: poll every 50 ms.
-    return Where(store.url("table"), journal, both, store.options, 0.05)
+    return Where(store.url("table"), journal, both, store.options, 0.05, store.uploads)
 
 
 #: Each stage: is the write (at least) there yet?
@@ -94,10 +97,12 @@ STAGES: dict[str, Callable[[Where], bool]] = {
     "first-marker": lambda w: bool(w.glob("_sparkguard/markers/*/*.marker.*")),
     "half-temps": lambda w: len(w.glob(".part-*.sg-tmp-*")) >= PARTITIONS // 2,
     "half-files": lambda w: len(w.glob("part-*")) >= PARTITIONS // 2,
+    # S3: half the files written, left as multipart uploads for the driver to complete
+    "half-uploads": lambda w: len(w.uploads()) >= PARTITIONS // 2,
     "outcome": lambda w: bool(w.glob("_sparkguard/timeline/*.outcome")),
 }
 #: What the S3 tier runs (each case costs two S3A Spark starts).
-S3_STAGES = ("half-files",)
+S3_STAGES = ("half-uploads",)
 S3_SEEDS = (11,)
 #: What the HDFS tier runs: the rollback deleting temp files on a NameNode, then the rerun.
 HDFS_STAGES = ("half-temps",)
@@ -137,6 +142,7 @@ def _assert_exactly_once(where: Where) -> None:
     assert where.glob("**/.*.sg-tmp-*") == []
     assert where.glob("_temporary") == []
     assert where.glob("_sparkguard/markers/*/*") == []
+    assert where.uploads() == [], "no multipart upload left in progress"
 
 
 def _cases(kind: str, names: tuple[Any, ...] | list[Any]) -> list[Any]:
@@ -161,7 +167,7 @@ def test_killed_at_each_stage_then_rolled_back_and_rerun_is_exactly_once(
     _kill_when(where, STAGES[stage], delay=0.0)
     assert where.glob("_sparkguard/timeline/*.inflight"), "the kill came after the write started"
     committed = where.committed()
-    if not committed and not where.table.startswith("s3a://"):
+    if not committed:
         # Before any rollback: a directory reader finds no file of the uncommitted write.
         assert where.glob("part-*") == [], "a data file published before the outcome"
     summary = _rollback(where, capsys, monkeypatch)

@@ -44,6 +44,12 @@ def _keys(server: s3server.S3Server, bucket: str, prefix: str) -> list[str]:
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
+def _uploads(server: s3server.S3Server, bucket: str, prefix: str) -> list[str]:
+    """Keys of the multipart uploads in progress under ``prefix``, one per upload."""
+    listed = server.client().list_multipart_uploads(Bucket=bucket, Prefix=prefix)
+    return sorted(u["Key"] for u in listed.get("Uploads", []))
+
+
 def _data(keys: list[str], table: str) -> list[str]:
     """Data object keys relative to the table (no ``_sparkguard/``)."""
     data = [k for k in keys if k.endswith(".parquet") and "/_sparkguard/" not in k]
@@ -149,24 +155,27 @@ def test_a_failed_jvm_write_on_s3_is_rolled_back_and_the_rerun_is_exactly_once(
     bucket = s3_server.create_bucket()
     table, journal = f"s3a://{bucket}/f", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
-    # Row 600 is in task 2 of 4 (rows 500-749): the others publish their files, the job aborts.
+    # Row 600 is in task 2 of 4 (rows 500-749): the others leave their files as pending
+    # uploads, the job aborts; no directory reader sees any of them.
     failed = run_job(
         "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
     )
     assert failed == {"failed": True}
-    published = _data(_keys(s3_server, bucket, "f/"), "f")
-    assert published, "the tasks before the failure published their objects"
-    # Spark closed the failed task's writer (completing its upload, partial rows); abortTask
-    # deleted it.
-    assert f"part-00002-{JOB}-w000-c000.snappy.parquet" not in published
+    assert _data(_keys(s3_server, bucket, "f/"), "f") == [], "a file of a failed write visible"
+    pending = _uploads(s3_server, bucket, "f/")
+    assert pending, "the tasks before the failure left their uploads"
+    # Spark closed the failed task's writer (its upload left open, partial rows); abortTask
+    # aborted it.
+    assert f"f/part-00002-{JOB}-w000-c000.snappy.parquet" not in pending
     options = s3_server.storage_options
     assert reader.committed_paths(table, storage_options=options) == []
     doc = _inspect(table, s3_server, capsys, monkeypatch)
     assert [i["state"] for i in doc["instants"]] == [timeline.State.ROLLING_BACK.value]
 
     summary = rollback.rollback_job(JOB, journal, storage_options=options)
-    assert summary.files_deleted == len(published)
-    assert _data(_keys(s3_server, bucket, "f/"), "f") == []
+    assert summary.files_deleted == 0
+    assert summary.temp_files_removed == len(pending)  # R6: the uploads aborted
+    assert _uploads(s3_server, bucket, "f/") == []
 
     result = run_job("plain_write.py", table, "1000", "4", conf=conf)
     assert result == {"rows": 1000, "ids": 1000}
@@ -186,27 +195,27 @@ def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
     assert result["content"] == f"racer-{result['winners'][0]}"
 
 
-@pytest.mark.parametrize("performance", [False, True], ids=["probing-create", "performance-create"])
-def test_a_rerun_without_rollback_writes_over_the_failed_attempts_objects(
-    s3_server: s3server.S3Server, s3a_jars: Path, performance: bool
+def test_a_rerun_without_rollback_writes_over_the_failed_attempts_uploads(
+    s3_server: s3server.S3Server, s3a_jars: Path
 ) -> None:
-    # Spark's writer opens with create(overwrite=false): with S3A's default (probing) create the
-    # task deletes the uncommitted object of its name first; in performance mode the PUT replaces.
+    """The failed attempt left pending uploads of the names the rerun writes again; the rerun's
+    commit (W8) aborts every upload of its names but its own, and completes its own. (S3A's
+    own create, probing or in performance mode, is not what writes data files: the tasks'
+    owned create leaves a multipart upload, whatever ``fs.s3a.create.performance`` says.)"""
     bucket = s3_server.create_bucket()
     table, journal = f"s3a://{bucket}/r", f"s3a://{bucket}/journal"
     conf = _conf(s3_server, s3a_jars, journal)
-    if performance:
-        conf["spark.hadoop.fs.s3a.create.performance"] = "true"
     failed = run_job(
         "plain_write.py", table, "1000", "4", "append", "600", conf=conf, expect_exit=3
     )
     assert failed == {"failed": True}
-    leftovers = _data(_keys(s3_server, bucket, "r/"), "r")
-    assert leftovers
+    assert _data(_keys(s3_server, bucket, "r/"), "r") == []
+    assert _uploads(s3_server, bucket, "r/")
 
     result = run_job("plain_write.py", table, "1000", "4", conf=conf)
     assert result == {"rows": 1000, "ids": 1000}
     assert _data(_keys(s3_server, bucket, "r/"), "r") == NAMES
+    assert _uploads(s3_server, bucket, "r/") == []
     options = s3_server.storage_options
     assert reader.committed_paths(table, storage_options=options) == [f"{table}/{n}" for n in NAMES]
     # The failed attempt's instant was claimed by the rerun; its rollback keeps committed names.
@@ -254,34 +263,44 @@ def _assert_written_without_probes(
     """The requests ``log`` of a 4-task write of 1000 rows to the table at key ``table``: data
     files are created without probes and not read back by the task.
 
-    The tasks open their files as sg-s3a:// (OwnedFileSystem): S3A's per-file performance
-    create, no HEAD/LIST probe of the name, and the length and rows come from the stream, so
-    until the commit decides, each data key sees its upload only: the commit's W7 check reads
-    the sizes from one LIST of the table's directory (from just before its first name), not a
-    HEAD per file. The driver's state checks make no S3A existence probe (HEAD, or a LIST with
-    a delimiter) under _sparkguard/, and list it at most twice before the .inflight."""
+    The tasks open their files as sg-s3a:// (OwnedFileSystem): each is a multipart upload the
+    task leaves open (no HEAD/LIST probe of the name; the length and rows come from the
+    stream), so until the commit decides, each data key sees its upload's start and its one
+    part only, and no directory reader sees it: the commit's W7/W8 check is one listing of the
+    uploads under the table (the accepted ones still pending, the others aborted), not a HEAD
+    per file; after the outcome the driver completes each upload (one request). The driver's
+    state checks make no S3A existence probe (HEAD, or a LIST with a delimiter) under
+    _sparkguard/, and list it at most twice before the .inflight."""
     outcome = next(
         i
         for i, r in enumerate(log)
         if r["method"] == "PUT" and r["path"].startswith(f"/{bucket}/{table}/_sparkguard/timeline/")
         and r["path"].endswith(".outcome")
     )  # fmt: skip
-    before = log[:outcome]
+    # W6 (the completions) runs between the outcome and W10 (the markers' delete); the job's
+    # read of the table comes after
+    w10 = next(
+        i for i, r in enumerate(log) if i > outcome
+        and f"{table}/_sparkguard/markers/" in r["path"] + urllib.parse.unquote(r["query"])
+    )  # fmt: skip
+    before, after = log[:outcome], log[outcome + 1 : w10]
     for name in NAMES:
         on_key = [r["method"] for r in before if r["path"] == f"/{bucket}/{table}/{name}"]
-        assert on_key == ["PUT"], (name, on_key)  # the task's upload; W7 lists (below)
+        assert on_key == ["POST", "PUT"], (name, on_key)  # the upload's start, its one part
         probes = [r for r in before if f"prefix={table}/{name}" in urllib.parse.unquote(r["query"])]
         assert probes == [], (name, probes)
+        published = [r["method"] for r in after if r["path"] == f"/{bucket}/{table}/{name}"]
+        assert published == ["POST"], (name, published)  # CompleteMultipartUpload
     last_upload = max(
         i for i, r in enumerate(before) if r["method"] == "PUT" and r["path"].endswith(".parquet")
     )
     queries = [urllib.parse.parse_qs(r["query"], keep_blank_values=True) for r in before]
     w7 = [
         q for r, q in zip(before[last_upload:], queries[last_upload:], strict=True)
-        if r["method"] == "GET" and q.get("prefix") == [f"{table}/"] and "uploads" not in q
+        if r["method"] == "GET" and q.get("prefix") == [f"{table}/"]
     ]  # fmt: skip
-    assert len(w7) == 1, w7
-    assert w7[0]["start-after"][0] <= f"{table}/{NAMES[0]}", w7
+    assert len(w7) == 1, w7  # the uploads under the table, listed once
+    assert "uploads" in w7[0], w7
     state = [
         (r["method"], q)
         for r, q in zip(before, queries, strict=True)

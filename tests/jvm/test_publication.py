@@ -1,6 +1,7 @@
 """A plain directory reader never sees a write that did not commit (docs/storage-contract.md,
-"Publication after the outcome"): the JVM commit protocol on a rename store leaves each data
-file under its hidden temp name until the outcome is written, then renames it.
+"Publication after the outcome"): the JVM commit protocol leaves each data file under its
+hidden temp name (rename stores) or as a multipart upload left open (S3) until the outcome is
+written, then renames it or completes the upload.
 
 A reader of the directory that knows nothing of sparkguard (pyarrow's dataset discovery, which
 skips names starting with ``.`` or ``_`` as Spark's, Hive's and Trino's listings do) polls the
@@ -8,9 +9,10 @@ table while an unchanged PySpark job appends, overwrites or overwrites partition
 and the job is SIGKILLed at a seeded random moment. Every poll taken wholly before the outcome
 reads the table as it was, every poll taken wholly after the publication reads it as written;
 right after the kill, before any rollback, it reads exactly the committed rows; after the
-rollback no temp file or marker is left. A driver killed inside the publication window
-(deterministically: a test-only pause between renames) is rolled *forward* by the rollback:
-every row once, on local disk and on a real HDFS.
+rollback no temp file, marker or upload is left: every kind of write on local disk, one kind
+each on a real HDFS (the minicluster) and on the S3 server. A driver killed inside the
+publication window (deterministically: a test-only pause between publications) is rolled
+*forward* by the rollback: every row once, on local disk, HDFS and S3.
 """
 
 from __future__ import annotations
@@ -93,17 +95,76 @@ WRITES = {
 }
 
 
-def _seed_table(table: Path, write: Write) -> None:
+@dataclasses.dataclass(frozen=True)
+class TableOn:
+    """A table on one store: its URL, the Spark conf and fsspec options that reach it, a listing
+    of its directory and of the files its writes left unpublished (rename stores: temp names;
+    object stores: multipart uploads in progress)."""
+
+    url: str
+    conf: dict[str, str]
+    options: dict[str, Any]
+    fs: Any
+    root: str
+    uploads: Any = None
+    #: how often a poller reads it (a store's server is not listed every 10 ms)
+    poll_s: float = 0.01
+
+    @classmethod
+    def local(cls, table: Path) -> TableOn:
+        return cls(str(table), {}, {}, fsspec.filesystem("file"), str(table))
+
+    def reading(self) -> Reading | None:
+        """What a plain directory reader reads of it now (:func:`plain_reading`)."""
+        self.fs.invalidate_cache()
+        return plain_reading(self.root, self.fs)
+
+    def leftovers(self) -> list[str]:
+        """Temp files, markers and uploads in progress: none once a write is decided and
+        cleaned."""
+        self.fs.invalidate_cache()
+        temps = self.fs.glob(f"{self.root}/**/.*.sg-tmp-*")
+        markers = list(self.fs.find(f"{self.root}/_sparkguard/markers"))
+        return sorted(temps + markers + (self.uploads() if self.uploads else []))
+
+    def names(self, pattern: str) -> list[str]:
+        """Last path segments matching ``<table>/<pattern>``, listed now."""
+        self.fs.invalidate_cache()
+        return sorted(p.rsplit("/", 1)[-1] for p in self.fs.glob(f"{self.root}/{pattern}"))
+
+    def exists(self, pattern: str) -> bool:
+        """Whether anything matches ``<table>/<pattern>`` now."""
+        self.fs.invalidate_cache()
+        return bool(self.fs.glob(f"{self.root}/{pattern}"))
+
+    def unpublished(self) -> list[str]:
+        """The write's files not published yet: temp files, or pending uploads (by key)."""
+        if self.uploads is not None:
+            return sorted(k.rsplit("/", 1)[-1] for k in self.uploads())
+        return self.names(".*.sg-tmp-*")
+
+
+@pytest.fixture(params=["local", *stores.params("hdfs", "s3")])
+def table_on(request: pytest.FixtureRequest, tmp_path: Path) -> TableOn:
+    """A fresh table on local disk, on a real HDFS (the minicluster) or on the S3 server."""
+    if request.param == "local":
+        return TableOn.local(tmp_path / "table")
+    store = conftest.open_store(request, request.param)
+    fs, root = store.filesystem()
+    uploads = store.uploads if request.param == "s3" else None
+    url, where = store.url("table"), f"{root}/table"
+    return TableOn(url, store.conf, store.options, fs, where, uploads, poll_s=0.05)
+
+
+def _seed_table(table: TableOn, write: Write) -> None:
     """The table before the write: plain Parquet files no sparkguard instant lists."""
-    if write.partition_expr is None:
-        table.mkdir(parents=True)
-        pq.write_table(pa.table({"n": pa.array(_old(), pa.int64())}), table / "old-0.parquet")
-        return
-    for k in range(4):
-        part = table / f"k={k}"
-        part.mkdir(parents=True)
-        ns = [n for n in _old() if n % 4 == k]
-        pq.write_table(pa.table({"n": pa.array(ns, pa.int64())}), part / "old-0.parquet")
+    parts = [("", list(_old()))] if write.partition_expr is None else [
+        (f"k={k}/", [n for n in _old() if n % 4 == k]) for k in range(4)
+    ]  # fmt: skip
+    for prefix, ns in parts:
+        table.fs.makedirs(f"{table.root}/{prefix}", exist_ok=True)
+        with table.fs.open(f"{table.root}/{prefix}old-0.parquet", "wb") as out:
+            pq.write_table(pa.table({"n": pa.array(ns, pa.int64())}), out)
 
 
 def plain_reading(table: str, filesystem: Any = None) -> Reading | None:
@@ -119,12 +180,11 @@ def plain_reading(table: str, filesystem: Any = None) -> Reading | None:
     return len(column), int(total or 0)
 
 
-def _timeline_state(table: Path) -> tuple[bool, bool]:
+def _timeline_state(table: TableOn) -> tuple[bool, bool]:
     """(an outcome exists, a marker directory exists): before the outcome, the write is not
     visible; after the outcome with the markers gone, it is wholly published."""
-    sg = table / "_sparkguard"
-    outcome = any((sg / "timeline").glob("*.outcome"))
-    markers = any((sg / "markers").glob("*"))
+    outcome = table.exists("_sparkguard/timeline/*.outcome")
+    markers = table.exists("_sparkguard/markers/*")
     return outcome, markers
 
 
@@ -132,7 +192,7 @@ def _timeline_state(table: Path) -> tuple[bool, bool]:
 class Poller:
     """Reads the directory over and over in a thread, noting the timeline around each read."""
 
-    table: Path
+    table: TableOn
     seen: list[tuple[tuple[bool, bool], Reading | None, tuple[bool, bool]]] = dataclasses.field(
         default_factory=list
     )
@@ -141,9 +201,9 @@ class Poller:
     def run(self) -> None:
         while not self.stop.is_set():
             before = _timeline_state(self.table)
-            got = plain_reading(str(self.table))
+            got = self.table.reading()
             self.seen.append((before, got, _timeline_state(self.table)))
-            time.sleep(0.01)
+            time.sleep(self.table.poll_s)
 
 
 def _run_and_kill(command: list[str], ready: Any, delay: float) -> bool:
@@ -168,27 +228,42 @@ def _run_and_kill(command: list[str], ready: Any, delay: float) -> bool:
         proc.wait(timeout=60)
 
 
-def _leftovers(table: Path) -> list[str]:
-    temps = [str(p) for p in table.rglob(".*.sg-tmp-*")]
-    markers = [str(p) for p in (table / "_sparkguard" / "markers").rglob("*") if p.is_file()]
-    return temps + markers
+def _random_case(kind: str, seed: int, store: str) -> Any:
+    marks = [stores.MARKS[store]] if store in stores.MARKS else []
+    suffix = "" if store == "local" else f"-{store}"
+    return pytest.param(kind, seed, store, marks=marks, id=f"{kind}{suffix}-{seed}")
 
 
-@pytest.mark.parametrize(("kind", "seed"), [("append", 3), ("overwrite", 5), ("dynamic", 7)])
+#: every kind of write on local disk; on HDFS and S3 (slower: a store server, S3A's start)
+#: one kind each, between them all three
+RANDOM_CASES = [
+    _random_case("append", 3, "local"),
+    _random_case("overwrite", 5, "local"),
+    _random_case("dynamic", 7, "local"),
+    _random_case("append", 11, "s3"),
+    _random_case("dynamic", 13, "s3"),
+    _random_case("overwrite", 17, "hdfs"),
+]
+
+
+@pytest.mark.parametrize(("kind", "seed", "table_on"), RANDOM_CASES, indirect=["table_on"])
 def test_a_plain_reader_sees_the_table_before_or_after_a_write_killed_at_random(
+    *,
     kind: str,
     seed: int,
+    table_on: TableOn,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     write = WRITES[kind]
-    table = tmp_path / "table"
+    table = table_on
     journal = str(tmp_path / "journal")
     _seed_table(table, write)
-    assert plain_reading(str(table)) == write.before
-    conf = {**sparkconf.build_spark_conf(JOB, journal=journal), **write.conf}
-    args = [str(table), str(ROWS), str(PARTITIONS), write.mode, "-", str(OLD_ROWS)]
+    assert table.reading() == write.before
+    conf = stores.with_jars(sparkconf.build_spark_conf(JOB, journal=journal), table.conf)
+    conf |= write.conf
+    args = [table.url, str(ROWS), str(PARTITIONS), write.mode, "-", str(OLD_ROWS)]
     if write.partition_expr:
         args.append(write.partition_expr)
     poller = Poller(table)
@@ -198,7 +273,7 @@ def test_a_plain_reader_sees_the_table_before_or_after_a_write_killed_at_random(
     try:
         _run_and_kill(
             job_command("plain_write.py", *args, conf=conf),
-            lambda: any((table / "_sparkguard" / "timeline").glob("*.inflight")),
+            lambda: table.exists("_sparkguard/timeline/*.inflight"),
             delay,
         )
     finally:
@@ -219,58 +294,32 @@ def test_a_plain_reader_sees_the_table_before_or_after_a_write_killed_at_random(
     # After the kill, before any rollback: exactly the committed rows.
     committed, unpublished = _timeline_state(table)
     if not committed:
-        assert plain_reading(str(table)) == write.before
+        assert table.reading() == write.before
     elif not unpublished:
-        assert plain_reading(str(table)) == write.after
-    rollback_as_init_container(JOB, journal, {}, capsys, monkeypatch)
-    assert plain_reading(str(table)) == (write.after if committed else write.before)
-    assert _leftovers(table) == []
-
-
-@dataclasses.dataclass(frozen=True)
-class RenameStore:
-    """A table on a rename store: its URL, the Spark conf and fsspec options that reach it, and
-    a listing of its directory."""
-
-    url: str
-    conf: dict[str, str]
-    options: dict[str, Any]
-    fs: Any
-    root: str
-
-    def names(self, pattern: str) -> list[str]:
-        """Last path segments matching ``<table>/<pattern>``, listed now."""
-        self.fs.invalidate_cache()
-        return sorted(p.rsplit("/", 1)[-1] for p in self.fs.glob(f"{self.root}/{pattern}"))
-
-
-@pytest.fixture(params=["local", *stores.params("hdfs")])
-def rename_store(request: pytest.FixtureRequest, tmp_path: Path) -> RenameStore:
-    """A fresh table on local disk or on a real HDFS (the minicluster)."""
-    if request.param == "local":
-        table = str(tmp_path / "table")
-        return RenameStore(table, {}, {}, fsspec.filesystem("file"), table)
-    store = conftest.open_store(request, request.param)
-    fs, root = store.filesystem()
-    return RenameStore(store.url("table"), store.conf, store.options, fs, f"{root}/table")
+        assert table.reading() == write.after
+    rollback_as_init_container(JOB, journal, table.options, capsys, monkeypatch)
+    assert table.reading() == (write.after if committed else write.before)
+    assert table.leftovers() == []
 
 
 def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
-    rename_store: RenameStore,
+    table_on: TableOn,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    where = rename_store
+    """Rename stores: the files not renamed yet are renamed; S3: the uploads not completed yet
+    are completed (the Python rollback lists their parts). Nothing is deleted."""
+    where = table_on
     journal = str(tmp_path / "journal")
     conf = stores.with_jars(sparkconf.build_spark_conf(JOB, journal=journal), where.conf)
-    conf[PUBLISH_PAUSE] = "2000"  # one rename every 2 s: the kill lands after the first
+    conf[PUBLISH_PAUSE] = "2000"  # one file published every 2 s: the kill lands after the first
     args = [where.url, str(WINDOW_ROWS), str(PARTITIONS)]
     command = job_command("plain_write.py", *args, conf=conf)
     assert _run_and_kill(command, lambda: bool(where.names("part-*")), 0.2), "killed too late"
     published = where.names("part-*")
     assert 0 < len(published) < PARTITIONS, "killed inside the publication window"
-    assert len(where.names(".part-*.sg-tmp-*")) == PARTITIONS - len(published)
+    assert len(where.unpublished()) == PARTITIONS - len(published)
     summary = rollback_as_init_container(JOB, journal, where.options, capsys, monkeypatch)
     assert summary["filesPublished"] == PARTITIONS - len(published), summary
     assert summary["filesDeleted"] == 0, summary
@@ -278,7 +327,7 @@ def test_a_driver_killed_inside_the_publication_window_is_rolled_forward(
     committed = sorted(p.rsplit("/", 1)[-1] for p in paths)
     assert committed == where.names("part-*")
     assert len(committed) == PARTITIONS
-    assert where.names(".*.sg-tmp-*") == []
+    assert where.unpublished() == [], "no temp file, no upload in progress"
     assert where.names("_sparkguard/markers/*/*") == [], "no marker left"
     assert plain_reading(where.root, where.fs) == _reading(range(WINDOW_ROWS)), "every row once"
 
@@ -315,4 +364,4 @@ def test_a_rerun_before_any_rollback_first_publishes_a_write_killed_inside_the_w
     rollback_as_init_container(JOB, journal, {}, capsys, monkeypatch)
     for done in (table, rewritten):
         assert plain_reading(str(done)) == everything
-        assert _leftovers(done) == [], "the failed rewrite's temp files of committed names go"
+        assert TableOn.local(done).leftovers() == [], "the failed rewrite's temp files go"

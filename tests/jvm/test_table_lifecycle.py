@@ -153,17 +153,25 @@ def test_a_killed_first_write_to_a_new_s3a_path_leaves_no_key_after_the_rollback
     bucket = s3_server.create_bucket()
     table = f"s3a://{bucket}/orders"
     options = dict(s3_server.storage_options)
-    kill_when(
+    client = s3_server.client()
+
+    def uploads() -> list[str]:
+        listed = client.list_multipart_uploads(Bucket=bucket, Prefix="orders/")
+        return [u["Key"] for u in listed.get("Uploads", [])]
+
+    kill_when(  # a data file written, left as a pending upload: before the commit
         job_command("create_table.py", "parquet", table, str(ROWS), str(PARTITIONS), conf=both),
-        lambda: bool(_glob(table, "part-*", options)),
+        lambda: bool(uploads()),
         poll_s=0.05,
         log=tmp_path / "killed.log",
     )
+    assert _glob(table, "part-*", options) == [], "no data file visible before the commit"
     summary = _rollback_init_container(journal, options, capsys, monkeypatch)
     assert summary["tablesRemoved"] == [table], summary
     fs = fsspec.filesystem("s3", **options)
     listed = fs.call_s3("list_objects_v2", Bucket=bucket, Prefix="orders")
     assert [o["Key"] for o in listed.get("Contents", [])] == [], "no key under the prefix"
+    assert uploads() == [], "no upload left in progress"
 
     args = ("parquet", table, str(ROWS), str(PARTITIONS))
     result = run_job("create_table.py", *args, conf=both, timeout=900)

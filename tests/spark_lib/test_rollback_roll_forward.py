@@ -1,18 +1,21 @@
-"""R8a without Spark: a JVM write on a rename store whose driver died after its outcome (W9) and
-before the end of its publication (W9a) is rolled *forward* by ``rollback``: every file the
-outcome lists under a temp name is renamed onto its name, nothing is deleted, and running it
-again changes nothing (docs/storage-contract.md, "Publication after the outcome")."""
+"""R8a without Spark: a JVM write whose driver died after its outcome (W9) and before the end of
+its publication (W9a) is rolled *forward* by ``rollback``: on a rename store every file the
+outcome lists under a temp name is renamed onto its name, on S3 every upload it lists is
+completed; nothing is deleted, and running it again changes nothing (docs/storage-contract.md,
+"Publication after the outcome")."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors
 from sparkguard.spark_lib.storage import markers, rollback, timeline
+from tests.support import s3server
 
 JVM = rollback.JVM_PROTOCOL
 JOB = "fwd"
@@ -152,3 +155,81 @@ def test_a_failed_rewrites_temp_files_of_committed_names_go_and_the_committed_on
         **{name: data for name, (data, _) in files.items()},
         ".part-00000-fwd-w000-c000.parquet.crc": b"committed file's checksum",
     }
+
+
+# -- object stores: pending uploads ----------------------------------------------------------
+
+S3_NAMES = [f"part-0000{p}-{JOB}-w000-c000.parquet" for p in range(3)]
+
+
+def _upload(client: Any, bucket: str, key: str, data: bytes) -> str:
+    """A multipart upload of ``data`` at ``key`` in one part, left open; its id."""
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=data)
+    return str(upload)
+
+
+@pytest.mark.s3
+def test_rollback_completes_the_uploads_a_dead_driver_left_open(
+    s3_server: s3server.S3Server,
+) -> None:
+    """A JVM append on S3 whose driver died inside its publication window: one upload
+    completed, two still open (the outcome lists their ids), one more open upload of a
+    committed name that the outcome does not list (a failed attempt's). The rollback completes
+    the two (R8a: ListParts, CompleteMultipartUpload), aborts the stray one (R8b) and deletes
+    nothing; a second run changes nothing."""
+    bucket = s3_server.create_bucket()
+    client = s3_server.client()
+    options = s3_server.storage_options
+    table = f"s3://{bucket}/t"
+    manager, path = filemanager.resolve(table, storage_options=options)
+    tl = timeline.Timeline(manager, path)
+    instant = tl.start(JOB, attempt=0, marker_type="DIRECT")
+    mdir = f"t/{timeline.SPARKGUARD_DIR}/markers/{instant}"
+    client.put_object(Bucket=bucket, Key=f"{mdir}/MARKERS.type", Body=b"DIRECT")
+    data = {name: f"rows of {name}".encode() for name in S3_NAMES}
+    uploads = {}
+    for name in S3_NAMES:
+        client.put_object(Bucket=bucket, Key=f"{mdir}/{name}.marker.CREATE", Body=b"")
+        uploads[name] = _upload(client, bucket, f"t/{name}", data[name])
+    first = S3_NAMES[0]
+    client.complete_multipart_upload(
+        Bucket=bucket, Key=f"t/{first}", UploadId=uploads[first],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": client.list_parts(
+            Bucket=bucket, Key=f"t/{first}", UploadId=uploads[first])["Parts"][0]["ETag"]}]},
+    )  # fmt: skip
+    _upload(client, bucket, f"t/{first}", b"a failed attempt's rows")  # a stray one
+    tl.commit(
+        instant,
+        [timeline.DataFile(path=n, size=len(data[n]), rows=1) for n in S3_NAMES],
+        extra={"operation": "append", "protocol": JVM},
+    )
+    key = f"t/{timeline.SPARKGUARD_DIR}/timeline/{instant}.outcome"
+    doc = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    for entry in doc["files"]:  # what the JVM driver's outcome says of each file
+        entry["upload"] = uploads[entry["path"]]
+    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(doc).encode())
+
+    def pending() -> list[tuple[str, str]]:
+        listed = client.list_multipart_uploads(Bucket=bucket, Prefix="t/").get("Uploads", [])
+        return sorted((u["Key"], u["UploadId"]) for u in listed)
+
+    dry = rollback.rollback_table(table, job_id=JOB, storage_options=options, dry_run=True)
+    assert (dry.files_published, dry.files_deleted) == (2, 0)
+    assert len(pending()) == 3
+
+    summary = rollback.rollback_table(table, job_id=JOB, storage_options=options)
+    assert (summary.files_published, summary.files_deleted) == (2, 0)
+    assert summary.temp_files_removed == 1  # the stray upload, aborted
+    assert pending() == []
+    for name in S3_NAMES:
+        body = client.get_object(Bucket=bucket, Key=f"t/{name}")["Body"].read()
+        assert body == data[name], name
+    again = rollback.rollback_table(table, job_id=JOB, storage_options=options)
+    assert (again.files_published, again.files_deleted, again.markers_deleted) == (0, 0, 0)
+
+
+def test_an_outcome_naming_an_upload_that_is_not_an_id_is_refused() -> None:
+    entry = {"path": "part-00000-fwd-w000-c000.parquet", "size": 1, "rows": 1, "upload": 7}
+    with pytest.raises(errors.CorruptFileError, match="not an upload id"):
+        timeline.DataFile.from_json(entry, source="x.outcome")

@@ -56,6 +56,10 @@ import org.apache.parquet.hadoop.metadata.ParquetMetadata;
  *       of a file this JVM has just written and not yet committed answers with the written
  *       length instead of a HEAD (Spark's {@code BasicWriteTaskStatsTracker} asks it for every
  *       file it closes). The commit still checks every reported size against the store (W7).
+ *   <li>A name the protocol announced ({@link #expectPendingUpload}: the batch protocol's data
+ *       files on S3A) is written as a {@link PendingUpload}: a multipart upload whose close
+ *       leaves it open, for the driver to complete after the write's outcome; no listing shows
+ *       the object before that. The record ({@link #take}) then carries the upload.
  * </ul>
  *
  * <p>On rename stores the tasks write their temp files through it too ({@link
@@ -114,6 +118,11 @@ public class OwnedFileSystem extends FileSystem {
 
   /** Files written through this class in this JVM and not yet taken by a commit, by real path. */
   private static final Map<String, Written> WRITTEN = new ConcurrentHashMap<>();
+  /**
+   * Names the protocol announced as pending uploads ({@link #expectPendingUpload}) and no create
+   * has opened yet, by real path: their create leaves the upload open ({@link PendingUpload}).
+   */
+  private static final java.util.Set<String> PENDING = ConcurrentHashMap.newKeySet();
 
   private URI uri;
   private String innerScheme;
@@ -122,16 +131,25 @@ public class OwnedFileSystem extends FileSystem {
   private boolean ownsInner;
   private Path workingDir;
 
-  /** What a closed stream wrote: its length, and its rows ({@code -1}: not known). */
+  /**
+   * What a closed stream wrote: its length, its rows ({@code -1}: not known) and, for a pending
+   * upload, the upload it left open ({@code null}: the file is in the store).
+   */
   public static final class Written {
     final long length;
     final long rows;
     final long closedMillis;
+    final PendingUpload.Upload upload;
 
-    Written(long length, long rows, long closedMillis) {
+    Written(long length, long rows, long closedMillis, PendingUpload.Upload upload) {
       this.length = length;
       this.rows = rows;
       this.closedMillis = closedMillis;
+      this.upload = upload;
+    }
+
+    PendingUpload.Upload upload() {
+      return upload;
     }
 
     public long length() {
@@ -259,6 +277,16 @@ public class OwnedFileSystem extends FileSystem {
   /** Forget what was recorded for {@code real} (an aborted task attempt). */
   static void forget(Path real) {
     WRITTEN.remove(key(real));
+    PENDING.remove(key(real));
+  }
+
+  /**
+   * The next create of {@code real} (an S3A name the protocol marked) leaves its multipart
+   * upload open for the driver to complete after the outcome ({@link PendingUpload}); what the
+   * close left is in {@link #take}'s record.
+   */
+  static void expectPendingUpload(Path real) {
+    PENDING.add(key(real));
   }
 
   private Path real(Path path) {
@@ -300,6 +328,12 @@ public class OwnedFileSystem extends FileSystem {
       int bufferSize, short replication, long blockSize, Progressable progress)
       throws IOException {
     Path target = real(f);
+    if ("s3a".equals(innerScheme) && PENDING.remove(key(target))) {
+      WRITTEN.remove(key(target));  // an earlier attempt's record is not this file's
+      PendingUpload pending = new PendingUpload(inner, target, getConf());
+      FSDataOutputStream out = new FSDataOutputStream(pending, null);
+      return new FSDataOutputStream(new Recording(target, out, null, pending), statistics);
+    }
     FSDataOutputStreamBuilder<?, ?> builder = inner.createFile(target);
     boolean local = "file".equals(innerScheme);
     builder.overwrite(true).recursive()
@@ -320,7 +354,7 @@ public class OwnedFileSystem extends FileSystem {
     FSDataOutputStream out = (FSDataOutputStream) builder.build();
     WRITTEN.remove(key(target));  // an earlier attempt's record is not this file's
     LocalFile file = local ? new LocalFile(LocalAtomicStore.local(target)) : null;  // Recording
-    return new FSDataOutputStream(new Recording(target, out, file), statistics);
+    return new FSDataOutputStream(new Recording(target, out, file, null), statistics);
   }
 
   @Override
@@ -440,15 +474,18 @@ public class OwnedFileSystem extends FileSystem {
     private final Path target;
     private final FSDataOutputStream out;
     private final LocalFile local;
+    /** The stream below when it is a pending upload: its close leaves the upload to report. */
+    private final PendingUpload pending;
     private final byte[] ring;
     private long count;
     private long writebackAt = WRITEBACK_BYTES;
     private boolean closed;
 
-    Recording(Path target, FSDataOutputStream out, LocalFile local) {
+    Recording(Path target, FSDataOutputStream out, LocalFile local, PendingUpload pending) {
       this.target = target;
       this.out = out;
       this.local = local;
+      this.pending = pending;
       this.ring = local == null ? new byte[TAIL_BYTES] : null;
     }
 
@@ -496,7 +533,8 @@ public class OwnedFileSystem extends FileSystem {
       }
       closed = true;
       out.close();
-      WRITTEN.put(key(target), new Written(count, rows(), System.currentTimeMillis()));
+      PendingUpload.Upload upload = pending == null ? null : pending.upload();
+      WRITTEN.put(key(target), new Written(count, rows(), System.currentTimeMillis(), upload));
     }
 
     private long rows() {

@@ -157,6 +157,11 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    */
   private final boolean ownedCreate;
   /**
+   * Tasks leave each data file as a multipart upload for the driver to complete after the
+   * outcome ({@link AtomicStore#pendingUploads}: S3A, with owned creates); decided on the driver.
+   */
+  private final boolean pendingUploads;
+  /**
    * Hadoop setting (tests only): milliseconds W9a waits after each rename, publishing one file
    * at a time, so that a test can kill the driver inside the publication window. 0 (the
    * default): no wait, renames concurrent.
@@ -176,6 +181,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     ProtocolSteps.refuseSpeculation(store, path);
     this.sidecar = ProtocolSteps.sidecar(settings);
     this.ownedCreate = OwnedFileSystem.available(new Path(path), hadoopConf);
+    this.pendingUploads = ownedCreate && writesDirectly() && store.pendingUploads();
     this.publishPauseMs = hadoopConf.getLong(PUBLISH_PAUSE_KEY, 0);
   }
 
@@ -430,6 +436,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         // W4, then the writer opens the owned name: its create replaces a leftover of it.
         ProtocolSteps.mark(store, sidecar, timeline().markerDirectory(instant), relative);
         work = target;
+        if (pendingUploads) {
+          OwnedFileSystem.expectPendingUpload(target);
+        }
       } else {
         work = ProtocolSteps.markAndPrepare(
             store, sidecar, timeline().markerDirectory(instant), target, relative);
@@ -502,7 +511,15 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         long size = written != null ? written.length() : store.size(file);
         long rows = written != null && (written.rows() >= 0 || !isParquet(target))
             ? written.rows() : isParquet(target) ? countRows(file, conf) : -1;
-        files.add(new CommittedFile(entry.getKey(), size, rows, byDriver ? work.toString() : null));
+        PendingUpload.Upload upload = written != null ? written.upload() : null;
+        if (pendingUploads && upload == null) {
+          // The writer did not open the name through the owned create (another filesystem
+          // class, a writer of its own): it is in the store already, as before.
+          LOG.warn("sparkguard: {} of {} was not written as a pending upload: visible before"
+              + " the commit", entry.getKey(), path);
+        }
+        files.add(new CommittedFile(
+            entry.getKey(), size, rows, byDriver ? work.toString() : null, upload));
       }
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot publish the files of a task of " + path, e);
@@ -631,15 +648,19 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       // accepted attempts reported.
       Map<String, Long> sizes = new TreeMap<>();
       Map<String, Path> unpublished = new TreeMap<>();
+      Map<String, String> uploads = new TreeMap<>();
       reported.forEach((relative, file) -> {
         sizes.put(relative, file.size);
         if (file.work != null) {
           unpublished.put(relative, new Path(file.work));
         }
+        if (file.upload != null) {
+          uploads.put(relative, file.upload.id());
+        }
       });
       ProtocolSteps.sealMarkers(sidecar, markers);
-      ProtocolSteps.verifyAndClean(
-          store, path, markers, sizes, unpublished, "the write is not committed (rerun it)");
+      ProtocolSteps.verifyAndClean(store, path, markers, sizes, unpublished, uploads,
+          "the write is not committed (rerun it)");
       // W9: decide.
       List<Map<String, Object>> files = new ArrayList<>();
       long rows = 0;
@@ -657,8 +678,9 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       }
       timeline.commit(instant, files, extra, write);
       // W6 after the outcome: from here a crash leaves a committed instant whose markers
-      // survive, which the next rollback rolls forward from the outcome's temp names.
-      publishAfterOutcome(unpublished);
+      // survive, which the next rollback rolls forward from the outcome's temp names and
+      // uploads.
+      publishAfterOutcome(unpublished, reported);
       if (operation.startsWith("overwrite")) {
         deleteSuperseded(reported.keySet(), partitions);  // W9b, before W10: see SupersededFiles
       }
@@ -728,14 +750,36 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   }
 
   /**
-   * W6 after W9: rename every temp file of {@code unpublished} onto its name, concurrently. A
-   * failure leaves the write committed with files still under their temp names; the next
-   * {@code sparkguard rollback} of the job publishes them from the outcome.
+   * W6 after W9: rename every temp file of {@code unpublished} onto its name, and complete every
+   * pending upload of {@code reported}, concurrently. A failure leaves the write committed with
+   * files still under their temp names or uploads still open; the next {@code sparkguard
+   * rollback} of the job publishes them from the outcome.
    */
-  private void publishAfterOutcome(Map<String, Path> unpublished) throws IOException {
+  private void publishAfterOutcome(Map<String, Path> unpublished, Map<String, CommittedFile> reported)
+      throws IOException {
+    Map<String, java.util.concurrent.Callable<Void>> steps = new TreeMap<>();
+    unpublished.forEach((relative, work) -> steps.put(relative, () -> {
+      store.publish(work, new Path(path, relative));
+      return null;
+    }));
+    reported.forEach((relative, file) -> {
+      if (file.upload != null) {
+        steps.put(relative, () -> {
+          store.completeUpload(
+              new Path(path, relative), file.upload.handle(), file.upload.parts(), file.size);
+          return null;
+        });
+      }
+    });
     if (publishPauseMs > 0) {
-      for (Map.Entry<String, Path> file : unpublished.entrySet()) {
-        store.publish(file.getValue(), new Path(path, file.getKey()));
+      for (java.util.concurrent.Callable<Void> step : steps.values()) {
+        try {
+          step.call();
+        } catch (IOException | RuntimeException e) {
+          throw e;
+        } catch (Exception e) {
+          throw new IOException(e);
+        }
         try {
           Thread.sleep(publishPauseMs);
         } catch (InterruptedException e) {
@@ -745,14 +789,10 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
       }
       return;
     }
-    List<String> names = new ArrayList<>(unpublished.keySet());
+    List<String> names = new ArrayList<>(steps.keySet());
     List<Future<?>> renames = new ArrayList<>();
     for (String relative : names) {
-      Path work = unpublished.get(relative);
-      renames.add(Publisher.POOL.submit(() -> {
-        store.publish(work, new Path(path, relative));
-        return null;
-      }));
+      renames.add(Publisher.POOL.submit(steps.get(relative)));
     }
     Concurrently.awaitAll(renames, "publishing the files of " + path, (i, cause) ->
         new IOException("sparkguard: write " + instant + " of " + path + " is committed but "
@@ -812,19 +852,23 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
 
   /** What a task reports for one file it wrote. */
   static final class CommittedFile implements Serializable {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
     final String path;
     final long size;
     final long rows;
     /** The temp file the driver publishes as {@code path} after the outcome (W6), or null:
      * written under its final name (object stores). */
     final String work;
+    /** The pending upload the driver completes as {@code path} after the outcome (W6), or
+     * null: in the store already. */
+    final PendingUpload.Upload upload;
 
-    CommittedFile(String path, long size, long rows, String work) {
+    CommittedFile(String path, long size, long rows, String work, PendingUpload.Upload upload) {
       this.path = path;
       this.size = size;
       this.rows = rows;
       this.work = work;
+      this.upload = upload;
     }
 
     Map<String, Object> toJson() {
@@ -837,6 +881,17 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         // directory): what a rollback publishes if the driver died before it did.
         int slash = path.lastIndexOf('/');
         json.put("temp", path.substring(0, slash + 1) + new Path(work).getName());
+      }
+      if (upload != null) {
+        // The upload W6 completes after the outcome: what a rollback completes if the driver
+        // died before it did. "parts": Hadoop's part handles (the JVM's roll forward completes
+        // with them; the Python rollback lists the upload's parts instead).
+        json.put("upload", upload.id());
+        List<String> parts = new ArrayList<>();
+        for (byte[] part : upload.parts()) {
+          parts.add(java.util.Base64.getEncoder().encodeToString(part));
+        }
+        json.put("parts", parts);
       }
       return json;
     }

@@ -130,6 +130,15 @@ public final class ProtocolSteps {
         }
       }
     }
+    if (direct && store.pendingUploads() && !pending.isEmpty()) {
+      // The attempt's pending uploads (its writers' close left them open): one listing.
+      try {
+        store.deleteLeftovers(new Path(table), pending.values());
+      } catch (IOException e) {
+        LOG.warn("sparkguard: cannot abort the uploads of an aborted task of {} (a rollback"
+            + " aborts them)", table, e);
+      }
+    }
   }
 
   /**
@@ -144,9 +153,27 @@ public final class ProtocolSteps {
   public static void verifyAndClean(
       AtomicStore store, String table, Path markers, Map<String, Long> reported,
       Map<String, Path> unpublished, String notCommitted) throws IOException {
-    List<String> names = new ArrayList<>(reported.keySet());
+    verifyAndClean(store, table, markers, reported, unpublished, Map.of(), notCommitted);
+  }
+
+  /**
+   * {@link #verifyAndClean(AtomicStore, String, Path, Map, Map, String)} where some reported
+   * files are pending uploads ({@link AtomicStore#pendingUploads}): {@code uploads}, relative
+   * name to the upload id its accepted attempt left for the driver to complete after the
+   * outcome. Such a file is not in the store yet, so its size is the task's report (its parts'
+   * lengths); its upload is kept, while every other incomplete upload of the name goes.
+   */
+  public static void verifyAndClean(
+      AtomicStore store, String table, Path markers, Map<String, Long> reported,
+      Map<String, Path> unpublished, Map<String, String> uploads, String notCommitted)
+      throws IOException {
+    List<String> names = new ArrayList<>();
     List<Path> paths = new ArrayList<>();
-    for (String relative : names) {
+    for (String relative : reported.keySet()) {
+      if (uploads.containsKey(relative)) {
+        continue;
+      }
+      names.add(relative);
       Path work = unpublished.get(relative);
       paths.add(work != null ? work : new Path(table, relative));
     }
@@ -159,7 +186,7 @@ public final class ProtocolSteps {
                 + " task reported " + expected + "; " + notCommitted);
       }
     }
-    Set<String> keep = new java.util.HashSet<>();
+    Set<String> keep = new java.util.HashSet<>(uploads.values());
     unpublished.values().forEach(work -> keep.add(work.getName()));
     Set<String> marked = Timeline.markedFiles(store, markers);
     List<Path> targets = new ArrayList<>();
@@ -170,7 +197,18 @@ public final class ProtocolSteps {
       }
       targets.add(target);
     }
-    store.deleteLeftovers(new Path(table), targets, keep);
+    Set<String> seen = new java.util.HashSet<>();
+    if (store.deleteLeftoversSeeing(new Path(table), targets, keep, seen)) {
+      // W7 of a pending upload: the store still holds it (its parts were acknowledged to the
+      // task; an upload aborted since, by hand or by a lifecycle rule, cannot be completed).
+      for (Map.Entry<String, String> upload : uploads.entrySet()) {
+        if (!seen.contains(upload.getValue())) {
+          throw new SparkguardException("sparkguard: " + upload.getKey() + " of " + table
+              + " was left as upload " + upload.getValue() + ", which the store no longer"
+              + " holds (aborted by a lifecycle rule or by hand?); " + notCommitted);
+        }
+      }
+    }
   }
 
   /**

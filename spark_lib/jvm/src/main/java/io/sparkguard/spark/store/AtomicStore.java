@@ -55,6 +55,31 @@ public interface AtomicStore extends Serializable {
   }
 
   /**
+   * Whether a task may leave each data file as a multipart upload it does not complete, for the
+   * driver to complete after the outcome ({@link #completeUpload}): object stores whose
+   * connector offers Hadoop's {@code MultipartUploader} (S3A). No directory reader lists an
+   * object whose upload is not complete, so a running or failed write stays invisible there
+   * as a temp file does on a rename store.
+   */
+  default boolean pendingUploads() {
+    return false;
+  }
+
+  /**
+   * Complete the multipart upload {@code upload} of {@code target} (Hadoop's upload handle) with
+   * {@code parts} (its part handles, in part order): the object appears whole, {@code size}
+   * bytes. Idempotent: an upload no longer pending whose object has {@code size} bytes was
+   * completed already (a retry whose answer was lost, a zombie driver, a rollback's roll
+   * forward), which is success. Throws {@code FileNotFoundException} when the upload is gone
+   * and the object is not there with that size.
+   */
+  default void completeUpload(Path target, byte[] upload, List<byte[]> parts, long size)
+      throws IOException {
+    throw new UnsupportedOperationException(
+        getClass().getName() + " has no multipart uploads to complete (" + target + ")");
+  }
+
+  /**
    * Make the file a task wrote at {@code work} durable before an outcome names it: on local
    * disk an fsync of the file (and of Hadoop's checksum beside it); nothing where the writer's
    * close already made it durable (HDFS: its blocks are complete). Idempotent.
@@ -94,6 +119,18 @@ public interface AtomicStore extends Serializable {
       removed += deleteLeftovers(target, keep);
     }
     return removed;
+  }
+
+  /**
+   * {@link #deleteLeftovers(Path, java.util.Collection, java.util.Set)} that also tells which of
+   * {@code keep} it saw as pending uploads ({@link #pendingUploads}), by adding them to {@code
+   * seen}; returns false when it cannot tell (a store without pending uploads, a connector that
+   * lists no uploads), and {@code seen} is then left as it was.
+   */
+  default boolean deleteLeftoversSeeing(Path dir, java.util.Collection<Path> targets,
+      java.util.Set<String> keep, java.util.Set<String> seen) throws IOException {
+    deleteLeftovers(dir, targets, keep);
+    return false;
   }
 
   /** {@link #deleteLeftovers(Path, java.util.Collection, java.util.Set)} keeping nothing. */

@@ -122,6 +122,18 @@ public final class CountingAtomicStore implements AtomicStore {
   }
 
   @Override
+  public boolean pendingUploads() {
+    return inner.pendingUploads();
+  }
+
+  @Override
+  public void completeUpload(Path target, byte[] upload, List<byte[]> parts, long size)
+      throws IOException {
+    count(target, false);
+    inner.completeUpload(target, upload, parts, size);
+  }
+
+  @Override
   public void persist(Path work) throws IOException {
     inner.persist(work);
   }
@@ -142,6 +154,13 @@ public final class CountingAtomicStore implements AtomicStore {
       throws IOException {
     count(dir, false);
     return inner.deleteLeftovers(dir, targets, keep);
+  }
+
+  @Override
+  public boolean deleteLeftoversSeeing(Path dir, java.util.Collection<Path> targets,
+      java.util.Set<String> keep, java.util.Set<String> seen) throws IOException {
+    count(dir, false);
+    return inner.deleteLeftoversSeeing(dir, targets, keep, seen);
   }
 
   @Override

@@ -14,13 +14,17 @@ import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ExecutionException;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.BBPartHandle;
+import org.apache.hadoop.fs.BBUploadHandle;
 import org.apache.hadoop.fs.CommonPathCapabilities;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
 import org.apache.hadoop.fs.FileAlreadyExistsException;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.MultipartUploader;
+import org.apache.hadoop.fs.PartHandle;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.UploadHandle;
 
 /**
  * An object store reached through the Hadoop {@code FileSystem} API ({@code s3a://}, and any
@@ -37,9 +41,14 @@ import org.apache.hadoop.fs.Path;
  *       writer's): when the store applied a create but its answer was lost (a reset, a
  *       timeout) and the connector's retry is refused with 412, one HEAD tells whether the
  *       object is this very create, so a create that landed is ours, not a lost race;
- *   <li>publish: none. A data file is written directly under its final name: an object appears
- *       only when its upload completes, whole (the "no copy-rename" of object stores);
- *       {@link #workPath} is the target itself;
+ *   <li>publish: no rename. A data file is written under its final name ({@link #workPath} is
+ *       the target itself), and an object appears only when its upload completes, whole. Where
+ *       the connector offers Hadoop's {@code MultipartUploader} ({@link #pendingUploads}: S3A),
+ *       the batch protocol's tasks leave each data file as a multipart upload they do not
+ *       complete, and the driver completes them after the outcome ({@link #completeUpload}): no
+ *       directory reader sees a file of a running or failed write (the magic committer's
+ *       trick, without its {@code __magic} paths and {@code .pendingset} files: the upload
+ *       travels in the task's commit message and the outcome);
  *   <li>Spark's writers open files with {@code create(path, overwrite=false)}. Where the
  *       connector creates in performance mode ({@code fs.s3a.create.performance=true}) that is
  *       one PUT that replaces an older object; otherwise it probes the name first (HEAD + LIST)
@@ -241,12 +250,30 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   @Override
   public int deleteLeftovers(Path dir, java.util.Collection<Path> targets, java.util.Set<String> keep)
       throws IOException {
-    // keep: no upload is left for the driver to complete on this store (tasks' uploads are
-    // completed when their writers close), so every incomplete one of these names goes.
+    int[] aborted = new int[1];
+    abortUploads(dir, targets, keep, new java.util.HashSet<>(), aborted);
+    return aborted[0];
+  }
+
+  @Override
+  public boolean deleteLeftoversSeeing(Path dir, java.util.Collection<Path> targets,
+      java.util.Set<String> keep, java.util.Set<String> seen) throws IOException {
+    return abortUploads(dir, targets, keep, seen, new int[1]);
+  }
+
+  /**
+   * The listing and aborts of {@link #deleteLeftovers(Path, java.util.Collection,
+   * java.util.Set)}; adds the ids of {@code keep} it listed to {@code seen}. True when it
+   * listed the uploads (so {@code seen} is complete).
+   */
+  private boolean abortUploads(Path dir, java.util.Collection<Path> targets,
+      java.util.Set<String> keep, java.util.Set<String> seen, int[] count) throws IOException {
+    // keep: the upload ids the driver completes after the outcome (the accepted attempts'
+    // pending uploads); every other incomplete upload of these names goes.
     FileSystem fs = fs();
     if (targets.isEmpty()
         || !fs.hasPathCapability(dir, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
-      return 0;
+      return false;
     }
     java.lang.reflect.Method list;
     java.lang.reflect.Method abort;
@@ -254,7 +281,8 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       list = fs.getClass().getMethod("listMultipartUploads", String.class);
       abort = fs.getClass().getMethod("abortMultipartUpload", String.class, String.class);
     } catch (NoSuchMethodException e) {
-      return eachLeftovers(targets);
+      count[0] = eachLeftovers(targets);
+      return false;
     }
     java.util.TreeSet<String> keys = new java.util.TreeSet<>();
     for (Path target : targets) {
@@ -265,9 +293,14 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       for (Object upload : (java.util.List<?>) list.invoke(fs, key(dir) + "/")) {
         String key = (String) upload.getClass().getMethod("key").invoke(upload);
         String name = keys.floor(key);
+        String id = (String) upload.getClass().getMethod("uploadId").invoke(upload);
         if (name != null && key.startsWith(name)) {
-          abort.invoke(fs, key, (String) upload.getClass().getMethod("uploadId").invoke(upload));
-          aborted++;
+          if (keep.contains(id)) {
+            seen.add(id);
+          } else {
+            abort.invoke(fs, key, id);
+            aborted++;
+          }
         }
       }
     } catch (java.lang.reflect.InvocationTargetException e) {
@@ -275,9 +308,11 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       throw cause instanceof IOException io ? io
           : new IOException("cannot abort the incomplete uploads under " + dir, cause);
     } catch (ReflectiveOperationException e) {
-      return eachLeftovers(targets);
+      count[0] = eachLeftovers(targets);
+      return false;
     }
-    return aborted;
+    count[0] = aborted;
+    return true;
   }
 
   private int eachLeftovers(java.util.Collection<Path> targets) throws IOException {
@@ -617,7 +652,58 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   }
 
   @Override
+  public boolean pendingUploads() {
+    try {
+      return fs().hasPathCapability(new Path(root), CommonPathCapabilities.FS_MULTIPART_UPLOADER);
+    } catch (IOException e) {
+      return false;
+    }
+  }
+
+  /**
+   * Through the connector's {@code MultipartUploader} (S3A: one CompleteMultipartUpload, retried
+   * by S3A's policy). When the store no longer knows the upload (S3A: {@code
+   * FileNotFoundException}, the store's 404 {@code NoSuchUpload}), one HEAD tells whether the
+   * object is there with {@code size} bytes: then it was completed already (see {@link
+   * AtomicStore#completeUpload}).
+   */
+  @Override
+  public void completeUpload(Path target, byte[] upload, List<byte[]> parts, long size)
+      throws IOException {
+    Map<Integer, PartHandle> handles = new java.util.TreeMap<>();
+    for (int i = 0; i < parts.size(); i++) {
+      handles.put(i + 1, BBPartHandle.from(java.nio.ByteBuffer.wrap(parts.get(i))));
+    }
+    UploadHandle handle = BBUploadHandle.from(java.nio.ByteBuffer.wrap(upload));
+    try (MultipartUploader uploader = fs().createMultipartUploader(target.getParent()).build()) {
+      uploader.complete(handle, target, handles).get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new InterruptedIOException("interrupted completing the upload of " + target);
+    } catch (ExecutionException e) {
+      Throwable cause = e.getCause();
+      long found = size(target);
+      if (found == size) {
+        LOG.info("sparkguard: the upload of {} was completed already ({} bytes)", target, size);
+        return;
+      }
+      String why = "the upload " + new String(upload, StandardCharsets.UTF_8) + " of " + target
+          + " cannot be completed (" + cause + ") and the object is "
+          + (found < 0 ? "not there" : "there with " + found + " bytes, not " + size);
+      if (cause instanceof FileNotFoundException) {
+        FileNotFoundException gone = new FileNotFoundException(why);
+        gone.initCause(cause);
+        throw gone;
+      }
+      throw new IOException(why, cause);
+    }
+  }
+
+  @Override
   public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
+    if (!keep.isEmpty()) {  // some of the name's uploads stay: list them (their ids) first
+      return deleteLeftovers(target.getParent(), List.of(target), keep);
+    }
     FileSystem fs = fs();
     if (!fs.hasPathCapability(target, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
       return 0;

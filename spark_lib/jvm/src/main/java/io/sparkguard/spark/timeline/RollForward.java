@@ -85,6 +85,10 @@ public final class RollForward {
       throws IOException {
     int published = 0;
     for (JsonNode file : outcome.path("files")) {
+      if (file.path("upload").isTextual()) {
+        published += completeUpload(store, table, instant, file) ? 1 : 0;
+        continue;
+      }
       if (!file.path("temp").isTextual()) {
         continue;  // written under its name (object stores, the Python writer)
       }
@@ -116,6 +120,41 @@ public final class RollForward {
           + " driver died after the outcome; roll forward, R8a)", published, instant, table);
     }
     return published;
+  }
+
+  /**
+   * R8a of one file the outcome lists with a pending {@code upload} (object stores): complete
+   * it with the outcome's part handles unless the object is there already with its size (the
+   * driver completed it). True when this call completed it; an upload gone with no object is a
+   * warning, as a temp file gone is.
+   */
+  private static boolean completeUpload(AtomicStore store, Path table, String instant, JsonNode file)
+      throws IOException {
+    String path = file.path("path").asText();
+    Path target = new Path(table, path);
+    long size = file.path("size").asLong();
+    if (store.size(target) == size) {
+      return false;
+    }
+    java.util.List<byte[]> parts = new java.util.ArrayList<>();
+    for (JsonNode part : file.path("parts")) {
+      parts.add(java.util.Base64.getDecoder().decode(part.asText()));
+    }
+    if (parts.isEmpty()) {
+      throw new SparkguardException("instant " + instant + " lists upload '"
+          + file.path("upload").asText() + "' for " + path + " without its parts; repair its"
+          + " outcome, or run 'sparkguard rollback' of the job (it lists the upload's parts)");
+    }
+    byte[] upload = file.path("upload").asText().getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    try {
+      store.completeUpload(target, upload, parts, size);
+      return true;
+    } catch (FileNotFoundException e) {
+      LOG.warn("sparkguard: committed file {} of {} ({}) is neither published nor a pending"
+          + " upload (aborted by hand, or by a lifecycle rule?): a reader of the table fails on"
+          + " it", path, table, instant);
+      return false;
+    }
   }
 
   /** Whether {@code temp} is the contract's temp name of {@code path} in its directory. */

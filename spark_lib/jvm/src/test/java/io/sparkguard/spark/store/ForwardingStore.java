@@ -38,6 +38,18 @@ public abstract class ForwardingStore implements AtomicStore {
   }
 
   @Override
+  public boolean pendingUploads() {
+    return inner.pendingUploads();
+  }
+
+  @Override
+  public void completeUpload(Path target, byte[] upload, java.util.List<byte[]> parts, long size)
+      throws IOException {
+    before("completeUpload", target);
+    inner.completeUpload(target, upload, parts, size);
+  }
+
+  @Override
   public void persist(Path work) throws IOException {
     inner.persist(work);
   }

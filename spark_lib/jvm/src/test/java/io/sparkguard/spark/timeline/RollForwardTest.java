@@ -6,8 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.sparkguard.spark.common.SparkguardException;
+import io.sparkguard.spark.store.ForwardingStore;
 import io.sparkguard.spark.store.LocalAtomicStore;
+import java.io.FileNotFoundException;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.util.ArrayList;
+import java.util.Base64;
 import java.util.List;
 import org.apache.hadoop.fs.Path;
 import org.junit.jupiter.api.Test;
@@ -87,5 +92,49 @@ class RollForwardTest {
         + " [{\"path\": \"x.parquet\", \"temp\": \"../.x.parquet.sg-tmp-0123456789ab\"}]}");
     write("_sparkguard/markers/" + INSTANT + "/MARKERS.type", "direct");
     assertThrows(SparkguardException.class, this::publish);
+  }
+
+  /** An object store's R8a: the uploads its outcome lists, completed with the listed parts. */
+  @Test
+  void aCommittedInstantsPendingUploadsAreCompletedOnceWithTheirParts() throws Exception {
+    List<String> completed = new ArrayList<>();
+    ForwardingStore uploads = new ForwardingStore(store) {
+      private static final long serialVersionUID = 1L;
+
+      @Override
+      protected void before(String op, Path path) {}
+
+      @Override
+      public void completeUpload(Path target, byte[] upload, List<byte[]> parts, long size)
+          throws java.io.IOException {
+        String id = new String(upload, StandardCharsets.UTF_8);
+        if (id.equals("gone")) {
+          throw new FileNotFoundException("no such upload " + id);
+        }
+        StringBuilder text = new StringBuilder();
+        parts.forEach(part -> text.append(new String(part, StandardCharsets.UTF_8)));
+        completed.add(target.getName() + ":" + id + ":" + text);
+        Files.writeString(java.nio.file.Paths.get(target.toUri()), text.toString());
+      }
+    };
+    String part = Base64.getEncoder().encodeToString("ab".getBytes(StandardCharsets.UTF_8));
+    String more = Base64.getEncoder().encodeToString("c".getBytes(StandardCharsets.UTF_8));
+    write("_sparkguard/timeline/" + INSTANT + ".inflight", "{}");
+    write("_sparkguard/timeline/" + INSTANT + ".outcome", "{\"outcome\": \"committed\", \"files\": ["
+        + "{\"path\": \"part-0.parquet\", \"size\": 3, \"rows\": 1, \"upload\": \"u0\","
+        + " \"parts\": [\"" + part + "\", \"" + more + "\"]},"
+        + "{\"path\": \"part-1.parquet\", \"size\": 3, \"rows\": 1, \"upload\": \"u1\","
+        + " \"parts\": [\"" + part + "\", \"" + more + "\"]},"
+        + "{\"path\": \"part-2.parquet\", \"size\": 3, \"rows\": 1, \"upload\": \"gone\","
+        + " \"parts\": [\"" + part + "\"]}]}");
+    write("_sparkguard/markers/" + INSTANT + "/MARKERS.type", "direct");
+    write("part-1.parquet", "xyz");  // the dead driver completed this one (its size: 3)
+    Path table = new Path(dir.toUri());
+    assertEquals(1, RollForward.publishCommitted(uploads, table, JOB, timeline()));
+    assertEquals(List.of("part-0.parquet:u0:abc"), completed);
+    assertEquals("abc", Files.readString(dir.resolve("part-0.parquet")));
+    assertFalse(Files.exists(dir.resolve("part-2.parquet")), "gone: a warning, nothing made up");
+    assertEquals(0, RollForward.publishCommitted(uploads, table, JOB, timeline()), "idempotent");
+    assertEquals(1, completed.size());
   }
 }
