@@ -7,16 +7,15 @@ local disk.
 
 The stages are chosen explicitly (coverage is never left to chance): the inflight written, the
 first marker, half the files written (rename stores: under their hidden temp names; S3: as
-multipart uploads left open), half the files published (after the outcome, inside the
-publication window, which the rollback rolls forward), and the committed outcome (killed after
-it: the rerun must skip the write, spark-operator#1854). Right after a kill before the outcome,
-and before any rollback, the directory holds no data file of the write, on every store. A seeded draw
-adds kills at random delays inside the write; the seed chooses only the delay. On S3 (a slower
-tier: S3A's start costs) a subset runs: the middle of the write (half the files written as
-pending uploads: published after the outcome there too) and one random moment. On a real
-HDFS (the minicluster: ``HadoopRenameAtomicStore``, temp file + hsync + ``FileContext.rename``
-on a NameNode) the middle of the write.
-"""
+multipart uploads left open), half the files published (after the outcome, inside the publication
+window, which the rollback rolls forward), and the committed outcome (killed after it: the rerun
+must skip the write, spark-operator#1854). Right after a kill before the outcome, and before any
+rollback, the directory holds no data file of the write, on every store. A seeded draw adds kills
+at random delays inside the write; the seed chooses only the delay. On S3 (a slower tier: S3A's
+start costs) a subset runs: the middle of the write (half the files written as pending uploads:
+published after the outcome there too) and one random moment. On a real HDFS (the minicluster:
+``HadoopRenameAtomicStore``, temp file + hsync + ``FileContext.rename`` on a NameNode) the middle
+of the write."""
 
 from __future__ import annotations
 

@@ -183,6 +183,26 @@ def test_a_failed_jvm_write_on_s3_is_rolled_back_and_the_rerun_is_exactly_once(
     assert _committed_ids(table, options) == list(range(1000))
 
 
+def test_only_the_accepted_attempts_upload_is_published_and_no_upload_is_left(
+    s3_server: s3server.S3Server, s3a_jars: Path
+) -> None:
+    """Task 2's first attempt fails mid-file (its writer closed: the upload left open); its
+    abortTask aborts it, the retry writes the name again, and the driver completes only the
+    accepted attempt's upload: every row once, no upload left."""
+    bucket = s3_server.create_bucket()
+    table, journal = f"s3a://{bucket}/a", f"s3a://{bucket}/journal"
+    conf = {**_conf(s3_server, s3a_jars, journal), "spark.master": "local[2,2]"}
+    done = conftest.job_result(
+        "plain_write.py", table, "1000", "4", "append", "600:first", conf=conf, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "injected failure of the first attempt at row 600" in done.stderr  # it did fail
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rows": 1000, "ids": 1000}
+    assert _data(_keys(s3_server, bucket, "a/"), "a") == NAMES
+    assert _uploads(s3_server, bucket, "a/") == []
+    assert _committed_ids(table, s3_server.storage_options) == list(range(1000))
+
+
 def test_racing_put_if_absent_on_the_s3_server_has_exactly_one_winner(
     s3_server: s3server.S3Server, s3a_jars: Path
 ) -> None:
