@@ -160,6 +160,7 @@ def build_app(
                     "copy": "x-amz-copy-source" in request.headers,
                     "conditional": "If-None-Match" in request.headers,
                     "status": answer.status,
+                    "at": time.time(),  # when the answer came (the publication windows)
                 }
             )
             out = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}

@@ -49,6 +49,13 @@ s3 magic/sparkguard = <y>x``
 A mode that cannot run (sparkguard on ``s3a://`` with a jar built before the protocol's S3
 store) prints ``n/a (<why>)`` in place of its figures.
 
+Before the last line: ``publication window: <store> <mode> <ms> ms/<n> files, ...``: how long a
+directory reader sees part of the best round's write. sparkguard: from its outcome written to
+its last data file published (renames; on S3 upload completions), by the driver's own count;
+magic: from the first upload its job commit completes to the last; builtin on S3: from the
+first COPY of the job commit onto a final key to the last (both from the proxy's log). Run with
+``--partitions 1000`` for the window of 1,000 files.
+
 ``--phases`` splits each best time into the write's Spark job (tasks with their task commits)
 and the rest (the driver's planning, job setup and job commit), from Spark's event log.
 ``--prompt-close`` gives every HDFS client of the session, builtin's too, the completion polling
@@ -70,6 +77,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +114,8 @@ class Result:
     times: list[float] = dataclasses.field(default_factory=list)
     files: list[int] = dataclasses.field(default_factory=list)
     requests: list[dict[str, int]] = dataclasses.field(default_factory=list)
+    #: per round, the publication window in seconds (:func:`publication_window`), or None
+    windows: list[float | None] = dataclasses.field(default_factory=list)
     unavailable: str | None = None
 
     def best(self) -> int:
@@ -339,6 +349,38 @@ class S3Storage(Storage):
     def counts(self) -> dict[str, int]:
         return self.proxied.stats()
 
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request since :meth:`reset`, with the time its answer came (``at``)."""
+        url = self.proxied.proxy + "/_proxy/requests"
+        with urllib.request.urlopen(url, timeout=30) as answer:  # noqa: S310 - the proxy
+            found: list[dict[str, Any]] = json.loads(answer.read())
+        return found
+
+
+def publication_window(spark: Any, store: Storage, table: str, kind: str) -> float | None:
+    """Seconds during which a directory reader sees part of the write:
+
+    * sparkguard: from its outcome written to its last data file published (the driver's own
+      count, ``SparkguardCommitProtocol.lastPublication``: renames on local disk and HDFS,
+      upload completions on S3);
+    * magic (S3): from the first upload its job commit completes to the last (the proxy's log);
+    * builtin on S3: from the first COPY onto a final key to the last (the job commit's
+      renames); elsewhere not measured (None).
+    """
+    if kind == "sparkguard":
+        last = str(spark._jvm.io.sparkguard.spark.SparkguardCommitProtocol.lastPublication())
+        return float(last.split()[1]) / 1000 if last else None
+    if not isinstance(store, S3Storage):
+        return None
+    data = [r for r in store.requests() if f"/{table}/" in r["path"]]
+    if kind == "magic":
+        times = [r["at"] for r in data if r["method"] == "POST" and "uploadId=" in r["query"]]
+    else:
+        times = [
+            r["at"] for r in data if r["copy"] and "/_temporary/" not in r["path"]
+        ]  # fmt: skip
+    return max(times) - min(times) if times else None
+
 
 def check_output(storage: Storage, table: str, kind: str) -> int:
     """Check (untimed) that ``kind``'s protocol really wrote the table; return its data files."""
@@ -518,7 +560,9 @@ def run(
         flush=True,
     )
 
-    def write(store: Storage, kind: str, label: str) -> tuple[float, int, dict[str, int]]:
+    def write(
+        store: Storage, kind: str, label: str
+    ) -> tuple[float, int, dict[str, int], float | None]:
         table = f"t-{kind}-{label}"
         for key, value in mode_conf(kind, f"bench-{store.name}-{label}", jar=jars[0]).items():
             if value is None:
@@ -532,9 +576,10 @@ def run(
         elapsed = time.perf_counter() - started
         spark.sparkContext.setJobDescription(None)
         counts = store.counts()
+        window = publication_window(spark, store, table, kind)
         files = check_output(store, table, kind)
         store.delete(table)
-        return elapsed, files, counts
+        return elapsed, files, counts, window
 
     def describe(store: Storage, elapsed: float, files: int, counts: dict[str, int]) -> str:
         text = f"{elapsed:7.2f}s {files:3d} files {files / elapsed:7.1f} files/s"
@@ -545,7 +590,7 @@ def run(
     for store in stores.values():
         for kind in kinds[store.name]:
             try:
-                elapsed, files, counts = write(store, kind, "warm")
+                elapsed, files, counts, _ = write(store, kind, "warm")
             except Exception as exc:  # only sparkguard on S3 may be missing; others must work
                 if not (store.name == "s3" and kind == "sparkguard"):
                     raise
@@ -562,10 +607,11 @@ def run(
                 result = results[store.name, kind]
                 if result.unavailable:
                     continue
-                elapsed, files, counts = write(store, kind, str(n))
+                elapsed, files, counts, window = write(store, kind, str(n))
                 result.times.append(elapsed)
                 result.files.append(files)
                 result.requests.append(counts)
+                result.windows.append(window)
                 log(
                     f"round {n} {store.name:5s} {kind:10s} "
                     f"{describe(store, elapsed, files, counts)}"
@@ -584,6 +630,20 @@ def first_line(exc: BaseException) -> str:
     if marker in text:
         return text.split(marker, 1)[1].split(";", 1)[0].strip()[:200]
     return (text.strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def windows(results: dict[tuple[str, str], Result]) -> str:
+    """The best round's publication window of each (storage, mode) that has one, e.g. ``s3
+    sparkguard 120.5 ms/8 files, s3 magic 80.1 ms/8 files`` (:func:`publication_window`)."""
+    shown = []
+    for (store, kind), result in results.items():
+        if result.unavailable or not result.windows:
+            continue
+        i = result.best()
+        window = result.windows[i]
+        if window is not None:
+            shown.append(f"{store} {kind} {window * 1000:.1f} ms/{result.files[i]} files")
+    return ", ".join(shown) or "n/a"
 
 
 def ops(counts: dict[str, int]) -> str:
@@ -698,6 +758,7 @@ def report(results: dict[tuple[str, str], Result], phases: dict[str, float]) -> 
     print(f"hdfs sparkguard/builtin = {on_hdfs} (throughput: builtin time / sparkguard time)")
     if any(s == "s3" for s, _ in best):
         print("requests per file: " + " ".join(f"{n}={per_file(results, k)}" for n, k in S3_NAMES))
+    print("publication window: " + windows(results))
     print(
         f"commit protocol: local sparkguard/builtin = {local}, s3 builtin/sparkguard = "
         f"{s3_builtin}, s3 magic/sparkguard = {s3_magic}"

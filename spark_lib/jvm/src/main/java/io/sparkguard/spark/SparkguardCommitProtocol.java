@@ -168,6 +168,18 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    */
   static final String PUBLISH_PAUSE_KEY = "sparkguard.test.publishPauseMs";
   private final long publishPauseMs;
+  /**
+   * This JVM's last publication (W9a, driver): {@code "<files> <milliseconds>"} from the outcome
+   * written to the last file published; empty before the first. Read by {@code
+   * benchmarks/commit_protocol.py} (the publication window, beside the magic committer's).
+   */
+  private static final java.util.concurrent.atomic.AtomicReference<String> LAST_PUBLICATION =
+      new java.util.concurrent.atomic.AtomicReference<>("");
+
+  /** See {@link #LAST_PUBLICATION}. */
+  public static String lastPublication() {
+    return LAST_PUBLICATION.get();
+  }
 
   /** The constructor {@code FileCommitProtocol.instantiate} calls (on the driver). */
   public SparkguardCommitProtocol(String jobId, String path, boolean dynamicPartitionOverwrite) {
@@ -677,10 +689,12 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
         extra.put("partitions", partitions);
       }
       timeline.commit(instant, files, extra, write);
+      long decided = System.nanoTime();
       // W6 after the outcome: from here a crash leaves a committed instant whose markers
       // survive, which the next rollback rolls forward from the outcome's temp names and
       // uploads.
       publishAfterOutcome(unpublished, reported);
+      LAST_PUBLICATION.set(files.size() + " " + (System.nanoTime() - decided) / 1_000_000.0);
       if (operation.startsWith("overwrite")) {
         deleteSuperseded(reported.keySet(), partitions);  // W9b, before W10: see SupersededFiles
       }
