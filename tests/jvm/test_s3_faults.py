@@ -2,8 +2,9 @@
 the fault-injecting S3 front (``tests/support/s3faults.py``: a few percent of every request type
 answered 503 SlowDown or 500 InternalError, delayed, or reset before the store or after it
 applied the request). A job whose task fails is aborted, rolled back (the Python rollback,
-through the same front) and rerun: with the faults off the table holds every row exactly once,
-no uncommitted object, no multipart upload, no temp file. S3A's retry policy
+through the same front) and rerun, with faults placed on the rerun's timeline creates and on
+its data files' pending uploads (start, part, completion): with the faults off the table holds
+every row exactly once, no uncommitted object, no multipart upload, no temp file. S3A's retry policy
 (``fs.s3a.retry.*``, ``fs.s3a.attempts.maximum``) is what rides through the faults."""
 
 from __future__ import annotations
@@ -52,8 +53,21 @@ def test_a_failed_jvm_write_rolled_back_and_rerun_under_s3_faults(
     # own object (412), which its write id shows to be this create's, not a lost race.
     for suffix in (".inflight", ".outcome"):
         s3_faults.fail_next(Op.PUT, Fault.RESET_AFTER, key=suffix)
+    # Its data files' pending uploads: one started twice (the first start's answer lost: an
+    # upload nobody uses, which the commit aborts), one part reset before the store (retried),
+    # one completion applied and its answer lost (S3A's retry of it succeeds on this store; one
+    # that answers 404 NoSuchUpload instead is met by completeUpload's check of the object).
+    s3_faults.fail_next(Op.MPU_CREATE, Fault.RESET_AFTER, key=".parquet")
+    s3_faults.fail_next(Op.MPU_PART, Fault.RESET_BEFORE, key=".parquet")
+    s3_faults.fail_next(Op.MPU_COMPLETE, Fault.RESET_AFTER, key=".parquet")
     result = on_s3.run_job("plain_write.py", table, "1000", "4", conf=conf)
     assert s3_faults.injected[(Op.PUT, Fault.RESET_AFTER)] >= 4
+    for op, fault in (
+        (Op.MPU_CREATE, Fault.RESET_AFTER),
+        (Op.MPU_PART, Fault.RESET_BEFORE),
+        (Op.MPU_COMPLETE, Fault.RESET_AFTER),
+    ):
+        assert s3_faults.injected[(op, fault)] >= 1, (op, fault)
     assert result == {"rows": 1000, "ids": 1000}
     s3_faults.set_rates(None)
     with s3_faults.off():
