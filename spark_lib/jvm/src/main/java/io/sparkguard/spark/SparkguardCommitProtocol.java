@@ -771,29 +771,18 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
    */
   private void publishAfterOutcome(Map<String, Path> unpublished, Map<String, CommittedFile> reported)
       throws IOException {
-    Map<String, java.util.concurrent.Callable<Void>> steps = new TreeMap<>();
-    unpublished.forEach((relative, work) -> steps.put(relative, () -> {
-      store.publish(work, new Path(path, relative));
-      return null;
-    }));
+    Map<String, Publication> steps = new TreeMap<>();
+    unpublished.forEach((relative, work) ->
+        steps.put(relative, () -> store.publish(work, new Path(path, relative))));
     reported.forEach((relative, file) -> {
       if (file.upload != null) {
-        steps.put(relative, () -> {
-          store.completeUpload(
-              new Path(path, relative), file.upload.handle(), file.upload.parts(), file.size);
-          return null;
-        });
+        steps.put(relative, () -> store.completeUpload(
+            new Path(path, relative), file.upload.handle(), file.upload.parts(), file.size));
       }
     });
     if (publishPauseMs > 0) {
-      for (java.util.concurrent.Callable<Void> step : steps.values()) {
-        try {
-          step.call();
-        } catch (IOException | RuntimeException e) {
-          throw e;
-        } catch (Exception e) {
-          throw new IOException(e);
-        }
+      for (Publication step : steps.values()) {
+        step.run();
         try {
           Thread.sleep(publishPauseMs);
         } catch (InterruptedException e) {
@@ -806,12 +795,21 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     List<String> names = new ArrayList<>(steps.keySet());
     List<Future<?>> renames = new ArrayList<>();
     for (String relative : names) {
-      renames.add(Publisher.POOL.submit(steps.get(relative)));
+      Publication step = steps.get(relative);
+      renames.add(Publisher.POOL.submit(() -> {
+        step.run();
+        return null;
+      }));
     }
     Concurrently.awaitAll(renames, "publishing the files of " + path, (i, cause) ->
         new IOException("sparkguard: write " + instant + " of " + path + " is committed but "
             + names.get(i) + " is not published yet; run 'sparkguard rollback' of the job (the"
             + " operator's rollback initContainer does) to finish publishing it", cause));
+  }
+
+  /** Publishing one file after the outcome: a rename, or an upload's completion. */
+  private interface Publication {
+    void run() throws IOException;
   }
 
   /** Before an abort's claim: no fsync of this job's temp files still runs. */

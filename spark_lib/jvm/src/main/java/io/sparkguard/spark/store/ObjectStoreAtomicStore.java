@@ -250,30 +250,31 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
   @Override
   public int deleteLeftovers(Path dir, java.util.Collection<Path> targets, java.util.Set<String> keep)
       throws IOException {
-    int[] aborted = new int[1];
-    abortUploads(dir, targets, keep, new java.util.HashSet<>(), aborted);
-    return aborted[0];
+    return abortUploads(dir, targets, keep, new java.util.HashSet<>()).count();
   }
 
   @Override
   public boolean deleteLeftoversSeeing(Path dir, java.util.Collection<Path> targets,
       java.util.Set<String> keep, java.util.Set<String> seen) throws IOException {
-    return abortUploads(dir, targets, keep, seen, new int[1]);
+    return abortUploads(dir, targets, keep, seen).listed();
   }
+
+  /** What {@link #abortUploads} did: how many uploads it aborted, whether it listed them. */
+  private record Aborted(int count, boolean listed) {}
 
   /**
    * The listing and aborts of {@link #deleteLeftovers(Path, java.util.Collection,
-   * java.util.Set)}; adds the ids of {@code keep} it listed to {@code seen}. True when it
-   * listed the uploads (so {@code seen} is complete).
+   * java.util.Set)}; adds the ids of {@code keep} it listed to {@code seen}. {@code listed}:
+   * it listed the uploads (so {@code seen} is complete).
    */
-  private boolean abortUploads(Path dir, java.util.Collection<Path> targets,
-      java.util.Set<String> keep, java.util.Set<String> seen, int[] count) throws IOException {
+  private Aborted abortUploads(Path dir, java.util.Collection<Path> targets,
+      java.util.Set<String> keep, java.util.Set<String> seen) throws IOException {
     // keep: the upload ids the driver completes after the outcome (the accepted attempts'
     // pending uploads); every other incomplete upload of these names goes.
     FileSystem fs = fs();
     if (targets.isEmpty()
         || !fs.hasPathCapability(dir, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
-      return false;
+      return new Aborted(0, false);
     }
     java.lang.reflect.Method list;
     java.lang.reflect.Method abort;
@@ -281,8 +282,7 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       list = fs.getClass().getMethod("listMultipartUploads", String.class);
       abort = fs.getClass().getMethod("abortMultipartUpload", String.class, String.class);
     } catch (NoSuchMethodException e) {
-      count[0] = eachLeftovers(targets);
-      return false;
+      return new Aborted(eachLeftovers(targets), false);
     }
     java.util.TreeSet<String> keys = new java.util.TreeSet<>();
     for (Path target : targets) {
@@ -293,8 +293,8 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       for (Object upload : (java.util.List<?>) list.invoke(fs, key(dir) + "/")) {
         String key = (String) upload.getClass().getMethod("key").invoke(upload);
         String name = keys.floor(key);
-        String id = (String) upload.getClass().getMethod("uploadId").invoke(upload);
         if (name != null && key.startsWith(name)) {
+          String id = (String) upload.getClass().getMethod("uploadId").invoke(upload);
           if (keep.contains(id)) {
             seen.add(id);
           } else {
@@ -308,17 +308,15 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       throw cause instanceof IOException io ? io
           : new IOException("cannot abort the incomplete uploads under " + dir, cause);
     } catch (ReflectiveOperationException e) {
-      count[0] = eachLeftovers(targets);
-      return false;
+      return new Aborted(eachLeftovers(targets), false);
     }
-    count[0] = aborted;
-    return true;
+    return new Aborted(aborted, true);
   }
 
   private int eachLeftovers(java.util.Collection<Path> targets) throws IOException {
     int removed = 0;
     for (Path target : targets) {
-      removed += deleteLeftovers(target);
+      removed += abortUnderPath(target);
     }
     return removed;
   }
@@ -701,9 +699,16 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
 
   @Override
   public int deleteLeftovers(Path target, java.util.Set<String> keep) throws IOException {
-    if (!keep.isEmpty()) {  // some of the name's uploads stay: list them (their ids) first
-      return deleteLeftovers(target.getParent(), List.of(target), keep);
-    }
+    // The listing of the name's directory: the key's own uploads (abortUploadsUnderPath of the
+    // name does not abort them on S3A) and their ids, for keep.
+    return deleteLeftovers(target.getParent(), List.of(target), keep);
+  }
+
+  /**
+   * Connectors without {@code listMultipartUploads}: Hadoop's generic {@code
+   * MultipartUploader.abortUploadsUnderPath} of the name; returns how many it aborted.
+   */
+  private int abortUnderPath(Path target) throws IOException {
     FileSystem fs = fs();
     if (!fs.hasPathCapability(target, CommonPathCapabilities.FS_MULTIPART_UPLOADER)) {
       return 0;
