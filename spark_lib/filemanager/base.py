@@ -449,13 +449,13 @@ class FileManager(abc.ABC):
             "leave a committed file under a temp name"
         )
 
-    def complete_upload(self, path: str, upload_id: str) -> bool:
-        """Complete the multipart upload ``upload_id`` a writer left open at ``path`` with
-        every part it holds, so the object appears; False when the store no longer knows the
-        upload (completed already, or aborted). A rollback's roll forward of a committed instant
-        (docs/storage-contract.md, R8a). Object stores only."""
+    def complete_uploads(self, uploads: Mapping[str, str]) -> set[str]:
+        """Complete each multipart upload a writer left open (path -> upload id) with every
+        part it holds, so the object appears; returns the paths completed now (the others: the
+        store no longer knows the upload, completed already or aborted). A rollback's roll
+        forward of a committed instant (docs/storage-contract.md, R8a). Object stores only."""
         raise errors.UnsupportedStoreError(
-            f"{type(self).__name__} cannot complete the upload {upload_id} of {path}: only "
+            f"{type(self).__name__} cannot complete the uploads of {sorted(uploads)}: only "
             "object stores leave a committed file as a pending upload"
         )
 

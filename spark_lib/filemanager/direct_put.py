@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Final
 
 import fsspec
@@ -607,37 +607,40 @@ class DirectPutFileManager(FileManager):
                     result.append(Leftover(path, path, upload["UploadId"]))
         return sorted(result, key=lambda leftover: (leftover.path, leftover.upload_id or ""))
 
-    def complete_upload(self, path: str, upload_id: str) -> bool:
-        """ListParts (every page), then CompleteMultipartUpload with those parts in order;
-        False when the store answers that the upload does not exist (``NoSuchUpload``)."""
+    def complete_uploads(self, uploads: Mapping[str, str]) -> set[str]:
+        """Per upload, concurrently: ListParts (every page), then CompleteMultipartUpload with
+        those parts in order; not completed when the store answers that the upload does not
+        exist (``NoSuchUpload``)."""
+        ordered = sorted(uploads.items())
+        answers = self._gather(self._complete(path, upload_id) for path, upload_id in ordered)
+        return {path for (path, _), done in zip(ordered, answers, strict=True) if done}
+
+    async def _complete(self, path: str, upload_id: str) -> bool:
+        """One upload of :meth:`complete_uploads`; False when the store does not know it."""
         bucket, key, _ = self.fs.split_path(paths.validate_base(path))
-
-        async def complete() -> bool:
-            parts: builtins.list[dict[str, Any]] = []
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
-            try:
-                while True:
-                    page = await self.fs._call_s3("list_parts", **kwargs)
-                    parts += [
-                        {"PartNumber": p["PartNumber"], "ETag": p["ETag"]}
-                        for p in page.get("Parts", [])
-                    ]
-                    if not page.get("IsTruncated"):
-                        break
-                    kwargs["PartNumberMarker"] = page["NextPartNumberMarker"]
-                if not parts:
-                    raise OSError(f"upload {upload_id} of s3://{path} has no part to complete")
-                await self.fs._call_s3(
-                    "complete_multipart_upload",
-                    **{k: kwargs[k] for k in ("Bucket", "Key", "UploadId")},
-                    MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])},
-                )
-            except FileNotFoundError:  # s3fs's translation of NoSuchUpload (a 404)
-                return False
-            return True
-
-        done: bool = self._gather([complete()])[0]
-        return done
+        upload: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        parts: builtins.list[dict[str, Any]] = []
+        page_from: dict[str, Any] = {}
+        try:
+            while True:
+                page = await self.fs._call_s3("list_parts", **upload, **page_from)
+                parts += [
+                    {"PartNumber": part["PartNumber"], "ETag": part["ETag"]}
+                    for part in page.get("Parts", [])
+                ]
+                if not page.get("IsTruncated"):
+                    break
+                page_from = {"PartNumberMarker": page["NextPartNumberMarker"]}
+            if not parts:
+                raise OSError(f"upload {upload_id} of s3://{path} has no part to complete")
+            await self.fs._call_s3(
+                "complete_multipart_upload",
+                **upload,
+                MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])},
+            )
+        except FileNotFoundError:  # s3fs's translation of NoSuchUpload (a 404)
+            return False
+        return True
 
     def remove_leftovers(self, leftovers: Iterable[Leftover]) -> int:
         """Abort the incomplete uploads (concurrently); returns how many were aborted."""

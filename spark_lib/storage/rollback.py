@@ -750,11 +750,12 @@ def roll_forward(
             published += 1
         elif not manager.exists(target):
             missing.append(file.path)
-    for file in unpublished:
-        if manager.complete_upload(targets[file.path], file.upload or ""):
-            published += 1
-        elif not manager.exists(targets[file.path]):
-            missing.append(file.path)
+    if unpublished:  # the uploads concurrently (a rename store has none)
+        wanted = {targets[f.path]: f.upload or "" for f in unpublished}
+        completed = manager.complete_uploads(wanted)
+        published += len(completed)
+        missing += [f.path for f in unpublished if targets[f.path] not in completed
+                    and not manager.exists(targets[f.path])]  # fmt: skip
     if published:
         logger.info("published %d committed files of %s after its outcome", published, instant)
     warnings = tuple(
