@@ -57,10 +57,11 @@ import org.apache.hadoop.fs.UploadHandle;
  *       batch protocol avoids both where it can: its tasks open data files through {@link
  *       io.sparkguard.spark.OwnedFileSystem} ({@code sg-s3a://}), whose create is S3A's
  *       per-file performance create (one PUT, replacing a leftover), with nothing to prepare;
- *   <li>leftovers: incomplete multipart uploads of the name, aborted through the generic
- *       {@code MultipartUploader} ({@code abortUploadsUnderPath}: one LIST of uploads under the
- *       key, one abort each; for a commit's names together, one listing under the table:
- *       {@link #deleteLeftovers(Path, java.util.Collection)}). Uploads nobody ever aborts (a crashed task whose name no rollback
+ *   <li>leftovers: incomplete multipart uploads of the names, found by one listing of the
+ *       uploads under their directory (S3A's {@code listMultipartUploads}; for a commit's
+ *       names together, one listing under the table: {@link #deleteLeftovers(Path,
+ *       java.util.Collection)}), one abort each; connectors without that listing: the generic
+ *       {@code MultipartUploader.abortUploadsUnderPath} per name. Uploads nobody ever aborts (a crashed task whose name no rollback
  *       reads) are left to the bucket's lifecycle rule ({@code AbortIncompleteMultipartUpload})
  *       or {@code fs.s3a.multipart.purge}.
  * </ul>
