@@ -8,7 +8,8 @@ undecided instant), one of them is the job's and created the location, ``_sparkg
 nothing but ``timeline/``, ``markers/`` and ``owners/`` (a ``snapshots/``, ``archive/`` or
 ``streams/`` directory means history this module does not read: the table is kept), and no
 file outside ``_sparkguard/`` is left but leftovers Spark's listing skips and that no data
-file owns (:func:`is_leftover`) or late files of the rolled-back instants. A rerun of
+file owns (:func:`is_leftover`) or late files of the rolled-back instants (names their
+``.rolledback`` records, or their direct markers in the same listing name). A rerun of
 ``saveAsTable``/CTAS then creates the table instead of failing with ``LOCATION_ALREADY_EXISTS``.
 
 The removal deletes only what it listed, in an order where a crash at any step leaves a state
@@ -100,6 +101,9 @@ class _Listing:
     files: frozenset[str]
     directories: tuple[str, ...]
     by_instant: dict[str, set[str]]
+    #: per instant, the data files its direct markers in the listing name: a zombie task's
+    #: marker put after the rollback read the directory (R7 leaves it) names its late file
+    direct_marked: dict[str, set[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def data(self) -> list[str]:
@@ -115,12 +119,18 @@ def _read(table: str, entries: list[filemanager.FileInfo]) -> _Listing | None:
     files = frozenset(e.path[len(root) :] for e in entries if not e.is_dir)
     directories = tuple(e.path for e in entries if e.is_dir)
     by_instant: dict[str, set[str]] = {}
+    direct_marked: dict[str, set[str]] = {}
     for relative in [*files, *(d[len(root) :] for d in directories)]:
         parts = relative.split("/")
         if parts[0] != timeline.SPARKGUARD_DIR or len(parts) < 2:
             continue
         if parts[1] not in REMOVABLE_BOOKKEEPING or (len(parts) == 2 and relative in files):
             return None
+        if parts[1] == markers.MARKERS_DIR and len(parts) > 3 and relative in files:
+            marked = _direct_marked("/".join(parts[3:]))
+            if marked is not None:
+                direct_marked.setdefault(parts[2], set()).add(marked)
+            continue
         if parts[1] == timeline.TIMELINE_DIR and relative in files:
             found = _instant_file(relative)
             if found is not None:
@@ -132,7 +142,17 @@ def _read(table: str, entries: list[filemanager.FileInfo]) -> _Listing | None:
             # Its instant is judged like the others (decided rolled back, or the table stays);
             # the temp file goes first, with the other files that are no timeline file.
             by_instant.setdefault(instant, set())
-    return _Listing(root, files, directories, by_instant)
+    return _Listing(root, files, directories, by_instant, direct_marked)
+
+
+def _direct_marked(name: str) -> str | None:
+    """The data file (relative) a direct marker ``name`` (relative to its instant's marker
+    directory) names, else ``None`` (a batch file, ``MARKERS.type``). A purely computational
+    function."""
+    try:
+        return markers.parse_marker_name(name)[0]
+    except (errors.CorruptFileError, errors.InvalidPathError):
+        return None
 
 
 #: the timeline files only decisions about an existing instant write (the claim or a commit's
@@ -282,6 +302,7 @@ def _judge(
         creators, late = _creators(
             tl,
             listing.by_instant,
+            listing.direct_marked,
             job_id=job_id,
             rolled_back=rolled_back,
             journal_named=journal_named,
@@ -351,6 +372,7 @@ def _kept_warning(label: str, creators: list[str], kept: list[str]) -> str:
 def _creators(
     tl: timeline.Timeline,
     by_instant: dict[str, set[str]],
+    direct_marked: dict[str, set[str]],
     *,
     job_id: str | None,
     rolled_back: Collection[str],
@@ -358,7 +380,9 @@ def _creators(
 ) -> tuple[list[str], frozenset[str]]:
     """The instants of ``job_id`` that created the location, if every instant of the table is
     decided rolled back (or in ``rolled_back``), else an empty list; and the names those
-    instants marked (``.rolledback`` ``marked``: a zombie task may publish one late, R9).
+    instants marked (``.rolledback`` ``marked``: a zombie task may publish one late, R9; and
+    the names of their direct markers still in the listing: a zombie task's marker put after
+    the rollback read the directory, R7, names its late file).
 
     A rolled-back instant of the job without ``.inflight`` counts as a creator when the job's
     journal names the table: only an interrupted removal deletes an ``.inflight`` (first) on a
@@ -374,7 +398,7 @@ def _creators(
         decided = status.outcome is timeline.Outcome.ROLLED_BACK or instant in rolled_back
         if not decided:
             return [], frozenset()
-        marked |= status.rolled_back_names
+        marked |= status.rolled_back_names | direct_marked.get(instant, set())
         if status.info is None:
             created = journal_named and status.outcome is timeline.Outcome.ROLLED_BACK
         else:

@@ -19,7 +19,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors
 from sparkguard.spark_lib.spark import writer
-from sparkguard.spark_lib.storage import journal, lifecycle, rollback, timeline
+from sparkguard.spark_lib.storage import journal, lifecycle, markers, rollback, timeline
 from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays
 
 SCHEMA = StructType([StructField("id", LongType())])
@@ -363,6 +363,36 @@ def test_a_late_file_published_during_the_pass_goes_with_the_location(
     assert summary.tables_removed == (where[0],)
     assert summary.files_deleted == 3  # the two files of R5, and the late one
     assert not (tmp_path / "t").exists()
+
+
+def test_a_late_file_whose_direct_marker_came_after_the_markers_were_read_goes_too(
+    where: Where, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zombie task (direct markers: nothing fences a put) puts its marker after the rollback
+    read the marker directory (R7 leaves it), then publishes its file before the removal lists
+    the location: the marker names the file as the rolled-back instant's, so it is a late
+    file, not a stranger's: the location goes."""
+    url, journal_url, options = where
+    w = _crashed_first_write(where)
+    _, path = filemanager.resolve(url, storage_options=options)
+    name = writer.data_file_name(partition=2, token="orders-1", seq=0, ext="parquet")
+    read_markers = markers.snapshot_marker_dir
+
+    def then_the_zombie_marks_and_publishes(
+        m: filemanager.FileManager, directory: str
+    ) -> markers.MarkerDirSnapshot:
+        snapshot = read_markers(m, directory)
+        markers.DirectMarkerClient(m).create(markers.marker_dir(path, w.instant), name)
+        m.write_bytes(f"{path}/{name}", b"a zombie task's file, marked after R4")
+        return snapshot
+
+    monkeypatch.setattr(markers, "snapshot_marker_dir", then_the_zombie_marks_and_publishes)
+    summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
+    assert summary.tables_removed == summary.tables
+    assert summary.warnings == ()
+    assert _keys(url, options) == []
+    monkeypatch.undo()
+    _rerun_commits_everything(where)
 
 
 def test_a_late_file_published_after_the_removal_goes_with_the_next_rollback(
