@@ -576,7 +576,7 @@ def _roll_back(
     if snapshot.files:
         markers_deleted = markers.delete_snapshot(manager, snapshot, on_new_names=delete_late)
     deleted.temp_files += _remove_outcome_temps(tl, instant)
-    deleted.temp_files += _remove_kept_leftovers(tl, kept - protected, job_id=status.job_id)
+    deleted.temp_files += remove_unlisted_leftovers(tl, kept - protected, job_id=status.job_id)
     changed = (
         deleted.files
         or deleted.temp_files
@@ -607,14 +607,17 @@ def _roll_back(
     )
 
 
-def _remove_kept_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id: str) -> int:
-    """R6 for the marked names a committed instant lists: the temp files this rolled-back
-    instant's tasks left of them (a failed ``rerun=rewrite`` of the JVM protocol on a rename
-    store writes committed names under temp names), with their checksums; never a committed
-    file or its checksum, nor a temp file a committed outcome of the job lists (not published
-    yet: R8a publishes it). Returns how many temp files went. Object stores: the incomplete
-    uploads of those names (a rerun writes the names its killed run left pending), except an
-    upload a committed outcome of the job lists (R8a completes it)."""
+def remove_unlisted_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id: str) -> int:
+    """The temp files (with their checksums) and, on object stores, the incomplete uploads of
+    the names ``kept`` that no committed outcome of the job lists; never a committed file or
+    its checksum. Returns how many temp files or uploads went.
+
+    R6 for the marked names a committed instant lists: a rolled-back instant's tasks left them
+    (a failed ``rerun=rewrite`` of the JVM protocol on a rename store writes committed names
+    under temp names; a rerun writes the names its killed run left pending), while a listed
+    one is not published yet (R8a publishes it). And the Python writer's W8, after its
+    publication, for every name its instant marked: the failed, retried and speculative
+    attempts' files, never published."""
     manager = tl.manager
     names = sorted(kept)
     if not names:
@@ -703,7 +706,7 @@ def _clean_committed(
     # Uploads of the committed names that the outcome does not list (a failed attempt's, or a
     # zombie task's after W8): none may stay pending for ever.
     job_id = timeline.job_of_instant(instant)
-    deleted.temp_files += _remove_kept_leftovers(tl, kept - protected, job_id=job_id)
+    deleted.temp_files += remove_unlisted_leftovers(tl, kept - protected, job_id=job_id)
     deleted.files += delete_superseded(tl, superseded)
     count = markers.delete_snapshot(manager, snapshot)
     return InstantRollback(

@@ -67,7 +67,9 @@ def _keys(url: str, options: dict[str, Any]) -> list[str]:
 
 
 def _crashed_first_write(where: Where, job: str = "orders-1") -> writer.BatchWriter:
-    """The first write to a new table: two tasks published their files, then the driver died."""
+    """The first write to a new table: two tasks wrote their files (left unpublished: temp
+    files, pending uploads, for the driver to publish after the outcome), then the driver
+    died."""
     url, journal_url, options = where
     w = _start(url, journal_url, options, job)
     _task(w, 0)
@@ -105,7 +107,7 @@ def test_rollback_of_the_write_that_created_the_table_removes_it_and_the_rerun_c
     w = _crashed_first_write(where)
     summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
     assert summary.instants_rolled_back == (w.instant,)
-    assert summary.files_deleted == 2
+    assert (summary.files_deleted, summary.temp_files_removed) == (0, 2)  # never published
     assert summary.tables_removed == (summary.tables[0],)
     assert summary.to_json()["tablesRemoved"] == list(summary.tables)
     assert _keys(url, options) == [], "no file, key or directory is left at the location"
@@ -157,7 +159,7 @@ def test_a_table_that_had_committed_data_is_never_removed(where: Where) -> None:
     _crashed_first_write(where, job="orders-1")
     summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
     assert summary.tables_removed == ()
-    assert summary.files_deleted == 2
+    assert (summary.files_deleted, summary.temp_files_removed) == (0, 2)  # never published
     assert_exactly_once(url, PARTS[0], options)
 
 
@@ -361,7 +363,8 @@ def test_a_late_file_published_during_the_pass_goes_with_the_location(
     monkeypatch.setattr(filemanager.RenameFileManager, "list_tree", zombie_publishes_then_list)
     summary = rollback.rollback_job("orders-1", where[1])
     assert summary.tables_removed == (where[0],)
-    assert summary.files_deleted == 3  # the two files of R5, and the late one
+    # the late one; the two files the tasks left unpublished are R6's temp files
+    assert (summary.files_deleted, summary.temp_files_removed) == (1, 2)
     assert not (tmp_path / "t").exists()
 
 

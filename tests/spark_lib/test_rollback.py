@@ -59,9 +59,13 @@ def _start(
 def _task(
     w: writer.BatchWriter, partition: int, ids: range, *, attempt: int = 0, max_records: int = 0
 ) -> writer.WriteMessage:
+    """A task attempt that publishes its files at its end (the streaming writer's rule, and
+    what a store that cannot hold a file does): these tests are about rollback of published
+    marked files and late files. The batch writer's own rule, files left unpublished for the
+    driver, is test_writer_faults.py's and test_lifecycle.py's."""
     import dataclasses
 
-    spec = dataclasses.replace(w.spec, max_records=max_records)
+    spec = dataclasses.replace(w.spec, max_records=max_records, publish_after_outcome=False)
     files = writer.write_partition(
         spec, [_batch(ids)], partition=partition, attempt=attempt, token=spec.settings.job_id
     )
