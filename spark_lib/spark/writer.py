@@ -740,13 +740,41 @@ def roll_back_stale(target: Target, settings: config.WriteSettings) -> rollback.
     files the new attempt writes under the same names; it also fences the old driver.
     """
     # Only this owner's instants; another owner's undecided instant refuses the write.
-    return rollback.guard_write(
+    guard = rollback.guard_write(
         target.timeline,
         job_id=settings.job_id,
         owner=settings.instant_owner,
         table_label=target.url,
         skip_operations=[reader.Operation.STREAM_REGISTER.value],
     )
+    roll_forward_job(target, settings.job_id)
+    return guard
+
+
+def roll_forward_job(target: Target, job_id: str) -> int:
+    """R8a at W1: publish the files of every COMMITTED instant of the job whose marker
+    directory survived (its driver died between the outcome and the end of its publication),
+    before the rerun check: a skipped rerun then leaves the committed rows readable, and a
+    rewrite never writes a name whose committed temp file a later roll forward would rename
+    over it. One listing of ``markers/``; markers and the rest stay with ``sparkguard
+    rollback`` (R8b). Returns how many files were published."""
+    tl = target.timeline
+    listed = target.manager.list(
+        paths.join(target.path, timeline.SPARKGUARD_DIR, markers.MARKERS_DIR)
+    )
+    surviving = {
+        paths.basename(info.path)
+        for info in listed
+        if info.is_dir and paths.basename(info.path).endswith("-" + job_id)
+    }
+    published = 0
+    for instant in sorted(surviving):
+        if tl.status(instant).state is timeline.State.COMMITTED:
+            count, warnings = rollback.roll_forward(tl, instant)
+            published += count
+            for warning in warnings:
+                logger.warning("%s: %s", target.url, warning)
+    return published
 
 
 class SparkguardDataSource(DataSource):

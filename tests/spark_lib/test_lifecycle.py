@@ -20,7 +20,11 @@ from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors
 from sparkguard.spark_lib.spark import writer
 from sparkguard.spark_lib.storage import journal, lifecycle, rollback, timeline
-from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays
+from tests.spark_lib.spark_conftest import (
+    assert_exactly_once,
+    assert_no_strays,
+    data_files_on_storage,
+)
 
 SCHEMA = StructType([StructField("id", LongType())])
 PARTS = {0: range(100), 1: range(100, 250), 2: range(250, 300)}
@@ -411,3 +415,28 @@ def test_the_cli_says_which_tables_it_removed(
     assert cli.main(argv) == 0
     assert f"table removed: {where[0]} (the rolled-back write created" in capsys.readouterr().out
     assert not (tmp_path / "t").exists()
+
+
+def test_a_driver_dead_inside_the_publication_window_is_rolled_forward_by_the_next_write(
+    where: Where, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outcome written, nothing published, the driver gone, no rollback run: the job's next
+    write (a rerun by hand) publishes the committed files at W1 (R8a) before it skips."""
+    url, journal_url, options = where
+    w = _start(url, journal_url, options, "orders-1")
+    messages = [_task(w, p) for p in PARTS]
+
+    def dies(*_: Any) -> int:
+        raise RuntimeError("the driver died after the outcome")
+
+    monkeypatch.setattr(writer, "publish_committed", dies)
+    with pytest.raises(RuntimeError, match="after the outcome"):
+        w.commit(messages)
+    monkeypatch.undo()
+    assert data_files_on_storage(url, options) == set()  # committed, not published
+    conf = {"spark.sparkguard.jobId": "orders-1", "spark.sparkguard.journal": journal_url}
+    conf["spark.sparkguard.storageOptions"] = json.dumps(options)
+    rerun = writer.source_class(conf)(options={"path": url}).writer(SCHEMA, False)
+    assert isinstance(rerun, writer.SkipWriter)  # W1 rolled forward, then skipped the write
+    assert_exactly_once(url, range(300), options)
+    assert len(data_files_on_storage(url, options)) == len(PARTS)
