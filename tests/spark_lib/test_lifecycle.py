@@ -24,6 +24,7 @@ from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
     data_files_on_storage,
+    unpublished_leftovers,
 )
 
 SCHEMA = StructType([StructField("id", LongType())])
@@ -440,3 +441,23 @@ def test_a_driver_dead_inside_the_publication_window_is_rolled_forward_by_the_ne
     assert isinstance(rerun, writer.SkipWriter)  # W1 rolled forward, then skipped the write
     assert_exactly_once(url, range(300), options)
     assert len(data_files_on_storage(url, options)) == len(PARTS)
+
+
+def test_only_the_accepted_attempt_is_published_and_no_other_upload_or_temp_file_stays(
+    where: Where,
+) -> None:
+    """Two attempts of each task write the same names (a retry, a speculative copy); the commit
+    gets the second attempt's message: only its files are ever published, the first attempt's
+    temp files and pending uploads are removed."""
+    url, journal_url, options = where
+    w = _start(url, journal_url, options, "orders-1")
+    losers = [_task(w, p) for p in PARTS]
+    winners = [_task(w, p) for p in PARTS]
+    assert {f.temp or f.upload for m in losers for f in m.files}.isdisjoint(
+        {f.temp or f.upload for m in winners for f in m.files}
+    )
+    assert len(unpublished_leftovers(url, options)) == 2 * len(PARTS)
+    w.commit(winners)
+    assert_exactly_once(url, range(300), options)
+    assert_no_strays(url, options)
+    assert unpublished_leftovers(url, options) == []
