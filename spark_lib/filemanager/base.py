@@ -28,11 +28,13 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import IO, Any, Final, Self
+from typing import IO, Any, Final, Self, TypeVar
 
 from fsspec.spec import AbstractFileSystem
 
 from sparkguard.spark_lib.base import errors, paths
+
+_T = TypeVar("_T")
 
 TEMP_MARKER: Final = ".sg-tmp-"
 _TEMP_NAME = re.compile(r"^\..+\.sg-tmp-[0-9a-f]{12}$")
@@ -223,15 +225,7 @@ class AtomicStream(abc.ABC):
         """Publish the file atomically. Nothing is visible at the path until this returns."""
         if self._state != "open":
             return
-        try:
-            self._publish()
-        except BaseException as exc:
-            self._state = "cancelled"
-            with contextlib.suppress(Exception):
-                self._discard()
-            if isinstance(exc, OSError) and not isinstance(exc, errors.SparkguardError):
-                self._name(exc)
-            raise
+        self._end(self._publish)
         self._state = "published"
 
     def hold(self) -> Held:
@@ -241,8 +235,16 @@ class AtomicStream(abc.ABC):
         returned :class:`Held` names neither a temp file nor an upload)."""
         if self._state != "open":
             raise ValueError(f"hold of a {self._state} atomic stream for {self.path}")
+        held = self._end(self._hold)
+        self._state = "held"
+        self._held = held
+        return held
+
+    def _end(self, step: Callable[[], _T]) -> _T:
+        """Run the closing ``step``; if it fails, discard everything and re-raise (an
+        ``OSError`` naming this stream's path)."""
         try:
-            held = self._hold()
+            return step()
         except BaseException as exc:
             self._state = "cancelled"
             with contextlib.suppress(Exception):
@@ -250,9 +252,6 @@ class AtomicStream(abc.ABC):
             if isinstance(exc, OSError) and not isinstance(exc, errors.SparkguardError):
                 self._name(exc)
             raise
-        self._state = "held"
-        self._held = held
-        return held
 
     def _name(self, exc: OSError) -> None:
         """Make ``exc`` name this stream's path when it names no file (``os.write``'s errors,
