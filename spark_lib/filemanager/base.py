@@ -28,11 +28,13 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import IO, Any, Final, Self
+from typing import IO, Any, Final, Self, TypeVar
 
 from fsspec.spec import AbstractFileSystem
 
 from sparkguard.spark_lib.base import errors, paths
+
+_T = TypeVar("_T")
 
 TEMP_MARKER: Final = ".sg-tmp-"
 _TEMP_NAME = re.compile(r"^\..+\.sg-tmp-[0-9a-f]{12}$")
@@ -135,19 +137,35 @@ def _modified_of(entry: Mapping[str, Any]) -> float | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """A file :meth:`AtomicStream.hold` closed without publishing it: whole (and durable where
+    the store publishes durably) under ``temp`` (rename stores: a temp name in its directory), or
+    as the open multipart upload ``upload`` at ``path`` (object stores). Both None: the store
+    cannot hold a file, and ``hold`` published it at ``path``.
+    :meth:`FileManager.publish_held` publishes it."""
+
+    path: str
+    temp: str | None = None
+    upload: str | None = None
+
+
 class AtomicStream(abc.ABC):
     """A writable stream whose content becomes visible at its path only on :meth:`close`.
 
     ``close()`` publishes (and raises :class:`~sparkguard.spark_lib.base.errors.AlreadyExistsError`
     when ``overwrite=False`` lost a race: nothing is then visible from this writer).
-    ``cancel()`` discards everything. Used as a context manager it publishes on a clean exit and
-    cancels on an exception. After either, the stream is closed; closing twice is a no-op.
+    ``hold()`` closes without publishing (see :class:`Held`): publication after an outcome.
+    ``cancel()`` discards everything, also what ``hold()`` left. Used as a context manager it
+    publishes on a clean exit and cancels on an exception. After either, the stream is closed;
+    closing twice is a no-op.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._position = 0
         self._state = "open"
+        self._held: Held | None = None
 
     # -- primitives implemented by backends --------------------------------------------------
     @abc.abstractmethod
@@ -158,6 +176,14 @@ class AtomicStream(abc.ABC):
 
     @abc.abstractmethod
     def _discard(self) -> None: ...
+
+    def _hold(self) -> Held:
+        """Close without publishing; backends that cannot hold a file publish it instead."""
+        self._publish()
+        return Held(self.path)
+
+    def _discard_held(self, held: Held) -> None:  # noqa: B027 - nothing held by default
+        """Remove what :meth:`_hold` left (a temp file, an open upload)."""
 
     # -- shared behaviour ----------------------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> int:
@@ -199,8 +225,26 @@ class AtomicStream(abc.ABC):
         """Publish the file atomically. Nothing is visible at the path until this returns."""
         if self._state != "open":
             return
+        self._end(self._publish)
+        self._state = "published"
+
+    def hold(self) -> Held:
+        """Close the stream **without** publishing it: the file stays whole where no directory
+        reader lists it, for the caller to publish later (:meth:`FileManager.publish_held`) or
+        discard (:meth:`cancel`). A store that cannot hold a file publishes it here (the
+        returned :class:`Held` names neither a temp file nor an upload)."""
+        if self._state != "open":
+            raise ValueError(f"hold of a {self._state} atomic stream for {self.path}")
+        held = self._end(self._hold)
+        self._state = "held"
+        self._held = held
+        return held
+
+    def _end(self, step: Callable[[], _T]) -> _T:
+        """Run the closing ``step``; if it fails, discard everything and re-raise (an
+        ``OSError`` naming this stream's path)."""
         try:
-            self._publish()
+            return step()
         except BaseException as exc:
             self._state = "cancelled"
             with contextlib.suppress(Exception):
@@ -208,7 +252,6 @@ class AtomicStream(abc.ABC):
             if isinstance(exc, OSError) and not isinstance(exc, errors.SparkguardError):
                 self._name(exc)
             raise
-        self._state = "published"
 
     def _name(self, exc: OSError) -> None:
         """Make ``exc`` name this stream's path when it names no file (``os.write``'s errors,
@@ -217,7 +260,12 @@ class AtomicStream(abc.ABC):
             exc.filename = self.path
 
     def cancel(self) -> None:
-        """Discard everything written; nothing becomes visible. Safe to call more than once."""
+        """Discard everything written, also what :meth:`hold` left; nothing becomes visible.
+        Safe to call more than once."""
+        if self._held is not None and self._state == "held":
+            self._state = "cancelled"
+            self._discard_held(self._held)
+            return
         if self._state != "open":
             return
         self._state = "cancelled"
@@ -458,6 +506,16 @@ class FileManager(abc.ABC):
             f"{type(self).__name__} cannot complete the uploads of {sorted(uploads)}: only "
             "object stores leave a committed file as a pending upload"
         )
+
+    def publish_held(self, held: Held) -> bool:
+        """Publish a file :meth:`AtomicStream.hold` left: rename its temp file onto its path
+        (:meth:`publish_temp`) or complete its upload (:meth:`complete_uploads`); False when
+        there was nothing left to publish (published already)."""
+        if held.temp is not None:
+            return self.publish_temp(held.temp, held.path)
+        if held.upload is not None:
+            return held.path in self.complete_uploads({held.path: held.upload})
+        return False
 
     def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
         """Delete those of ``file_paths`` that exist; returns the ones actually removed.

@@ -28,6 +28,7 @@ from sparkguard.spark_lib.filemanager.base import (
     CreateMode,
     FileInfo,
     FileManager,
+    Held,
     Kind,
     Leftover,
     _by_directory,
@@ -136,6 +137,23 @@ class _DirectPutStream(AtomicStream):
             raise
         finally:
             self._buffer = bytearray()
+
+    def _hold(self) -> Held:
+        """Upload what is buffered as the last part (even a small file) and leave the upload
+        open: S3 lists no object at the key until it is completed. A conditional create
+        (``overwrite=False``) publishes instead: its completion must carry the condition."""
+        if self._conditions:
+            self._publish()
+            return Held(self.path)
+        try:
+            self._upload_part(bytes(self._buffer))
+        finally:
+            self._buffer = bytearray()
+        assert self._upload_id is not None
+        return Held(self.path, upload=self._upload_id)
+
+    def _discard_held(self, held: Held) -> None:
+        self._discard()
 
     def _discard(self) -> None:
         self._buffer = bytearray()

@@ -6,8 +6,14 @@ import threading
 
 from fsspec.spec import AbstractFileSystem
 
-from sparkguard.spark_lib.base import errors
-from sparkguard.spark_lib.filemanager.base import AtomicStream, FileManager, Kind
+from sparkguard.spark_lib.base import errors, paths
+from sparkguard.spark_lib.filemanager.base import (
+    AtomicStream,
+    FileManager,
+    Held,
+    Kind,
+    make_temp_name,
+)
 
 _MEMORY_LOCK = threading.Lock()
 
@@ -27,6 +33,16 @@ class _MemoryStream(AtomicStream):
             if not self._overwrite and self._fs.exists(self.path):
                 raise errors.AlreadyExistsError(f"{self.path} already exists; nothing was written")
             self._fs.pipe_file(self.path, b"".join(self._chunks))
+
+    def _hold(self) -> Held:
+        temp = paths.join(paths.parent(self.path), make_temp_name(paths.basename(self.path)))
+        self._fs.pipe_file(temp, b"".join(self._chunks))
+        self._chunks.clear()
+        return Held(self.path, temp=temp)
+
+    def _discard_held(self, held: Held) -> None:
+        if held.temp is not None and self._fs.isfile(held.temp):
+            self._fs.rm_file(held.temp)
 
     def _discard(self) -> None:
         self._chunks.clear()

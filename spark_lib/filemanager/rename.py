@@ -23,6 +23,7 @@ from sparkguard.spark_lib.base import errors, paths
 from sparkguard.spark_lib.filemanager.base import (
     AtomicStream,
     FileManager,
+    Held,
     Kind,
     checksum_of,
     make_temp_name,
@@ -137,6 +138,16 @@ class _LocalAtomicStream(AtomicStream):
                 ) from None
         fsync_directory(self._dir)
 
+    def _hold(self) -> Held:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        return Held(self.path, temp=self._temp)
+
+    def _discard_held(self, held: Held) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._temp)
+
     def _discard(self) -> None:
         with contextlib.suppress(Exception):
             self._file.close()
@@ -167,6 +178,14 @@ class _FsspecRenameStream(AtomicStream):
             with contextlib.suppress(FileNotFoundError):
                 self._fs.rm_file(self.path)
         self._fs.mv(self._temp, self.path)
+
+    def _hold(self) -> Held:
+        self._file.close()  # HDFS: the close completes the file's blocks
+        return Held(self.path, temp=self._temp)
+
+    def _discard_held(self, held: Held) -> None:
+        with contextlib.suppress(Exception):
+            self._fs.rm_file(self._temp)
 
     def _discard(self) -> None:
         with contextlib.suppress(Exception):

@@ -42,11 +42,12 @@ class Point(enum.StrEnum):
     TASK_BEFORE_MARKER = "task:before-marker"  # a task is about to create a file's marker
     TASK_AFTER_MARKER = "task:after-marker"  # marker created, data file not yet opened
     TASK_MID_FILE = "task:mid-file"  # a batch was added to an open (unpublished) data file
-    TASK_AFTER_FILE = "task:after-file"  # a data file was published under its final name
-    TASK_END = "task:end"  # every file of the task is published, no commit message yet
+    # a data file was closed: left unpublished for the driver (batch), published (streaming)
+    TASK_AFTER_FILE = "task:after-file"
+    TASK_END = "task:end"  # every file of the task is closed, no commit message yet
     COMMIT_START = "commit:start"  # the driver's commit began, nothing decided
     COMMIT_BEFORE_OUTCOME = "commit:before-outcome"  # files verified, leftovers deleted
-    COMMIT_AFTER_OUTCOME = "commit:after-outcome"  # committed, markers not yet deleted
+    COMMIT_AFTER_OUTCOME = "commit:after-outcome"  # committed, nothing published yet
     ABORT_START = "abort:start"  # the driver's abort began, nothing rolled back
     STREAM_COMMIT_START = "stream:commit-start"  # a micro-batch's commit began
     STREAM_AFTER_COMMIT = "stream:after-commit"  # batch decided, leftovers not yet cleaned

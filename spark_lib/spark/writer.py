@@ -12,18 +12,24 @@ One write is one instant of the table's timeline (docs/storage-contract.md, "A w
    undecided instants on the table, skip the write when write n of this job already committed
    here (exactly-once re-run), else write ``<instant>.inflight`` and the job-journal entry
    before any task runs;
-2. executors (``write``): for each data file, create its marker first, then write it under its
+2. executors (``write``): for each data file, create its marker first, then write it for its
    deterministic name ``part-<partition:05d>-<jobId>-w<n:03d>-c<seq:03d>.<ext>`` through
-   ``create_atomic(overwrite=True)``: a retried or duplicate attempt writes the same name;
-3. driver (``commit``): check the winning attempts' files are on storage, delete marked files
-   no message lists (failed attempts' leftovers), write the committed outcome put-if-absent
-   (files, sizes, rows), then delete the markers; ``abort`` rolls the instant back.
+   ``create_atomic(overwrite=True)`` and leave it **unpublished** (``hold``: a temp file in its
+   directory, or an open multipart upload at its key), reporting the temp name or upload id:
+   no directory reader sees a file of a write before its outcome;
+3. driver (``commit``): check the winning attempts' files are there (temp file with its size,
+   upload still pending), delete marked files no message lists, write the committed outcome
+   put-if-absent (files, sizes, rows, temp names / upload ids), then publish the files
+   (renames / upload completions, concurrently), remove every other attempt's temp files and
+   uploads, and delete the markers; ``abort`` rolls the instant back. A driver that dies after
+   the outcome leaves the publication to ``sparkguard rollback`` (R8a, roll forward).
 
 Options and configuration keys are documented in docs/writer.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import fcntl
@@ -313,8 +319,10 @@ class _OpenFile:
         self.buffered_rows = 0
         self.buffered_bytes = 0
 
-    def finish(self, schema: pa.Schema) -> timeline.DataFile:
-        """Close the file and publish it; on any error, cancel it (see :meth:`cancel`)."""
+    def finish(self, schema: pa.Schema, *, hold: bool = False) -> timeline.DataFile:
+        """Close the file and publish it, or with ``hold`` leave it unpublished (a temp file
+        or an open upload the returned entry names, for the driver to publish after the
+        outcome); on any error, cancel it (see :meth:`cancel`)."""
         try:
             if self.fmt is FileFormat.PARQUET:
                 self.flush()
@@ -324,11 +332,21 @@ class _OpenFile:
                 self.parquet = None
                 self.sink.raise_if_failed()
             size = self.stream.tell()
-            self.stream.close()  # publishes atomically
+            if not hold:
+                self.stream.close()  # publishes atomically
+                return timeline.DataFile(path=self.rel, size=size, rows=self.rows)
+            held = self.stream.hold()
         except BaseException:
             self.cancel()
             raise
-        return timeline.DataFile(path=self.rel, size=size, rows=self.rows)
+        temp = None
+        if held.temp is not None:
+            name = paths.basename(held.temp)
+            directory = paths.parent(self.rel) if "/" in self.rel else ""
+            temp = f"{directory}/{name}" if directory else name
+        return timeline.DataFile(
+            path=self.rel, size=size, rows=self.rows, temp=temp, upload=held.upload
+        )
 
     def cancel(self) -> None:
         """Discard the file: close the Parquet writer, then cancel the stream. Safe to repeat.
@@ -374,6 +392,9 @@ class SinkSpec:
     faults: tuple[faults.Fault, ...]
     #: the write index (batch writes; streaming names carry the batch and run instead)
     write: int = 0
+    #: tasks leave each file unpublished (a temp file, an open upload) for the driver to
+    #: publish after the outcome (batch writes); False: published at task end (streaming)
+    publish_after_outcome: bool = False
 
 
 class _TaskFiles:
@@ -387,6 +408,8 @@ class _TaskFiles:
         self.manager, _ = spec.settings.resolve(spec.table_url)
         self.client = config.marker_client_for(spec.settings, self.manager)
         self.open_files: dict[str, _OpenFile] = {}
+        #: files closed unpublished (``publish_after_outcome``): discarded if the task fails
+        self.held: list[_OpenFile] = []
         self.next_seq: dict[str, int] = {}
         self.written: list[timeline.DataFile] = []
         self.data_schema: pa.Schema | None = None
@@ -416,7 +439,11 @@ class _TaskFiles:
         handle = self.open_files.pop(directory)
         self.buffered_bytes -= handle.buffered_bytes
         assert self.data_schema is not None
-        self.written.append(handle.finish(self.data_schema))  # cancels itself on an error
+        hold = self.spec.publish_after_outcome
+        # cancels itself on an error
+        self.written.append(handle.finish(self.data_schema, hold=hold))
+        if hold:
+            self.held.append(handle)
         self.fault(faults.Point.TASK_AFTER_FILE)
 
     def add(self, directory: str, batch: pa.RecordBatch) -> None:
@@ -461,8 +488,11 @@ class _TaskFiles:
                 self.close_file(directory)
             self.fault(faults.Point.TASK_END)
         except BaseException:
-            for handle in self.open_files.values():
-                handle.cancel()
+            # Open files, and the files this attempt closed unpublished: a failed attempt
+            # leaves no temp file or open upload (the driver's W8 and R6 remove any it could not).
+            for handle in [*self.open_files.values(), *self.held]:
+                with contextlib.suppress(Exception):
+                    handle.cancel()
             raise
         finally:
             self.client.close()
@@ -572,23 +602,60 @@ def files_from_messages(
 def verify_present(
     manager: filemanager.FileManager, table: str, files: Sequence[timeline.DataFile]
 ) -> None:
-    """Raise unless every file is on storage with its recorded size (one listing per dir)."""
+    """Raise unless every file is on storage with its recorded size, under its temp name when
+    it has one (one listing per directory), or is still a pending upload when it is one (one
+    listing of the uploads under the table: S3 tells no size before the completion)."""
     by_dir: dict[str, list[timeline.DataFile]] = {}
+    uploads = {f.upload: f for f in files if f.upload is not None}
     for data_file in files:
-        by_dir.setdefault(paths.parent(data_file.path), []).append(data_file)
+        if data_file.upload is None:
+            by_dir.setdefault(paths.parent(data_file.path), []).append(data_file)
     for directory, expected in by_dir.items():
         listed = {
             info.name: info.size
             for info in manager.list(paths.join(table, directory) if directory else table)
         }
         for data_file in expected:
-            size = listed.get(paths.basename(data_file.path))
+            size = listed.get(paths.basename(data_file.temp or data_file.path))
             if size != data_file.size:
                 raise errors.SparkguardError(
-                    f"{data_file.path} is {'missing' if size is None else f'{size} B'} where "
-                    f"its task wrote {data_file.size} B; refusing to commit. A concurrent "
-                    "rollback or a zombie executor touched it: re-run the job"
+                    f"{data_file.temp or data_file.path} is "
+                    f"{'missing' if size is None else f'{size} B'} where its task wrote "
+                    f"{data_file.size} B; refusing to commit. A concurrent rollback or a zombie "
+                    "executor touched it: re-run the job"
                 )
+    if uploads:
+        if not isinstance(manager, filemanager.DirectPutFileManager):
+            raise errors.SparkguardError(f"{table}: a task reported an upload on a rename store")
+        pending = {
+            u["UploadId"]
+            for u in manager.list_pending_uploads(table.rstrip("/") + "/")
+            if u["UploadId"] in uploads
+            and paths.join(table, uploads[u["UploadId"]].path).endswith("/" + u["Key"])
+        }
+        for upload, data_file in sorted(uploads.items()):
+            if upload not in pending:
+                raise errors.SparkguardError(
+                    f"the upload {upload} of {data_file.path} is no longer pending (aborted by "
+                    "a concurrent rollback or a lifecycle rule?); refusing to commit: re-run "
+                    "the job"
+                )
+
+
+def publish_committed(
+    manager: filemanager.FileManager, table: str, files: Sequence[timeline.DataFile]
+) -> int:
+    """W9a: publish the files the tasks left unpublished (rename each temp file onto its name,
+    complete each upload), concurrently (:func:`rollback.publish_files`); returns how many.
+    Raises naming the files neither published now nor already there (the outcome stands: a
+    reader through the timeline fails on them, ``sparkguard rollback`` warns)."""
+    published, missing = rollback.publish_files(manager, table, files)
+    if missing:
+        raise errors.SparkguardError(
+            f"committed files neither published nor pending: {', '.join(missing[:10])} (their "
+            "temp files or uploads were removed after the commit verified them)"
+        )
+    return published
 
 
 def delete_unlisted(
@@ -654,13 +721,41 @@ def roll_back_stale(target: Target, settings: config.WriteSettings) -> rollback.
     files the new attempt writes under the same names; it also fences the old driver.
     """
     # Only this owner's instants; another owner's undecided instant refuses the write.
-    return rollback.guard_write(
+    guard = rollback.guard_write(
         target.timeline,
         job_id=settings.job_id,
         owner=settings.instant_owner,
         table_label=target.url,
         skip_operations=[reader.Operation.STREAM_REGISTER.value],
     )
+    roll_forward_job(target, settings.job_id)
+    return guard
+
+
+def roll_forward_job(target: Target, job_id: str) -> int:
+    """R8a at W1: publish the files of every COMMITTED instant of the job whose marker
+    directory survived (its driver died between the outcome and the end of its publication),
+    before the rerun check: a skipped rerun then leaves the committed rows readable, and a
+    rewrite never writes a name whose committed temp file a later roll forward would rename
+    over it. One listing of ``markers/``; markers and the rest stay with ``sparkguard
+    rollback`` (R8b). Returns how many files were published."""
+    tl = target.timeline
+    listed = target.manager.list(
+        paths.join(target.path, timeline.SPARKGUARD_DIR, markers.MARKERS_DIR)
+    )
+    surviving = {
+        paths.basename(info.path)
+        for info in listed
+        if info.is_dir and paths.basename(info.path).endswith("-" + job_id)
+    }
+    published = 0
+    for instant in sorted(surviving):
+        if tl.status(instant).state is timeline.State.COMMITTED:
+            count, warnings = rollback.roll_forward(tl, instant)
+            published += count
+            for warning in warnings:
+                logger.warning("%s: %s", target.url, warning)
+    return published
 
 
 class SparkguardDataSource(DataSource):
@@ -780,6 +875,7 @@ class SparkguardDataSource(DataSource):
             max_records=max_records,
             faults=injected,
             write=write,
+            publish_after_outcome=True,
         )
         return BatchWriter(spec, instant=instant, operation=operation, schema_json=schema.json())
 
@@ -970,6 +1066,10 @@ def commit_instant(
             write=spec.write,
         )
         faults.fire(spec.faults, faults.Point.COMMIT_AFTER_OUTCOME)
+        publish_committed(manager, table, files)
+        # Other attempts' temp files and uploads of the marked names (failed, retried,
+        # speculative): never published; the outcome now lists the accepted ones, kept here.
+        rollback.remove_unlisted_leftovers(tl, marked, job_id=spec.settings.job_id)
         client.delete_dir(spec.marker_dir_url)
     finally:
         client.close()

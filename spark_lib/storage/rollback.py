@@ -29,6 +29,7 @@ grows with the job's instants and markers, never with the number of files in the
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import enum
 import logging
@@ -576,7 +577,7 @@ def _roll_back(
     if snapshot.files:
         markers_deleted = markers.delete_snapshot(manager, snapshot, on_new_names=delete_late)
     deleted.temp_files += _remove_outcome_temps(tl, instant)
-    deleted.temp_files += _remove_kept_leftovers(tl, kept - protected, job_id=status.job_id)
+    deleted.temp_files += remove_unlisted_leftovers(tl, kept - protected, job_id=status.job_id)
     changed = (
         deleted.files
         or deleted.temp_files
@@ -607,14 +608,17 @@ def _roll_back(
     )
 
 
-def _remove_kept_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id: str) -> int:
-    """R6 for the marked names a committed instant lists: the temp files this rolled-back
-    instant's tasks left of them (a failed ``rerun=rewrite`` of the JVM protocol on a rename
-    store writes committed names under temp names), with their checksums; never a committed
-    file or its checksum, nor a temp file a committed outcome of the job lists (not published
-    yet: R8a publishes it). Returns how many temp files went. Object stores: the incomplete
-    uploads of those names (a rerun writes the names its killed run left pending), except an
-    upload a committed outcome of the job lists (R8a completes it)."""
+def remove_unlisted_leftovers(tl: timeline.Timeline, kept: Iterable[str], *, job_id: str) -> int:
+    """The temp files (with their checksums) and, on object stores, the incomplete uploads of
+    the names ``kept`` that no committed outcome of the job lists; never a committed file or
+    its checksum. Returns how many temp files or uploads went.
+
+    R6 for the marked names a committed instant lists: a rolled-back instant's tasks left them
+    (a failed ``rerun=rewrite`` of the JVM protocol on a rename store writes committed names
+    under temp names; a rerun writes the names its killed run left pending), while a listed
+    one is not published yet (R8a publishes it). And the Python writer's W8, after its
+    publication, for every name its instant marked: the failed, retried and speculative
+    attempts' files, never published."""
     manager = tl.manager
     names = sorted(kept)
     if not names:
@@ -703,7 +707,7 @@ def _clean_committed(
     # Uploads of the committed names that the outcome does not list (a failed attempt's, or a
     # zombie task's after W8): none may stay pending for ever.
     job_id = timeline.job_of_instant(instant)
-    deleted.temp_files += _remove_kept_leftovers(tl, kept - protected, job_id=job_id)
+    deleted.temp_files += remove_unlisted_leftovers(tl, kept - protected, job_id=job_id)
     deleted.files += delete_superseded(tl, superseded)
     count = markers.delete_snapshot(manager, snapshot)
     return InstantRollback(
@@ -719,6 +723,43 @@ def _clean_committed(
     )
 
 
+#: files published at once after an outcome (W9a, R8a): renames on a thread each; uploads
+#: go through the object store's own concurrent gather
+PUBLISH_CONCURRENCY: Final = 16
+
+
+def publish_files(
+    manager: filemanager.FileManager, table: str, files: Iterable[timeline.DataFile]
+) -> tuple[int, list[str]]:
+    """Publish the files of a committed outcome listed with a ``temp`` name (rename it onto the
+    name, replacing an older file of the name) or an ``upload`` (complete it with every part it
+    holds), concurrently: the writer's W9a and the rollback's R8a. Idempotent: a file published
+    already has no temp file or pending upload left and counts nothing. Returns how many were
+    published now, and the listed files (relative) neither published now nor on storage."""
+    pending = [f for f in files if f.temp is not None]
+    uploads = {paths.join(table, f.path): f for f in files if f.upload is not None}
+    published = 0
+    missing: list[str] = []
+    if pending:
+
+        def rename(file: timeline.DataFile) -> bool:
+            target = paths.join(table, file.path)
+            return manager.publish_temp(paths.join(table, file.temp or ""), target)
+
+        with concurrent.futures.ThreadPoolExecutor(min(PUBLISH_CONCURRENCY, len(pending))) as pool:
+            done = list(pool.map(rename, pending))
+        published += sum(done)
+        missing += [f.path for f, ok in zip(pending, done, strict=True) if not ok]
+    if uploads:  # (a rename store has none)
+        completed = manager.complete_uploads({t: f.upload or "" for t, f in uploads.items()})
+        published += len(completed)
+        missing += [f.path for t, f in uploads.items() if t not in completed]
+    if missing:  # published before (an earlier pass, or a driver that died after it)
+        there = manager.existing_files(paths.join(table, p) for p in missing)
+        missing = sorted(p for p in missing if paths.join(table, p) not in there)
+    return published, missing
+
+
 def roll_forward(
     tl: timeline.Timeline, instant: str, *, dry_run: bool = False
 ) -> tuple[int, tuple[str, ...]]:
@@ -726,9 +767,10 @@ def roll_forward(
     outcome: a rename store's driver writes the outcome first, then renames) that are still
     there, by renaming each onto its name; and complete the multipart uploads it lists
     (``upload``: an object store's tasks leave them open, the driver completes them after the
-    outcome) whose object is not there yet. Idempotent: a file already published has no temp
-    file left (or its object is there), and counts nothing. Returns how many were published
-    (dry run: would be) and a warning per listed file found neither published nor pending."""
+    outcome) that are still pending (:func:`publish_files`). Idempotent: a file already
+    published has no temp file or pending upload left, and counts nothing. Returns how many
+    were published (dry run: would be) and a warning per listed file found neither published
+    nor pending."""
     commit = reader.commit_of_status(tl.status(instant))
     files = commit.files if commit is not None else ()
     pending = [f for f in files if f.temp is not None]
@@ -736,26 +778,12 @@ def roll_forward(
     if not pending and not uploads:
         return 0, ()
     manager = tl.manager
-    published = 0
-    missing: list[str] = []
-    targets = {f.path: paths.join(tl.table, f.path) for f in uploads}
-    there = manager.existing_files(targets.values()) if uploads else set()
-    unpublished = [f for f in uploads if targets[f.path] not in there]
-    if dry_run:
+    if dry_run:  # (an upload whose object is there: taken as published)
         temps = manager.existing_files(paths.join(tl.table, f.temp or "") for f in pending)
-        return len(temps) + len(unpublished), ()
-    for file in pending:
-        target = paths.join(tl.table, file.path)
-        if manager.publish_temp(paths.join(tl.table, file.temp or ""), target):
-            published += 1
-        elif not manager.exists(target):
-            missing.append(file.path)
-    if unpublished:  # the uploads concurrently (a rename store has none)
-        wanted = {targets[f.path]: f.upload or "" for f in unpublished}
-        completed = manager.complete_uploads(wanted)
-        published += len(completed)
-        missing += [f.path for f in unpublished if targets[f.path] not in completed
-                    and not manager.exists(targets[f.path])]  # fmt: skip
+        targets = [paths.join(tl.table, f.path) for f in uploads]
+        there = manager.existing_files(targets) if targets else set()
+        return len(temps) + sum(t not in there for t in targets), ()
+    published, missing = publish_files(manager, tl.table, files)
     if published:
         logger.info("published %d committed files of %s after its outcome", published, instant)
     warnings = tuple(

@@ -126,6 +126,16 @@ class DataFile:
         what is published, as snapshots keep it)."""
         return {"path": self.path, "size": self.size, "rows": self.rows}
 
+    def to_outcome_json(self) -> dict[str, Any]:
+        """The JSON form in a committed outcome: :meth:`to_json` plus ``temp``/``upload`` when
+        the file is published after the outcome (docs/storage-contract.md, W9)."""
+        value = self.to_json()
+        if self.temp is not None:
+            value["temp"] = self.temp
+        if self.upload is not None:
+            value["upload"] = self.upload
+        return value
+
     @classmethod
     def from_json(cls, value: Any, *, source: str) -> DataFile:
         """Parse one entry of an outcome's ``files`` list."""
@@ -339,7 +349,7 @@ class Timeline:
             "instant": instant,
             "outcome": Outcome.COMMITTED.value,
             "decided": datetime.datetime.now(datetime.UTC).isoformat(),
-            "files": [f.to_json() for f in files],
+            "files": [f.to_outcome_json() for f in files],
             "extra": dict(extra or {}),
         }
         if write is not None:

@@ -196,7 +196,8 @@ def _executor(argv: list[str]) -> int:
         raise
     trail.write_text(f"{time.time():.3f} wrote {[f.path for f in files]}\n")
     tmp = run_dir / f".executor-{partition}.json"
-    tmp.write_text(json.dumps([f.to_json() for f in files]))
+    # with each file's temp name or upload id: the driver publishes them after the outcome
+    tmp.write_text(json.dumps([f.to_outcome_json() for f in files]))
     os.replace(tmp, run_dir / f"executor-{partition}.json")
     return 0
 

@@ -100,6 +100,21 @@ def data_files_on_storage(url: str, options: Mapping[str, Any] | None = None) ->
     return {rel for rel in relative if not any(p.startswith(("_", ".")) for p in rel.split("/"))}
 
 
+def unpublished_leftovers(url: str, options: Mapping[str, Any] | None = None) -> list[str]:
+    """Temp files (rename stores) or pending multipart uploads (S3) under the table's data
+    directories: what a write leaves unpublished until its driver or a rollback decides."""
+    manager, base = filemanager.resolve(url, storage_options=options or {})
+    root = base.rstrip("/")
+    if isinstance(manager, filemanager.DirectPutFileManager):
+        return sorted(u["Key"] for u in manager.list_pending_uploads(root + "/"))
+    return sorted(
+        info.path
+        for info in manager.list_files(root)
+        if filemanager.is_temp_name(paths.basename(info.path))
+        and f"/{timeline.SPARKGUARD_DIR}/" not in info.path
+    )
+
+
 def assert_no_strays(url: str, options: Mapping[str, Any] | None = None) -> None:
     """Every data file on storage is a committed one (failed writes left nothing behind)."""
     committed = set(reader.committed_files(url, storage_options=options or {}))

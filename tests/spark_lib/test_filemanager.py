@@ -26,6 +26,32 @@ def test_publishes_only_on_close(store: Store) -> None:
     stream.close()  # closing twice is a no-op
 
 
+def test_hold_leaves_the_file_unlisted_until_published_or_cancelled(store: Store) -> None:
+    """``hold`` closes without publishing (a temp file; on S3 an open upload, even for a small
+    file); ``publish_held`` publishes it, once; ``cancel`` of a held stream removes it."""
+    manager = store.manager
+    kept, dropped = paths.join(store.base, "held.bin"), paths.join(store.base, "dropped.bin")
+    streams, held = {}, {}
+    for target in (kept, dropped):
+        streams[target] = manager.create_atomic(target, overwrite=True)
+        streams[target].write(b"held bytes")
+        held[target] = streams[target].hold()
+        assert held[target].path == target
+        assert not manager.exists(target)
+        assert (held[target].temp is None) == (store.name == "s3")
+        visible = [i.name for i in manager.list(store.base)]
+        assert not any(n.endswith(".bin") and not n.startswith(".") for n in visible), visible
+    streams[dropped].cancel()
+    assert manager.publish_held(held[dropped]) is False  # cancelled: nothing to publish
+    assert manager.publish_held(held[kept]) is True
+    assert manager.read_bytes(kept) == b"held bytes"
+    assert manager.publish_held(held[kept]) is False  # published already
+    assert not manager.exists(dropped)
+    assert [i.name for i in manager.list(store.base)] == ["held.bin"]
+    if isinstance(manager, filemanager.DirectPutFileManager):
+        assert manager.list_pending_uploads(store.base + "/") == []
+
+
 def test_cancel_leaves_nothing(store: Store) -> None:
     target = paths.join(store.base, "cancelled.bin")
     stream = store.manager.create_atomic(target)

@@ -20,7 +20,12 @@ from sparkguard.spark_lib import filemanager
 from sparkguard.spark_lib.base import errors
 from sparkguard.spark_lib.spark import writer
 from sparkguard.spark_lib.storage import journal, lifecycle, markers, rollback, timeline
-from tests.spark_lib.spark_conftest import assert_exactly_once, assert_no_strays
+from tests.spark_lib.spark_conftest import (
+    assert_exactly_once,
+    assert_no_strays,
+    data_files_on_storage,
+    unpublished_leftovers,
+)
 
 SCHEMA = StructType([StructField("id", LongType())])
 PARTS = {0: range(100), 1: range(100, 250), 2: range(250, 300)}
@@ -67,7 +72,9 @@ def _keys(url: str, options: dict[str, Any]) -> list[str]:
 
 
 def _crashed_first_write(where: Where, job: str = "orders-1") -> writer.BatchWriter:
-    """The first write to a new table: two tasks published their files, then the driver died."""
+    """The first write to a new table: two tasks wrote their files (left unpublished: temp
+    files, pending uploads, for the driver to publish after the outcome), then the driver
+    died."""
     url, journal_url, options = where
     w = _start(url, journal_url, options, job)
     _task(w, 0)
@@ -105,7 +112,7 @@ def test_rollback_of_the_write_that_created_the_table_removes_it_and_the_rerun_c
     w = _crashed_first_write(where)
     summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
     assert summary.instants_rolled_back == (w.instant,)
-    assert summary.files_deleted == 2
+    assert (summary.files_deleted, summary.temp_files_removed) == (0, 2)  # never published
     assert summary.tables_removed == (summary.tables[0],)
     assert summary.to_json()["tablesRemoved"] == list(summary.tables)
     assert _keys(url, options) == [], "no file, key or directory is left at the location"
@@ -157,7 +164,7 @@ def test_a_table_that_had_committed_data_is_never_removed(where: Where) -> None:
     _crashed_first_write(where, job="orders-1")
     summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
     assert summary.tables_removed == ()
-    assert summary.files_deleted == 2
+    assert (summary.files_deleted, summary.temp_files_removed) == (0, 2)  # never published
     assert_exactly_once(url, PARTS[0], options)
 
 
@@ -361,7 +368,8 @@ def test_a_late_file_published_during_the_pass_goes_with_the_location(
     monkeypatch.setattr(filemanager.RenameFileManager, "list_tree", zombie_publishes_then_list)
     summary = rollback.rollback_job("orders-1", where[1])
     assert summary.tables_removed == (where[0],)
-    assert summary.files_deleted == 3  # the two files of R5, and the late one
+    # the late one; the two files the tasks left unpublished are R6's temp files
+    assert (summary.files_deleted, summary.temp_files_removed) == (1, 2)
     assert not (tmp_path / "t").exists()
 
 
@@ -438,3 +446,48 @@ def test_the_cli_says_which_tables_it_removed(
     assert cli.main(argv) == 0
     assert f"table removed: {where[0]} (the rolled-back write created" in capsys.readouterr().out
     assert not (tmp_path / "t").exists()
+
+
+def test_a_driver_dead_inside_the_publication_window_is_rolled_forward_by_the_next_write(
+    where: Where, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outcome written, nothing published, the driver gone, no rollback run: the job's next
+    write (a rerun by hand) publishes the committed files at W1 (R8a) before it skips."""
+    url, journal_url, options = where
+    w = _start(url, journal_url, options, "orders-1")
+    messages = [_task(w, p) for p in PARTS]
+
+    def dies(*_: Any) -> int:
+        raise RuntimeError("the driver died after the outcome")
+
+    monkeypatch.setattr(writer, "publish_committed", dies)
+    with pytest.raises(RuntimeError, match="after the outcome"):
+        w.commit(messages)
+    monkeypatch.undo()
+    assert data_files_on_storage(url, options) == set()  # committed, not published
+    conf = {"spark.sparkguard.jobId": "orders-1", "spark.sparkguard.journal": journal_url}
+    conf["spark.sparkguard.storageOptions"] = json.dumps(options)
+    rerun = writer.source_class(conf)(options={"path": url}).writer(SCHEMA, False)
+    assert isinstance(rerun, writer.SkipWriter)  # W1 rolled forward, then skipped the write
+    assert_exactly_once(url, range(300), options)
+    assert len(data_files_on_storage(url, options)) == len(PARTS)
+
+
+def test_only_the_accepted_attempt_is_published_and_no_other_upload_or_temp_file_stays(
+    where: Where,
+) -> None:
+    """Two attempts of each task write the same names (a retry, a speculative copy); the commit
+    gets the second attempt's message: only its files are ever published, the first attempt's
+    temp files and pending uploads are removed."""
+    url, journal_url, options = where
+    w = _start(url, journal_url, options, "orders-1")
+    losers = [_task(w, p) for p in PARTS]
+    winners = [_task(w, p) for p in PARTS]
+    assert {f.temp or f.upload for m in losers for f in m.files}.isdisjoint(
+        {f.temp or f.upload for m in winners for f in m.files}
+    )
+    assert len(unpublished_leftovers(url, options)) == 2 * len(PARTS)
+    w.commit(winners)
+    assert_exactly_once(url, range(300), options)
+    assert_no_strays(url, options)
+    assert unpublished_leftovers(url, options) == []

@@ -33,6 +33,7 @@ from tests.spark_lib.spark_conftest import (
     ids_df,
     spark,
     undecided,
+    unpublished_leftovers,
 )
 from tests.support.process import kill_session
 
@@ -307,7 +308,9 @@ def test_driver_killed_during_second_write_then_rollback_and_rerun(tmp_path: Pat
     statuses = _instants(url)
     assert [s.state for s in statuses] == [timeline.State.COMMITTED, timeline.State.INFLIGHT]
     assert [writer.write_index_of(s) for s in statuses] == [0, 1]
-    assert any("-w001-" in p for p in data_files_on_storage(url))  # write 1 left files
+    # write 1 left files, unpublished: a plain directory reader sees none of them
+    assert any("-w001-" in p for p in unpublished_leftovers(url))
+    assert not any("-w001-" in p for p in data_files_on_storage(url))
     assert_exactly_once(url, FIRST)  # a reader sees write 0 only
 
     summary = rollback.rollback_job(job, journal)

@@ -31,11 +31,13 @@ from sparkguard.spark_lib.storage import rollback
 from tests.spark_lib.spark_conftest import (
     assert_exactly_once,
     assert_no_strays,
+    data_files_on_storage,
     fired,
     ids_df,
     injected,
     spark,
     undecided,
+    unpublished_leftovers,
     visible_ids,
 )
 from tests.support import s3server
@@ -220,11 +222,21 @@ def test_driver_sigkilled_then_rollback_and_rerun(
 ) -> None:
     killed = killed_driver[kind, point]
     url, job, journal, options = killed.url, killed.job, killed.journal, killed.options
-    ids = visible_ids(url, options)
-    expected = list(ROWS) if point == P.COMMIT_AFTER_OUTCOME else []
-    assert sorted(ids) == expected, point  # the outcome decides: all of it, or none of it
+    # A plain directory reader sees nothing of a write killed before its outcome, nor of one
+    # killed after it and before its publication: the tasks left temp files / pending uploads.
+    assert data_files_on_storage(url, options) == set(), point
+    if point == P.COMMIT_AFTER_OUTCOME:
+        # Inside the publication window a committed-only read fails naming a committed file.
+        with pytest.raises(FileNotFoundError, match=r"part-\d{5}-"):
+            visible_ids(url, options)
+    else:
+        assert visible_ids(url, options) == [], point
     summary = rollback.rollback_job(job, journal, storage_options=options)
     assert undecided(url, options) == []
+    if point == P.COMMIT_AFTER_OUTCOME:  # rolled forward: all of it, before any rerun
+        assert summary.files_published == len(data_files_on_storage(url, options)) > 0
+        assert sorted(visible_ids(url, options)) == list(ROWS)
+        assert_no_strays(url, options)
     # The write created the table's location: a rollback removes it (the rerun creates it).
     removed = () if point == P.COMMIT_AFTER_OUTCOME else summary.tables
     assert summary.tables_removed == removed, point
@@ -235,6 +247,7 @@ def test_driver_sigkilled_then_rollback_and_rerun(
     ids_df(spark, ROWS).write.format("sparkguard").mode("append").save(url)
     assert_exactly_once(url, ROWS, options)
     assert_no_strays(url, options)
+    assert unpublished_leftovers(url, options) == [], point
 
 
 @pytest.mark.s3
