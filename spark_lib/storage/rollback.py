@@ -778,11 +778,9 @@ def roll_forward(
     if not pending and not uploads:
         return 0, ()
     manager = tl.manager
-    if dry_run:  # (an upload whose object is there: taken as published)
+    if dry_run:
         temps = manager.existing_files(paths.join(tl.table, f.temp or "") for f in pending)
-        targets = [paths.join(tl.table, f.path) for f in uploads]
-        there = manager.existing_files(targets) if targets else set()
-        return len(temps) + sum(t not in there for t in targets), ()
+        return len(temps) + len(_still_pending(manager, tl.table, uploads)), ()
     published, missing = publish_files(manager, tl.table, files)
     if published:
         logger.info("published %d committed files of %s after its outcome", published, instant)
@@ -793,6 +791,18 @@ def roll_forward(
         for path in missing
     )
     return published, warnings
+
+
+def _still_pending(
+    manager: filemanager.FileManager, table: str, uploads: list[timeline.DataFile]
+) -> set[str]:
+    """The upload ids of ``uploads`` the store still holds open (one listing of the uploads
+    under the table)."""
+    if not uploads or not isinstance(manager, filemanager.DirectPutFileManager):
+        return set()
+    wanted = {f.upload for f in uploads}
+    listed = manager.list_pending_uploads(table.rstrip("/") + "/")
+    return {u["UploadId"] for u in listed if u["UploadId"] in wanted}
 
 
 #: The writer that deletes what its overwrites supersede (W9b): Spark's own file writes.

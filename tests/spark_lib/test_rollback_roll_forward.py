@@ -175,9 +175,11 @@ def test_rollback_completes_the_uploads_a_dead_driver_left_open(
 ) -> None:
     """A JVM append on S3 whose driver died inside its publication window: one upload
     completed, two still open (the outcome lists their ids), one more open upload of a
-    committed name that the outcome does not list (a failed attempt's). The rollback completes
-    the two (R8a: ListParts, CompleteMultipartUpload), aborts the stray one (R8b) and deletes
-    nothing; a second run changes nothing."""
+    committed name that the outcome does not list (a failed attempt's); one of the two open
+    ones rewrites a name whose older object is still there (``rerun=rewrite``). The rollback
+    completes the two (R8a: ListParts, CompleteMultipartUpload: the rewrite's content replaces
+    the older object), aborts the stray one (R8b) and deletes nothing; a second run changes
+    nothing."""
     bucket = s3_server.create_bucket()
     client = s3_server.client()
     options = s3_server.storage_options
@@ -188,6 +190,8 @@ def test_rollback_completes_the_uploads_a_dead_driver_left_open(
     mdir = f"t/{timeline.SPARKGUARD_DIR}/markers/{instant}"
     client.put_object(Bucket=bucket, Key=f"{mdir}/MARKERS.type", Body=b"DIRECT")
     data = {name: f"rows of {name}".encode() for name in S3_NAMES}
+    rewritten = S3_NAMES[2]
+    client.put_object(Bucket=bucket, Key=f"t/{rewritten}", Body=b"an earlier write's rows")
     uploads = {}
     for name in S3_NAMES:
         client.put_object(Bucket=bucket, Key=f"{mdir}/{name}.marker.CREATE", Body=b"")
