@@ -22,6 +22,7 @@ are its public surface. The backends never import each other, only :mod:`.base`.
 """
 
 from sparkguard.spark_lib.filemanager.base import (
+    CREATE_PROBE_PREFIX,
     LIST_THRESHOLD,
     TEMP_MARKER,
     AtomicStream,
@@ -66,6 +67,7 @@ __all__ = [
     "BULK_DELETE_KEYS",
     "CONCURRENCY",
     "CONDITIONAL_PUT_PROTOCOLS",
+    "CREATE_PROBE_PREFIX",
     "DEFAULT_KINDS",
     "LIST_THRESHOLD",
     "TEMP_MARKER",

@@ -65,9 +65,20 @@ def make_temp_name(name: str) -> str:
     return f".{name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
 
 
+#: the name prefix of the key a conditional-create probe puts twice beside the first
+#: create-if-absent of a process in a bucket, then deletes (``require_conditional_create``;
+#: the JVM's ``ConditionalCreateProbe`` names it the same)
+CREATE_PROBE_PREFIX: Final = ".sg-create-probe-"
+
+
 def is_temp_name(name: str) -> bool:
-    """Whether a file name is a temp file left by :class:`RenameFileManager`."""
-    return bool(_TEMP_NAME.match(paths.basename(name)))
+    """Whether a file name is a transient file of a writer: a temp file of a put in progress
+    (:func:`make_temp_name`), or a conditional-create probe (:data:`CREATE_PROBE_PREFIX`: a
+    concurrent listing sees it for a moment, and a process killed between its puts and its
+    delete leaves it). Readers of a directory of the contract skip such names; neither has a
+    target (:func:`temp_target`)."""
+    base = paths.basename(name)
+    return bool(_TEMP_NAME.match(base)) or base.startswith(CREATE_PROBE_PREFIX)
 
 
 def temp_target(name: str) -> str | None:

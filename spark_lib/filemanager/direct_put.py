@@ -23,6 +23,7 @@ from fsspec.spec import AbstractFileSystem
 
 from sparkguard.spark_lib.base import errors, paths
 from sparkguard.spark_lib.filemanager.base import (
+    CREATE_PROBE_PREFIX,
     LIST_THRESHOLD,
     AtomicStream,
     CreateMode,
@@ -387,7 +388,7 @@ class DirectPutFileManager(FileManager):
         bucket, _, _ = self.fs.split_path(sample)
         store = self._store_key(bucket)
         if store not in _CONDITIONAL_CREATE:
-            probe = paths.join(paths.parent(sample), f".sg-create-probe-{uuid.uuid4().hex}")
+            probe = paths.join(paths.parent(sample), f"{CREATE_PROBE_PREFIX}{uuid.uuid4().hex}")
             _, key, _ = self.fs.split_path(probe)
             honoured = False
             try:

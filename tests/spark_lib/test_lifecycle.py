@@ -403,6 +403,29 @@ def test_a_late_file_whose_direct_marker_came_after_the_markers_were_read_goes_t
     _rerun_commits_everything(where)
 
 
+def test_conditional_create_probes_are_skipped_by_every_reader_and_go_with_the_location(
+    where: Where,
+) -> None:
+    """A process killed between its conditional-create probe's puts and its delete leaves
+    ``.sg-create-probe-<hex>`` beside its first create-if-absent: in the timeline, a marker
+    directory, the journal (and a concurrent listing sees one there for a moment, as CI's
+    ownership case met in a marker directory). Every reader skips it, and the rollback removes
+    the location with it."""
+    url, journal_url, options = where
+    w = _crashed_first_write(where)
+    manager, path = filemanager.resolve(url, storage_options=options)
+    journal_manager, journal_path = filemanager.resolve(journal_url, storage_options=options)
+    probe = f"{filemanager.CREATE_PROBE_PREFIX}{'0' * 32}"
+    for directory in (f"{path}/_sparkguard/timeline", markers.marker_dir(path, w.instant)):
+        manager.write_bytes(f"{directory}/{probe}", b"")
+    journal_manager.write_bytes(f"{journal_path}/orders-1/{probe}", b"")
+    summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
+    assert summary.instants_rolled_back == (w.instant,)
+    assert summary.tables_removed == summary.tables
+    assert _keys(url, options) == []
+    _rerun_commits_everything(where)
+
+
 def test_a_late_file_published_after_the_removal_goes_with_the_next_rollback(
     where: Where,
 ) -> None:
