@@ -54,7 +54,9 @@ directory reader sees part of the best round's write. sparkguard: from its outco
 its last data file published (renames; on S3 upload completions), by the driver's own count;
 magic: from the first upload its job commit completes to the last; builtin on S3: from the
 first COPY of the job commit onto a final key to the last (both from the proxy's log). Run with
-``--partitions 1000`` for the window of 1,000 files.
+``--partitions 1000`` for the window of 1,000 files (on S3 with ``--modes sparkguard,magic``:
+``--modes`` runs a subset of the protocols, and a ratio whose mode did not run prints
+``n/a``).
 
 ``--phases`` splits each best time into the write's Spark job (tasks with their task commits)
 and the rest (the driver's planning, job setup and job commit), from Spark's event log.
@@ -440,7 +442,22 @@ def main() -> int:
         help="where the local tables go (default: the system temp dir); e.g. /dev/shm, where "
         "fsync costs nothing, to see what durable publication costs on disk",
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(S3_KINDS),
+        help="the protocols to run, comma-separated, of builtin, magic (S3 only) and sparkguard "
+        "(default: all); e.g. --storage s3 --modes sparkguard,magic --partitions 1000 for the "
+        "1,000-file publication window beside the magic committer's, where builtin's write "
+        "through the 20 ms proxy takes over ten minutes a round",
+    )
     args = parser.parse_args()
+    args.modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    unknown = sorted(set(args.modes) - set(S3_KINDS))
+    if unknown or not args.modes:
+        parser.error(
+            f"--modes {','.join(args.modes) or '(none)'}: use a comma-separated subset of "
+            f"{', '.join(S3_KINDS)}" + (f" ({', '.join(unknown)} unknown)" if unknown else "")
+        )
     if args.rounds < 3:
         parser.error(f"--rounds {args.rounds}: use at least 3 (best of >= 3 rotated rounds)")
     rows, partitions = (1_000_000, 8) if args.quick else (args.rows, args.partitions)
@@ -551,7 +568,10 @@ def run(
         "concat('name-', cast(id % 50000 as string)) as s",
     )
     df.cache().count()
-    kinds = {"local": LOCAL_KINDS, "s3": S3_KINDS, "hdfs": LOCAL_KINDS}
+    kinds = {
+        name: tuple(k for k in every if k in args.modes)
+        for name, every in {"local": LOCAL_KINDS, "s3": S3_KINDS, "hdfs": LOCAL_KINDS}.items()
+    }
     results = {(s, k): Result() for s in stores for k in kinds[s]}
     print(
         f"rows={rows} partitions={partitions} rounds={args.rounds} (+1 untimed warm-up) "
