@@ -448,7 +448,9 @@ class FileManager(abc.ABC):
         """Remove the directory ``path`` if it is empty (never recursively).
 
         Returns ``True`` when it is gone (removed now, or missing), ``False`` when something is
-        in it: a writer that created a file there meanwhile keeps its directory.
+        in it: a writer that created a file there meanwhile keeps its directory. The answer is
+        checked (one more request): an fsspec filesystem without an ``rmdir`` of its own
+        inherits one that does nothing.
         """
         try:
             self.fs.rmdir(path)
@@ -456,7 +458,7 @@ class FileManager(abc.ABC):
             return True
         except OSError:
             return False
-        return True
+        return not self.fs.exists(path)
 
     def delete(self, path: str) -> None:
         """Delete a file; a missing file is not an error (deletes are idempotent)."""

@@ -234,15 +234,18 @@ def _random_case(kind: str, seed: int, store: str) -> Any:
     return pytest.param(kind, seed, store, marks=marks, id=f"{kind}{suffix}-{seed}")
 
 
-#: every kind of write on local disk; on HDFS and S3 (slower: a store server, S3A's start)
-#: one kind each, between them all three
+#: every kind of write on every store (each store publishes its own way: renames on local
+#: disk and HDFS, upload completions on S3)
 RANDOM_CASES = [
     _random_case("append", 3, "local"),
     _random_case("overwrite", 5, "local"),
     _random_case("dynamic", 7, "local"),
     _random_case("append", 11, "s3"),
+    _random_case("overwrite", 19, "s3"),
     _random_case("dynamic", 13, "s3"),
+    _random_case("append", 23, "hdfs"),
     _random_case("overwrite", 17, "hdfs"),
+    _random_case("dynamic", 29, "hdfs"),
 ]
 
 

@@ -41,6 +41,21 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     return f"{bucket}/t", f"{bucket}/journal", request.getfixturevalue("s3_options")
 
 
+@pytest.fixture(params=["local", "s3", pytest.param("hdfs", marks=pytest.mark.hdfs)])
+def on_every_store(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
+    """:func:`where`, and the HDFS minicluster: for the tests of how the writer holds and
+    publishes its files, which each store does its own way (a rename on local disk, a delete
+    then a rename on HDFS, an upload completion on S3)."""
+    if request.param == "local":
+        return str(tmp_path / "t"), str(tmp_path / "journal"), {}
+    if request.param == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        return f"{bucket}/t", f"{bucket}/journal", request.getfixturevalue("s3_options")
+    cluster = request.getfixturevalue("hdfs_cluster")
+    base = cluster.fresh_dir()
+    return f"{base}/t", f"{base}/journal", cluster.storage_options
+
+
 def _start(url: str, journal_url: str, options: dict[str, Any], job: str) -> writer.BatchWriter:
     cls = writer.source_class(
         {
@@ -106,9 +121,9 @@ def test_a_write_to_a_new_location_records_it_and_one_to_an_existing_table_does_
 
 
 def test_rollback_of_the_write_that_created_the_table_removes_it_and_the_rerun_creates_it(
-    where: Where,
+    on_every_store: Where,
 ) -> None:
-    url, journal_url, options = where
+    url, journal_url, options = where = on_every_store
     w = _crashed_first_write(where)
     summary = rollback.rollback_job("orders-1", journal_url, storage_options=options)
     assert summary.instants_rolled_back == (w.instant,)
@@ -472,11 +487,11 @@ def test_the_cli_says_which_tables_it_removed(
 
 
 def test_a_driver_dead_inside_the_publication_window_is_rolled_forward_by_the_next_write(
-    where: Where, monkeypatch: pytest.MonkeyPatch
+    on_every_store: Where, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Outcome written, nothing published, the driver gone, no rollback run: the job's next
     write (a rerun by hand) publishes the committed files at W1 (R8a) before it skips."""
-    url, journal_url, options = where
+    url, journal_url, options = on_every_store
     w = _start(url, journal_url, options, "orders-1")
     messages = [_task(w, p) for p in PARTS]
 
@@ -497,12 +512,12 @@ def test_a_driver_dead_inside_the_publication_window_is_rolled_forward_by_the_ne
 
 
 def test_only_the_accepted_attempt_is_published_and_no_other_upload_or_temp_file_stays(
-    where: Where,
+    on_every_store: Where,
 ) -> None:
     """Two attempts of each task write the same names (a retry, a speculative copy); the commit
     gets the second attempt's message: only its files are ever published, the first attempt's
     temp files and pending uploads are removed."""
-    url, journal_url, options = where
+    url, journal_url, options = on_every_store
     w = _start(url, journal_url, options, "orders-1")
     losers = [_task(w, p) for p in PARTS]
     winners = [_task(w, p) for p in PARTS]

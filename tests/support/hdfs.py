@@ -197,7 +197,7 @@ class HdfsOverWebHdfs(WebHDFS):  # type: ignore[misc]
     ``{"boolean": false}``, which fsspec's WebHDFS ignores: here a rename onto an existing file
     raises :class:`FileExistsError` (a refused publication would look like a success) and a
     delete of a missing file :class:`FileNotFoundError` (as every fsspec filesystem does; the
-    rollback counts what it deleted by it)."""
+    rollback counts what it deleted by it); ``rmdir`` removes an empty directory only."""
 
     protocol = ("hdfs",)
 
@@ -222,6 +222,12 @@ class HdfsOverWebHdfs(WebHDFS):  # type: ignore[misc]
         answer = self._call("DELETE", method="delete", path=path, recursive=flag)
         if not answer.json().get("boolean", False):
             raise FileNotFoundError(path)
+
+    def rmdir(self, path: str) -> None:
+        """Remove an empty directory: a DELETE without ``recursive``, which the NameNode
+        refuses for a directory with anything in it (an :class:`OSError` here). fsspec's
+        WebHDFS has no ``rmdir``: its base class's does nothing."""
+        self.rm(path, recursive=False)
 
 
 @contextlib.contextmanager
