@@ -612,20 +612,14 @@ def _show_leftovers(setup: _Setup, report: _Report) -> None:
     report.check(bool(leftovers or temps), "partial output is on storage")
     committed = reader.committed_paths(setup.table_url, storage_options=setup.options)
     report.check(committed == [], "readers of committed data see nothing of it")
-    direct = isinstance(setup.manager, filemanager.DirectPutFileManager)
-    if setup.writer is Writer.JVM and not direct:
-        # Published only after the outcome (docs/storage-contract.md, "Publication after the
-        # outcome"): the dead write's files are all hidden temp files.
-        report.check(
-            leftovers == [],
-            "a plain spark.read.parquet of the directory sees the committed rows only (none), "
-            "before any rollback",
-        )
-    else:
-        report.say(
-            "this writer on this store publishes each file as its task ends: a plain directory "
-            "reader sees these files until the rollback (readers of committed data never do)"
-        )
+    # Both writers publish only after the outcome, on every store of the demo (docs/
+    # storage-contract.md, "Publication after the outcome"): the dead write's files are all
+    # hidden temp files or unfinished uploads.
+    report.check(
+        leftovers == [],
+        "a plain spark.read.parquet of the directory sees the committed rows only (none), "
+        "before any rollback",
+    )
 
 
 def _roll_back(setup: _Setup, report: _Report) -> None:

@@ -109,8 +109,9 @@ def test_demo_falls_back_to_the_fsspec_writer_where_the_jvm_cannot_write(
     tmp_path: Path, s3_server: s3server.S3Server, s3_bucket: str
 ) -> None:
     """An ``s3://`` table (no Hadoop FileSystem for it here): the demo says why and runs
-    sparkguard's Python writer, killed while its fault hook pauses a task; the commit is the
-    Python writer's (no JVM protocol in the timeline)."""
+    sparkguard's Python writer, killed while its fault hook pauses a task; a plain directory
+    reader sees nothing of the dead write; the commit is the Python writer's (no JVM protocol in
+    the timeline)."""
     table = f"{s3_bucket}/demo"
     result = _demo(
         "--storage", table, "--rows", "20000", "--partitions", "6", cwd=tmp_path,
@@ -124,6 +125,10 @@ def test_demo_falls_back_to_the_fsspec_writer_where_the_jvm_cannot_write(
         "Hadoop inside PySpark has no FileSystem for s3:// here"
     ) in out
     assert "ok   committed by sparkguard's Python writer" in out
+    # The Python writer publishes after the outcome too: the dead write's files are unfinished
+    # uploads, which no directory reader lists.
+    assert "data files a plain directory reader lists, none committed: 0" in out
+    assert "ok   a plain spark.read.parquet of the directory sees the committed rows only" in out
     assert "spark-conf" not in out
     (commit,) = _committed(table, s3_server.storage_options)
     assert "protocol" not in commit.extra
