@@ -381,26 +381,19 @@ class DirectPutFileManager(FileManager):
 
         Asked once per process, store (filesystem class and endpoint) and bucket: a probe key
         beside ``sample`` (a hidden name) is created twice with ``If-None-Match: *``; the
-        second must be refused (412). Then the probe is deleted. Raises
+        second must be refused (412). Then the probe is deleted. A store is called one that
+        ignores the condition only when a second probe, with a fresh key, says so too (a
+        rollback may delete a probe key it listed between the two puts). Raises
         :class:`~sparkguard.spark_lib.base.errors.UnsupportedStoreError` naming the store, the
         bucket and the choices; the Spark JVM layer asks the same way
         (``ConditionalCreateProbe``)."""
         bucket, _, _ = self.fs.split_path(sample)
         store = self._store_key(bucket)
         if store not in _CONDITIONAL_CREATE:
-            probe = paths.join(paths.parent(sample), f"{CREATE_PROBE_PREFIX}{uuid.uuid4().hex}")
-            _, key, _ = self.fs.split_path(probe)
-            honoured = False
-            try:
-                for _ in range(2):
-                    self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*")
-            except OSError as exc:
-                if not (isinstance(exc, FileExistsError) or _is_precondition_failed(exc)):
-                    raise
-                honoured = True
-            finally:
-                with contextlib.suppress(OSError):
-                    self.fs.call_s3("delete_object", Bucket=bucket, Key=key)
+            # Twice, each with a fresh key, before calling the store one that ignores the
+            # condition: a rollback that listed the probe key deletes it with the markers
+            # (R7), and a second put after that delete succeeds on any store.
+            honoured = any(self._probe_once(bucket, sample) for _ in range(2))
             _CONDITIONAL_CREATE[store] = honoured
             logger.info(
                 "bucket %s %s If-None-Match on PUT", bucket, "honours" if honoured else "ignores"
@@ -415,6 +408,23 @@ class DirectPutFileManager(FileManager):
                 "and the sidecar: SPARKGUARD_CREATE_MODE=check-then-put; a racy check: one "
                 "writer per path only)"
             )
+
+    def _probe_once(self, bucket: str, sample: str) -> bool:
+        """Put a fresh probe key beside ``sample`` twice with ``If-None-Match: *``, then
+        delete it; whether the second put was refused."""
+        probe = paths.join(paths.parent(sample), f"{CREATE_PROBE_PREFIX}{uuid.uuid4().hex}")
+        _, key, _ = self.fs.split_path(probe)
+        try:
+            for _ in range(2):
+                self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*")
+        except OSError as exc:
+            if not (isinstance(exc, FileExistsError) or _is_precondition_failed(exc)):
+                raise
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=key)
+        return False
 
     def _delete_files(self, file_paths: builtins.list[str]) -> None:
         # One bulk request per 1,000 keys on S3; missing keys are not an error there.

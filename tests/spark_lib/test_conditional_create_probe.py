@@ -71,6 +71,36 @@ def test_a_store_honouring_it_is_probed_once_and_left_clean(
     assert any(store[2] == bucket for store in direct_put._CONDITIONAL_CREATE)
 
 
+def test_a_probe_key_deleted_between_its_puts_does_not_make_the_store_refused(
+    s3_server: s3server.S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback lists a marker directory while a process probes there and deletes the probe
+    key with the markers (R7): the probe's second put then succeeds although the store honours
+    the condition. One such answer must not refuse the store for the whole process."""
+    bucket = s3_server.create_bucket()
+    manager, path = filemanager.resolve(
+        f"s3://{bucket}/t", storage_options=s3_server.storage_options
+    )
+    assert isinstance(manager, filemanager.DirectPutFileManager)
+    call_s3 = manager.fs.call_s3
+    puts: list[str] = []
+
+    def a_rollback_deletes_the_first_probe(method: str, **kwargs: Any) -> Any:
+        answer = call_s3(method, **kwargs)
+        key = kwargs.get("Key", "")
+        if method == "put_object" and filemanager.CREATE_PROBE_PREFIX in key:
+            puts.append(key)
+            if len(puts) == 1:
+                call_s3("delete_object", Bucket=kwargs["Bucket"], Key=key)
+        return answer
+
+    monkeypatch.setattr(manager.fs, "call_s3", a_rollback_deletes_the_first_probe)
+    assert manager.put_if_absent(f"{path}/a.json", b"{}")
+    assert len(set(puts)) == 2  # a second probe, with a fresh key, answered
+    assert not manager.put_if_absent(f"{path}/a.json", b"{}")
+    assert _keys(s3_server, bucket) == ["t/a.json"]
+
+
 def test_commands_take_the_racy_choice_from_the_environment(
     s3_server: s3server.S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
