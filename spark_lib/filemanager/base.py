@@ -71,14 +71,18 @@ def make_temp_name(name: str) -> str:
 CREATE_PROBE_PREFIX: Final = ".sg-create-probe-"
 
 
+def is_create_probe(name: str) -> bool:
+    """Whether a file name is a conditional-create probe (:data:`CREATE_PROBE_PREFIX`)."""
+    return paths.basename(name).startswith(CREATE_PROBE_PREFIX)
+
+
 def is_temp_name(name: str) -> bool:
     """Whether a file name is a transient file of a writer: a temp file of a put in progress
     (:func:`make_temp_name`), or a conditional-create probe (:data:`CREATE_PROBE_PREFIX`: a
     concurrent listing sees it for a moment, and a process killed between its puts and its
     delete leaves it). Readers of a directory of the contract skip such names; neither has a
     target (:func:`temp_target`)."""
-    base = paths.basename(name)
-    return bool(_TEMP_NAME.match(base)) or base.startswith(CREATE_PROBE_PREFIX)
+    return bool(_TEMP_NAME.match(paths.basename(name))) or is_create_probe(name)
 
 
 def temp_target(name: str) -> str | None:
@@ -153,8 +157,9 @@ class Held:
     """A file :meth:`AtomicStream.hold` closed without publishing it: whole (and durable where
     the store publishes durably) under ``temp`` (rename stores: a temp name in its directory), or
     as the open multipart upload ``upload`` at ``path`` (object stores). Both None: the store
-    cannot hold a file, and ``hold`` published it at ``path``.
-    :meth:`FileManager.publish_held` publishes it."""
+    cannot hold a file, and ``hold`` published it at ``path``. :meth:`FileManager.publish_temp`
+    or :meth:`FileManager.complete_uploads` publishes it (the writer, after the outcome:
+    ``rollback.publish_files``)."""
 
     path: str
     temp: str | None = None
@@ -241,7 +246,7 @@ class AtomicStream(abc.ABC):
 
     def hold(self) -> Held:
         """Close the stream **without** publishing it: the file stays whole where no directory
-        reader lists it, for the caller to publish later (:meth:`FileManager.publish_held`) or
+        reader lists it, for the caller to publish later (see :class:`Held`) or
         discard (:meth:`cancel`). A store that cannot hold a file publishes it here (the
         returned :class:`Held` names neither a temp file nor an upload)."""
         if self._state != "open":
@@ -519,16 +524,6 @@ class FileManager(abc.ABC):
             f"{type(self).__name__} cannot complete the uploads of {sorted(uploads)}: only "
             "object stores leave a committed file as a pending upload"
         )
-
-    def publish_held(self, held: Held) -> bool:
-        """Publish a file :meth:`AtomicStream.hold` left: rename its temp file onto its path
-        (:meth:`publish_temp`) or complete its upload (:meth:`complete_uploads`); False when
-        there was nothing left to publish (published already)."""
-        if held.temp is not None:
-            return self.publish_temp(held.temp, held.path)
-        if held.upload is not None:
-            return held.path in self.complete_uploads({held.path: held.upload})
-        return False
 
     def delete_existing(self, file_paths: Iterable[str]) -> set[str]:
         """Delete those of ``file_paths`` that exist; returns the ones actually removed.

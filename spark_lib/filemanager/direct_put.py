@@ -147,7 +147,8 @@ class _DirectPutStream(AtomicStream):
             self._publish()
             return Held(self.path)
         try:
-            self._upload_part(bytes(self._buffer))
+            if self._buffer or self._upload_id is None:  # an empty file: one empty part
+                self._upload_part(bytes(self._buffer))
         finally:
             self._buffer = bytearray()
         assert self._upload_id is not None

@@ -627,12 +627,7 @@ def verify_present(
     if uploads:
         if not isinstance(manager, filemanager.DirectPutFileManager):
             raise errors.SparkguardError(f"{table}: a task reported an upload on a rename store")
-        pending = {
-            u["UploadId"]
-            for u in manager.list_pending_uploads(table.rstrip("/") + "/")
-            if u["UploadId"] in uploads
-            and paths.join(table, uploads[u["UploadId"]].path).endswith("/" + u["Key"])
-        }
+        pending = rollback.pending_uploads(manager, table, files)
         for upload, data_file in sorted(uploads.items()):
             if upload not in pending:
                 raise errors.SparkguardError(

@@ -73,19 +73,13 @@ def is_leftover(relative: str, files: Collection[str]) -> bool:
     relative to the table). A purely computational
     function with no side-effects."""
     name = paths.basename(relative)
-    if name in _SPARK_LEFTOVERS or _is_probe(name):
+    if name in _SPARK_LEFTOVERS or filemanager.is_create_probe(name):
         return True
     owner = filemanager.checksum_owner(name)
     if owner is None:
         return False
     directory = relative[: -len(name)]
     return directory + owner not in files
-
-
-def _is_probe(name: str) -> bool:
-    """Whether ``name`` is a conditional-create probe a killed process left (a transient name
-    with no target, :func:`filemanager.is_temp_name`). A purely computational function."""
-    return filemanager.is_temp_name(name) and filemanager.temp_target(name) is None
 
 
 def _instant_file(relative: str) -> tuple[str, str] | None:
@@ -139,7 +133,7 @@ def _read(table: str, entries: list[filemanager.FileInfo]) -> _Listing | None:
                 direct_marked.setdefault(parts[2], set()).add(marked)
             continue
         if parts[1] == timeline.TIMELINE_DIR and relative in files:
-            if _is_probe(parts[-1]):
+            if filemanager.is_create_probe(parts[-1]):
                 continue  # a killed process's conditional-create probe: goes first
             found = _instant_file(relative)
             if found is not None:

@@ -780,7 +780,7 @@ def roll_forward(
     manager = tl.manager
     if dry_run:
         temps = manager.existing_files(paths.join(tl.table, f.temp or "") for f in pending)
-        return len(temps) + len(_still_pending(manager, tl.table, uploads)), ()
+        return len(temps) + len(pending_uploads(manager, tl.table, uploads)), ()
     published, missing = publish_files(manager, tl.table, files)
     if published:
         logger.info("published %d committed files of %s after its outcome", published, instant)
@@ -793,16 +793,21 @@ def roll_forward(
     return published, warnings
 
 
-def _still_pending(
-    manager: filemanager.FileManager, table: str, uploads: list[timeline.DataFile]
+def pending_uploads(
+    manager: filemanager.FileManager, table: str, files: Iterable[timeline.DataFile]
 ) -> set[str]:
-    """The upload ids of ``uploads`` the store still holds open (one listing of the uploads
-    under the table)."""
-    if not uploads or not isinstance(manager, filemanager.DirectPutFileManager):
+    """The upload ids that ``files`` list and the store still holds open at their names (one
+    listing of the uploads under the table; a rename store holds none): what W7 checks and a
+    dry run of R8a counts."""
+    wanted = {f.upload: f for f in files if f.upload is not None}
+    if not wanted or not isinstance(manager, filemanager.DirectPutFileManager):
         return set()
-    wanted = {f.upload for f in uploads}
-    listed = manager.list_pending_uploads(table.rstrip("/") + "/")
-    return {u["UploadId"] for u in listed if u["UploadId"] in wanted}
+    return {
+        u["UploadId"]
+        for u in manager.list_pending_uploads(table.rstrip("/") + "/")
+        if u["UploadId"] in wanted
+        and paths.join(table, wanted[u["UploadId"]].path).endswith("/" + u["Key"])
+    }
 
 
 #: The writer that deletes what its overwrites supersede (W9b): Spark's own file writes.
