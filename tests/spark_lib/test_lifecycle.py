@@ -32,13 +32,23 @@ PARTS = {0: range(100), 1: range(100, 250), 2: range(250, 300)}
 Where = tuple[str, str, dict[str, Any]]
 
 
+def _location(request: pytest.FixtureRequest, tmp_path: Path, store: str) -> Where:
+    """(table URL, journal URL, storage options) on ``store``: local disk, the S3 server or
+    the HDFS minicluster."""
+    if store == "local":
+        return str(tmp_path / "t"), str(tmp_path / "journal"), {}
+    if store == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        return f"{bucket}/t", f"{bucket}/journal", request.getfixturevalue("s3_options")
+    cluster = request.getfixturevalue("hdfs_cluster")
+    base = cluster.fresh_dir()
+    return f"{base}/t", f"{base}/journal", cluster.storage_options
+
+
 @pytest.fixture(params=["local", "s3"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     """(table URL, journal URL, storage options) on local disk or the S3 server."""
-    if request.param == "local":
-        return str(tmp_path / "t"), str(tmp_path / "journal"), {}
-    bucket = request.getfixturevalue("s3_bucket")
-    return f"{bucket}/t", f"{bucket}/journal", request.getfixturevalue("s3_options")
+    return _location(request, tmp_path, request.param)
 
 
 @pytest.fixture(params=["local", "s3", pytest.param("hdfs", marks=pytest.mark.hdfs)])
@@ -46,14 +56,7 @@ def on_every_store(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     """:func:`where`, and the HDFS minicluster: for the tests of how the writer holds and
     publishes its files, which each store does its own way (a rename on local disk, a delete
     then a rename on HDFS, an upload completion on S3)."""
-    if request.param == "local":
-        return str(tmp_path / "t"), str(tmp_path / "journal"), {}
-    if request.param == "s3":
-        bucket = request.getfixturevalue("s3_bucket")
-        return f"{bucket}/t", f"{bucket}/journal", request.getfixturevalue("s3_options")
-    cluster = request.getfixturevalue("hdfs_cluster")
-    base = cluster.fresh_dir()
-    return f"{base}/t", f"{base}/journal", cluster.storage_options
+    return _location(request, tmp_path, request.param)
 
 
 def _start(url: str, journal_url: str, options: dict[str, Any], job: str) -> writer.BatchWriter:
