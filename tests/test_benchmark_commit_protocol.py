@@ -47,6 +47,16 @@ def test_help_runs_without_spark() -> None:
     assert "local,s3,hdfs,both,all" in result.stdout.replace(" ", "").replace("\n", "")
 
 
+@pytest.mark.parametrize(
+    ("modes", "named"), [("sparkguard,foo", "(foo unknown)"), (" , ", "--modes (none)")]
+)
+def test_a_bad_modes_list_is_refused_naming_the_choices(modes: str, named: str) -> None:
+    result = run_benchmark("commit_protocol", "--modes", modes)
+    assert result.returncode == 2, result.stdout
+    assert named in result.stderr
+    assert "use a comma-separated subset of builtin, magic, sparkguard" in result.stderr
+
+
 def test_each_mode_sets_its_protocol_and_unsets_the_others_keys() -> None:
     bench = load("commit_protocol")
     jar = "/opt/sparkguard-spark.jar"
