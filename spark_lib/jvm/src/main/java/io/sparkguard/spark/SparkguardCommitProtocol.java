@@ -169,6 +169,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
   static final String PUBLISH_PAUSE_KEY = "sparkguard.test.publishPauseMs";
   private final long publishPauseMs;
   /**
+   * Hadoop setting (tests only): milliseconds {@link #setupJob} waits after the write's
+   * inflight instant and journal entry, before any task runs, so that a test can kill the
+   * driver of an opened write that has no file yet. 0 (the default): no wait.
+   */
+  static final String SETUP_PAUSE_KEY = "sparkguard.test.setupPauseMs";
+  private final long setupPauseMs;
+  /**
    * This JVM's last publication (W9a, driver): {@code "<files> <milliseconds>"} from the outcome
    * written to the last file published; empty before the first. Read by {@code
    * benchmarks/commit_protocol.py} (the publication window, beside the magic committer's).
@@ -195,6 +202,7 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
     this.ownedCreate = OwnedFileSystem.available(new Path(path), hadoopConf);
     this.pendingUploads = ownedCreate && writesDirectly() && store.pendingUploads();
     this.publishPauseMs = hadoopConf.getLong(PUBLISH_PAUSE_KEY, 0);
+    this.setupPauseMs = hadoopConf.getLong(SETUP_PAUSE_KEY, 0);
   }
 
   /** True when tasks write data files under their final names (object stores: no publish). */
@@ -310,6 +318,13 @@ public class SparkguardCommitProtocol extends FileCommitProtocol implements Seri
             settings.markerType().getBytes(StandardCharsets.UTF_8));
       }
       LOG.info("sparkguard: write {} of job {} to {} started", instant, settings.jobId(), path);
+      if (setupPauseMs > 0) {
+        Thread.sleep(setupPauseMs);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new UncheckedIOException(new java.io.InterruptedIOException(
+          "sparkguard: interrupted after starting the write to " + path));
     } catch (IOException e) {
       throw new UncheckedIOException("sparkguard: cannot start the write to " + path, e);
     }
