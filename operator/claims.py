@@ -150,10 +150,10 @@ async def _roll_back_claimed(
         decision, summary=result, now=now, seconds=seconds, queued_seconds=slot.waited
     )
     outcome = (
-        "committed"
-        if conclusion.phase is recovery.Phase.COMMITTED_NOT_RESUBMITTED
-        else "rolled_back"
+        "rolled_back"
         if summary.instants_rolled_back
+        else "committed"
+        if summary.instants_committed
         else "nothing_to_do"
     )
     runtime.metrics.rollbacks.labels(outcome=outcome).inc()

@@ -150,7 +150,7 @@ class Metrics:
             self.instants.labels(action=action)
         for outcome in ("rolled_back", "nothing_to_do", "committed", "error"):
             self.rollbacks.labels(outcome=outcome)
-        for reason in ("RetriesExhausted", "RollbackFailed", "CommittedNotResubmitted"):
+        for reason in ("RetriesExhausted", "RollbackFailed"):
             self.failures.labels(reason=reason)  # recovery.Reason values
         for step in ("claimed", "conclude", "patch", "finalizer"):
             self.conflicts.labels(step=step)

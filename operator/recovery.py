@@ -4,9 +4,14 @@ All progress lives in ``sparkguard.io/`` annotations on the app, so an operator 
 in the middle of a recovery reads where it stood and continues without acting twice::
 
     new FAILED ─▶ Recovering ─rollback─▶ RolledBack ─backoff─▶ Resubmitted (attempt+1)
-                      │                       │
-                      │ no retries left       └─ all committed ─▶ CommittedNotResubmitted
+                      │
+                      │ no retries left
                       └─rollback─▶ Exhausted
+
+A rollback that found only committed writes (the driver died after an outcome, before its
+cleanup) is RolledBack and resubmitted like any other: the job may have had work left after
+that write, and its rerun skips the writes it committed (``rerun=skip``). CommittedNotResubmitted,
+which older versions concluded then, is still read as a settled phase.
 
 ``handled-failure`` identifies the failure acted on (from the status spark-operator wrote), so
 the same failure seen again, e.g. after a restart, is recognised. The resubmission is one merge
@@ -181,7 +186,7 @@ class Action(enum.StrEnum):
     NOTHING = "nothing"
     MARK_INVALID = "mark-invalid"
     MARK_SUCCEEDED = "mark-succeeded"
-    ROLLBACK = "rollback"  # then RolledBack (to resubmit later) or CommittedNotResubmitted
+    ROLLBACK = "rollback"  # then RolledBack (to resubmit later)
     GIVE_UP = "give-up"  # rollback, then Exhausted: no retries left
     WAIT = "wait"  # rolled back; the backoff has not expired (or another operator's claim)
     RESUBMIT = "resubmit"
@@ -868,10 +873,13 @@ def conclude_rollback(
 
     A purely computational function with no side-effects:
 
-    * every instant of the job committed, none rolled back → CommittedNotResubmitted (the job
-      failed after its output was committed: rerunning it would only redo committed work);
     * ``GIVE_UP`` → Exhausted;
-    * otherwise → RolledBack, with next-retry-at after the backoff for this attempt.
+    * otherwise → RolledBack, with next-retry-at after the backoff for this attempt; also when
+      every instant the rollback found was committed (none rolled back): the job died after
+      an outcome, and whether it had work left after that write nobody but its rerun can
+      tell. The rerun skips its committed writes (``rerun=skip``), so resubmitting redoes no
+      output, and the app can end COMPLETED instead of staying FAILED. (Until 2026-12 this
+      concluded CommittedNotResubmitted: a job with a second write to come lost it.)
     """
     options = decision.options
     if options is None:  # pragma: no cover - decide() always sets options for rollbacks
@@ -887,18 +895,6 @@ def conclude_rollback(
         CLAIM: None,
     }
     done = _rollback_done(compact)
-    if compact["committed"] and not compact["rolledBack"]:
-        message = (
-            f"job {options.job_id} failed after committing all its output ({done}); "
-            "not resubmitted, since a rerun would only redo committed work"
-        )
-        return _final_conclusion(
-            Phase.COMMITTED_NOT_RESUBMITTED,
-            Reason.COMMITTED_NOT_RESUBMITTED,
-            failure=decision.failure_id,
-            message=message,
-            annotations=common,
-        )
     if decision.action is Action.GIVE_UP:
         message = (
             f"job {options.job_id} failed at attempt {decision.attempt} and max-retries is "

@@ -217,9 +217,12 @@ async def test_backoff_waits_in_fake_time(
     assert next_retry.endswith("+00:00")
 
 
-async def test_committed_output_is_not_resubmitted(
+async def test_committed_output_is_resubmitted_too(
     k8s: kmock.KubernetesEmulator, recovery_config: config_.OperatorConfig
 ) -> None:
+    """A rollback that found only a committed write (its driver died after the outcome) is
+    RolledBack and resubmitted like any other: the job may have had work left after that
+    write, and its rerun skips the committed one (rerun=skip)."""
     rollback = kmocking.FakeRollback(
         summary=kmocking.FakeSummary(
             instants_rolled_back=(), instants_committed=("20261122100000000-jobs.done",)
@@ -227,18 +230,17 @@ async def test_committed_output_is_not_resubmitted(
     )
     runtime = kmocking.make_runtime(k8s, config=recovery_config, rollback=rollback)
     async with kmocking.operating(runtime):
-        await kmocking.create_app(k8s, spark_app("done", namespace=NS))
+        app = spark_app("done", namespace=NS, annotations={appmeta.BACKOFF: "0"})
+        await kmocking.create_app(k8s, app)
         await kmocking.patch_app(k8s, NS, "done", {"status": failed_status()}, status=True)
-        await kmocking.eventually(
-            lambda: kmocking.notes(k8s, NS, "done").get(appmeta.PHASE) == "CommittedNotResubmitted"
-        )
+        await kmocking.eventually(lambda: kmocking.resubmissions(k8s, "done") == ["1"])
         await kmocking.eventually(  # Events follow the patches
-            lambda: "CommittedNotResubmitted" in kmocking.event_reasons(k8s, "done")
+            lambda: "Resubmitted" in kmocking.event_reasons(k8s, "done")
         )
-    assert kmocking.resubmissions(k8s, "done") == []
-    events = [e for e in kmocking.posted_events(k8s) if e["reason"] == "CommittedNotResubmitted"]
-    assert len(events) == 1
-    assert events[0]["type"] == "Warning"
+    reasons = kmocking.event_reasons(k8s, "done")
+    assert "RolledBack" in reasons
+    assert "CommittedNotResubmitted" not in reasons
+    assert kmocking.notes(k8s, NS, "done")[appmeta.PHASE] == "Resubmitted"
 
 
 async def test_invalid_annotation_is_reported_once_and_never_crash_loops(

@@ -233,6 +233,7 @@ def test_interrupted_rollback_is_redone_not_skipped(config: config_.OperatorConf
     assert again.failure_id == first.failure_id
 
 
+# CommittedNotResubmitted: what versions before 2026-12 concluded for an all-committed rollback
 @pytest.mark.parametrize("phase", ["Resubmitted", "Exhausted", "CommittedNotResubmitted"])
 def test_the_same_failure_handled_twice_is_a_no_op(
     config: config_.OperatorConfig, phase: str
@@ -272,19 +273,24 @@ def test_attempt_falls_back_to_the_spark_conf(config: config_.OperatorConfig) ->
     assert _decide(app, config).action is Action.GIVE_UP
 
 
-def test_everything_committed_is_not_resubmitted(config: config_.OperatorConfig) -> None:
-    app = _app(status=failed_status())
+def test_everything_committed_is_rolled_back_and_resubmitted(
+    config: config_.OperatorConfig,
+) -> None:
+    """Only committed instants found (the driver died after its outcome): RolledBack, then
+    resubmitted after the backoff; the job may have more to write, its rerun skips what it
+    committed."""
+    app = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
     decision = _decide(app, config)
     conclusion = recovery.conclude_rollback(
         decision,
         summary={"instants_rolled_back": (), "instants_committed": ("a", "b"), "files_kept": 4},
         now=NOW,
     )
-    assert conclusion.phase is Phase.COMMITTED_NOT_RESUBMITTED
-    assert conclusion.event.type == "Warning"
-    assert conclusion.event.reason is recovery.Reason.COMMITTED_NOT_RESUBMITTED
-    final = _apply(_apply(app, decision.patch), conclusion.patch)
-    assert _decide(final, config, NOW + datetime.timedelta(days=1)).action is Action.NOTHING
+    assert conclusion.phase is Phase.ROLLED_BACK
+    assert conclusion.event.reason is recovery.Reason.ROLLED_BACK
+    assert "kept 2 committed instant(s)" in conclusion.event.message
+    concluded = _apply(_apply(app, decision.patch), conclusion.patch)
+    assert _decide(concluded, config, NOW + datetime.timedelta(seconds=1)).action is Action.RESUBMIT
 
 
 def test_nothing_written_at_all_is_resubmitted(config: config_.OperatorConfig) -> None:
@@ -352,7 +358,7 @@ def _concluded(
         (
             {},
             {"instants_rolled_back": (), "instants_committed": ("c",)},
-            recovery.Reason.COMMITTED_NOT_RESUBMITTED,
+            recovery.Reason.ROLLED_BACK,
         ),
     ],
 )
@@ -450,9 +456,8 @@ def test_a_conclusion_after_the_backoff_carries_the_resubmission(
     [
         ({}, {}),  # the default backoff: the resubmission waits, a patch of its own
         ({appmeta.BACKOFF: "0", appmeta.MAX_RETRIES: "0"}, {}),  # Exhausted
-        ({appmeta.BACKOFF: "0"}, {"instants_rolled_back": (), "instants_committed": ("c",)}),
     ],
-    ids=["backoff", "exhausted", "committed"],
+    ids=["backoff", "exhausted"],
 )
 def test_no_resubmission_rides_on_a_conclusion_that_does_not_resubmit_now(
     config: config_.OperatorConfig, notes: dict[str, str], summary: dict[str, Any]
