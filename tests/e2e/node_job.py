@@ -1,7 +1,7 @@
 """A small PySpark job for the bench's node (``test_spark_on_node.py``), run by upstream's
-spark-operator in cluster mode: ``node_job.py OUT write`` writes 100 rows in 2 tasks on the
-executors and commits them under OUT; ``node_job.py OUT hang`` runs one task that never ends
-(its executor stays busy until the test deletes the driver pod)."""
+spark-operator in cluster mode: ``node_job.py OUT hang`` runs one task that never ends (its
+executor stays busy until the test deletes the driver pod); ``node_job.py OUT write`` writes
+100 rows in 2 tasks on the executors and commits them under OUT."""
 
 from __future__ import annotations
 

@@ -13,10 +13,8 @@ All of them with spark-operator's 2.x CRD (the native marker sidecar); with the 
 regular sidecar) mid-write, the case where the sidecars differ (see its test's docstring).
 
 Never: spark-operator makes the failure FAILED, sparkguard rolls back and resubmits. After a
-complete commit (outcome written, markers deleted) the rollback finds nothing undecided, so
-sparkguard resubmits too, and the rerun's writer skips the committed write (``rerun=skip``);
-CommittedNotResubmitted is only for a driver that died between its outcome and its marker
-cleanup. OnFailure (``onFailureRetries: 1``):
+commit (outcome written) sparkguard resubmits too, and the rerun's writer skips the committed
+write (``rerun=skip``). OnFailure (``onFailureRetries: 1``):
 spark-operator itself reruns the driver (FAILING → PENDING_RERUN, FAILED never shown) and the
 rerun's rollback initContainer cleans up; sparkguard does nothing. Every case: every row
 exactly once, resubmissions as expected (none doubled, none missing), nothing uncommitted or
@@ -32,6 +30,7 @@ import pytest
 
 from sparkguard.operator import appmeta
 from sparkguard.spark_lib.storage import timeline
+from tests.e2e import transitions
 from tests.e2e.conftest import leftovers, light_standin, rows_once, serve_until, states_of
 from tests.e2e.test_recovery_scenario import ChartOperator
 from tests.operator.apps import spark_app
@@ -97,6 +96,12 @@ def _recovery(cluster: ChartOperator, crd_version: str, policy: str, kill_point:
     seconds = time.monotonic() - started
     print(f"\n{name}: {seconds:.1f}s, runs {[r['ended_by'] for r in standin.runs]}")
     reasons = cluster.event_reasons(name)
+    if crd_version == "2.x":
+        # the differential test: the model wrote what upstream v2.5.2 writes in the same
+        # scenario (test_recovery_on_node.py checks the real operator against the same table)
+        events = cluster.bench.audit_events()
+        written = transitions.written_states(events, cluster.namespace, name)
+        assert tuple(written) == transitions.WRITTEN[policy, kill_point], written
 
     # The first driver died where asked; its lingering executor is gone now. Before a commit
     # it was still to write when its driver died: its late marker was refused (the old pod's

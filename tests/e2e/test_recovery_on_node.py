@@ -21,7 +21,9 @@ driver). The app ends COMPLETED with every row once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -29,24 +31,29 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pyarrow.dataset as ds
 import pytest
 
 from sparkguard.operator import appmeta, mutation
+from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.spark_lib.storage import timeline
 from sparkguard.spark_lib.tools import demo
-from tests.e2e.conftest import leftovers, rows_once
+from tests.e2e import transitions
+from tests.e2e.conftest import leftovers, rows_once, states_of
 from tests.e2e.test_recovery_scenario import (
     PLAIN_PARTITIONS,
     PLAIN_ROWS,
-    ChartOperator,
+    ChartReplicas,
     _mid_write,
-    installed_chart_operator,
+    installed_chart_replicas,
 )
 from tests.e2e.test_spark_on_node import get, node_report, pods, spark_app, wait_for
 from tests.kubebench.bench import JsonObj
-from tests.kubebench.cluster import KubeCluster
+from tests.kubebench.cluster import OPERATOR_NAMESPACE, RELEASE_NAME, KubeCluster
 from tests.kubebench.fixtures import CLUSTER_JOB_NAMESPACE
+from tests.kubebench.node import NODE_NAME
 
 pytestmark = [pytest.mark.kube, pytest.mark.spark]
 
@@ -64,25 +71,38 @@ POD_SECURITY = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+POLICIES: Final[dict[str, JsonObj]] = {
+    "Never": {"type": "Never"},
+    "OnFailure": {
+        "type": "OnFailure",
+        "onFailureRetries": 1,
+        "onFailureRetryInterval": 1,
+        "onSubmissionFailureRetries": 0,
+    },
+}
+KILL_POINTS: Final = ("before-files", "mid-write", "after-commit")
 
 
 @dataclasses.dataclass
 class Protected:
-    """The chart's operator on the node cluster; the app's table and journal under ``data``."""
+    """The chart's two operator replicas on the node cluster; the app's table and journal under
+    ``data``."""
 
     cluster: KubeCluster
-    chart: ChartOperator
+    chart: ChartReplicas
     data: Path
 
 
-@pytest.fixture(scope="module")
-def protected(kube_node_cluster: KubeCluster) -> Iterator[Protected]:
+@contextlib.contextmanager
+def protected_namespace(cluster: KubeCluster) -> Iterator[Protected]:
     """``spark-jobs`` labelled ``enforce=restricted``; a PersistentVolume (a local directory
-    the test reads) bound to a claim there; sparkguard's chart operator, its journal and the
-    sidecar's allowed root on that directory. Not under /tmp: sparkguard's containers mount
+    the caller reads) bound to a claim there; sparkguard's chart, its journal and the sidecar's
+    allowed root on that directory, its operator the chart's two replicas as processes
+    (``sparkguard operator``: the Deployment's environment, the chart's ServiceAccount),
+    replica ``a`` the leader. Not under /tmp: sparkguard's containers mount
     their own /tmp (the library volume), and the bench's runtime cannot make a mount point
-    inside another container mount (runc would make it in the volume)."""
-    cluster = kube_node_cluster
+    inside another container mount (runc would make it in the volume). Also what
+    ``benchmarks/recovery.py --real-operator`` runs on."""
     data = Path(tempfile.mkdtemp(prefix="sg-node-recovery-", dir="/var/tmp"))
     labels = {"pod-security.kubernetes.io/enforce": "restricted"}
     labels["pod-security.kubernetes.io/enforce-version"] = "latest"
@@ -94,13 +114,20 @@ def protected(kube_node_cluster: KubeCluster) -> Iterator[Protected]:
     )
     cluster.apply_manifest(_volume(data))
     try:
-        with installed_chart_operator(cluster, data) as chart:
+        with installed_chart_replicas(cluster, data) as chart:
             _no_operator_pods(cluster)
             yield Protected(cluster, dataclasses.replace(chart, namespace=NAMESPACE), data)
     finally:
         cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{VOLUME}")
         cluster.request("DELETE", f"/api/v1/persistentvolumes/{VOLUME}")
         shutil.rmtree(data)
+
+
+@pytest.fixture(scope="module")
+def protected(kube_node_cluster: KubeCluster) -> Iterator[Protected]:
+    """:func:`protected_namespace` on the module's node cluster."""
+    with protected_namespace(kube_node_cluster) as done:
+        yield done
 
 
 def _no_operator_pods(cluster: KubeCluster) -> None:
@@ -149,21 +176,18 @@ def _volume(path: Path) -> list[JsonObj]:
     ]
 
 
-def protected_app(name: str, data: Path, table: Path) -> JsonObj:
+def protected_app(name: str, data: Path, table: Path, *, policy: str = "OnFailure") -> JsonObj:
     """The demo's plain job as a protected SparkApplication: cluster mode, one executor,
-    OnFailure with one retry; compliant with "restricted" on its own; the volume at the same
-    path as on the node (the journal root the chart was given is a path there)."""
+    ``policy`` (OnFailure: one retry, 1 s apart); compliant with "restricted" on its own; the
+    volume at the same path as on the node (the journal root the chart was given is a path
+    there); sparkguard's backoff before a resubmission 1 s."""
     app = spark_app(name, data, "write")
     spec = app["spec"]
     app["metadata"]["labels"] = {appmeta.ENABLED: "true"}
+    app["metadata"]["annotations"] = {appmeta.BACKOFF: "1s"}
     spec["mainApplicationFile"] = f"local://{demo.PLAIN_JOB}"
     spec["arguments"] = [str(table), str(PLAIN_ROWS), str(PLAIN_PARTITIONS)]
-    spec["restartPolicy"] = {
-        "type": "OnFailure",
-        "onFailureRetries": 1,
-        "onFailureRetryInterval": 1,
-        "onSubmissionFailureRetries": 0,
-    }
+    spec["restartPolicy"] = POLICIES[policy]
     # spark.kubernetes.executor.deleteOnTermination stays false (spark_app): a driver that
     # shuts down leaves its executor pod, as a SIGKILLed one always does: the worst case
     spec["volumes"] = [{"name": VOLUME, "persistentVolumeClaim": {"claimName": VOLUME}}]
@@ -201,36 +225,74 @@ def container_log(cluster: KubeCluster, pod: str, container: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in logs)
 
 
-@pytest.mark.parametrize("how", ["sigkill", "delete-pod"])
-def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row_once(
-    protected: Protected, how: str
+#: (restartPolicy, where the driver dies, how): the matrix under both policies, the driver's JVM
+#: SIGKILLed; the driver pod deleted, OnFailure mid-write; a user's spec edit, Never mid-write
+CASES: Final = [
+    *((policy, point, "sigkill") for policy in POLICIES for point in KILL_POINTS),
+    ("OnFailure", "mid-write", "delete-pod"),
+    ("Never", "mid-write", "spec-edit"),
+]
+#: test-only Hadoop settings of the JVM protocol that hold the driver at a kill point long
+#: enough to see it from outside: after the inflight instant and the journal entry, before any
+#: task (before-files); after the outcome, between two files of the publication (after-commit)
+PAUSES: Final = {
+    "before-files": {"spark.hadoop.sparkguard.test.setupPauseMs": "6000"},
+    "after-commit": {"spark.hadoop.sparkguard.test.publishPauseMs": "1000"},
+}
+
+
+def _at(point: str, table: Path) -> bool:
+    """The first driver is at kill point ``point`` on ``table`` (local files: the volume)."""
+    if point == "mid-write":
+        return _mid_write(table)
+    names = timeline.SPARKGUARD_DIR, "timeline"
+    inflight = list(table.joinpath(*names).glob("*.inflight"))
+    outcomes = list(table.joinpath(*names).glob("*.outcome"))
+    temp = list(table.glob(".part-*.sg-tmp-*"))
+    if point == "before-files":
+        return bool(inflight) and not outcomes and not list(table.glob("*part-*"))
+    # after-commit: the outcome written, the publication (W9a) under way
+    return bool(outcomes) and bool(temp)
+
+
+@pytest.mark.parametrize(("policy", "point", "how"), CASES, ids=["-".join(c) for c in CASES])
+def test_driver_killed_is_recovered_and_every_row_once(
+    protected: Protected, policy: str, point: str, how: str
 ) -> None:
     """``sigkill``: the driver's JVM SIGKILLed (its executor sees the connection drop and
     exits at once). ``delete-pod``: the driver pod deleted (SIGTERM, then Spark's own
     shutdown); its executor pod stays (the app owns it too) and may outlive the driver into
-    the next driver's rollback: the zombie case."""
+    the next driver's rollback: the zombie case.
+
+    OnFailure: upstream reruns the driver itself, and the rerun's rollback initContainer undoes
+    the killed write (after-commit: publishes the committed one, R8a). Never: upstream makes the
+    app FAILED; sparkguard's operator rolls back and resubmits (a spec change upstream turns
+    into a rerun). Either way the unchanged job's rerun commits its write once (after-commit:
+    it skips the committed write, ``rerun=skip``)."""
     cluster, data = protected.cluster, protected.data
-    name = f"orders-{how}"
+    name = f"{policy.lower()}-{point}-{how}"
     table = data / name
     config_maps_before = {
         c["metadata"]["name"] for c in cluster.request("GET", CONFIG_MAPS)[1]["items"]
     }
-    created = protected.chart.create(protected_app(name, data, table))
-    # admission injected the rollback initContainer and the JVM layer
+    app = protected_app(name, data, table, policy=policy)
+    app["spec"]["sparkConf"] |= PAUSES.get(point, {})
+    created = protected.chart.create(app)
+    conf = created["spec"]["sparkConf"]
+    job_id = conf["spark.sparkguard.jobId"]
+    # admission injected the rollback initContainer and the JVM layer: nothing in the app
+    # asked for them but the opt-in label
     inits = [c["name"] for c in created["spec"]["driver"].get("initContainers") or []]
     assert mutation.ROLLBACK_INIT_NAME in inits, inits
+    assert conf[sparkconf.COMMIT_PROTOCOL_KEY] == sparkconf.PROTOCOL_CLASS
+    assert conf[sparkconf.JARS_KEY] == mutation.JAR_URI
     report = lambda: node_report(cluster, name)  # noqa: E731
-    states: list[str] = []
-
-    def seen() -> str:
-        now = state(cluster, name)
-        if now and (not states or states[-1] != now):
-            states.append(now)
-        return now
+    started = time.monotonic()
+    took: dict[str, float] = {}
 
     first = wait_for(
-        "the first driver mid-write",
-        lambda: seen() and _mid_write(table) and get(cluster, f"{PODS}/{name}-driver"),
+        f"the first driver at {point}",
+        lambda: _at(point, table) and get(cluster, f"{PODS}/{name}-driver"),
         timeout=600,
         report=report,
     )
@@ -238,39 +300,83 @@ def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row
         pid = driver_jvm(name)
         assert pid is not None, report()
         os.kill(pid, signal.SIGKILL)
-    else:
+    elif how == "delete-pod":
         cluster.request("DELETE", f"{PODS}/{name}-driver")
+    else:  # spec-edit: suspend alone is no rerun; any other spec field is (upstream's filter)
+        for edit in ({"suspend": False}, {"sparkConf": {"spark.sql.shuffle.partitions": "4"}}):
+            cluster.request(
+                "PATCH",
+                f"{APPS}/{name}",
+                {"spec": edit},
+                content_type="application/merge-patch+json",
+            )
     killed_at = time.time()
+    took["to the kill"] = time.monotonic() - started
     first_uid = first["metadata"]["uid"]
-    (executor,) = pods(cluster, f"spark-role=executor,sparkoperator.k8s.io/app-name={name}")
-    zombie = executor["metadata"]["name"]
-    print(f"{how} of the driver at {killed_at:.1f}; its executor pod {zombie}")
+    zombies = [
+        p["metadata"]["name"]
+        for p in pods(cluster, f"spark-role=executor,sparkoperator.k8s.io/app-name={name}")
+    ]
+    print(f"{how} of the driver at {point} at {killed_at:.1f}; its executor pods {zombies}")
 
     second = wait_for(
         "the next driver pod",
         lambda: (
-            seen() is not None
-            and (p := get(cluster, f"{PODS}/{name}-driver"))
-            and p["metadata"]["uid"] != first_uid
-            and p
+            (p := get(cluster, f"{PODS}/{name}-driver")) and p["metadata"]["uid"] != first_uid and p
         ),
         timeout=300,
         report=report,
     )
+    took["to the next driver pod"] = time.monotonic() - started
     wait_for(
         f"{name} to complete",
-        lambda: seen() in ("COMPLETED", "FAILED"),
+        lambda: (
+            state(cluster, name) in ("COMPLETED", "FAILED")
+            and (policy == "OnFailure" or state(cluster, name) == "COMPLETED")
+        ),
         timeout=600,
         report=report,
     )
-    print("states:", states)
-    assert states[-1] == "COMPLETED", report()
-    assert "PENDING_RERUN" in states, states
-    assert "FAILED" not in states, states
+    took["to COMPLETED"] = time.monotonic() - started
+    # what upstream wrote, every status write (the audit log): the differential test's table
+    written = transitions.written_states(cluster.audit_events(), NAMESPACE, name)
+    print("states written:", written)
+    # the driver pod deleted writes the same: the pod's SIGTERM ends the driver container with
+    # an error before the pod is gone, FAILING (a poll of the app misses it)
+    expected = transitions.SPEC_EDIT if how == "spec-edit" else transitions.WRITTEN[policy, point]
+    assert tuple(written) == expected, report()
     status = (get(cluster, f"{APPS}/{name}") or {})["status"]
-    assert status["executionAttempts"] == 2, status
+    notes = protected.chart.notes(name)
+    reasons = protected.chart.event_reasons(name)
+    print("sparkguard's events:", reasons)
+    # resubmissions counted: sparkguard's only under Never, exactly one; upstream's retry under
+    # OnFailure, exactly one (two execution attempts); a spec edit is upstream's rerun, not a
+    # failure: sparkguard does nothing, the counters reset
+    recovered = how != "spec-edit"
+    if not recovered:
+        assert "Resubmitted" not in reasons, reasons
+        assert "RollbackStarted" not in reasons, reasons
+        assert (status["executionAttempts"], status["submissionAttempts"]) == (1, 1), status
+    elif policy == "Never":
+        assert reasons.count("Resubmitted") == 1, reasons
+        assert notes[appmeta.ATTEMPT] == "1", notes
+        assert status["executionAttempts"] == 1, status
+    else:
+        assert "Resubmitted" not in reasons, reasons
+        assert "RollbackStarted" not in reasons, reasons
+        assert status["executionAttempts"] == 2, status
+    # sparkguard's operator rolled back only under Never, before resubmitting (its record on
+    # the app): the killed write, or after-commit the committed one's publication
+    last = notes.get(appmeta.LAST_ROLLBACK)
+    if policy == "OnFailure" or not recovered:
+        assert last is None, notes
+    else:
+        record = json.loads(last or "{}")
+        expected_counts = (0, 1) if point == "after-commit" else (1, 0)
+        assert (record.get("rolledBack"), record.get("committed")) == expected_counts, record
 
-    # the next driver's rollback initContainer undid the killed write
+    # the next driver's rollback initContainer ran and ended well; under OnFailure it is what
+    # undid the killed write (found on the app's volume)
     second_name = second["metadata"]["name"]
     driver = get(cluster, f"{PODS}/{second_name}")
     assert driver is not None
@@ -280,23 +386,44 @@ def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row
     assert rollback["exitCode"] == 0, rollback
     log = container_log(cluster, second_name, mutation.ROLLBACK_INIT_NAME)
     print("rollback initContainer:", rollback["startedAt"], rollback["finishedAt"], log[-2000:])
-    # it found the killed write's journal (on the app's volume) and rolled the instant back
     assert "does not exist yet" not in log, log
-    assert "rolled_back" in log, log
-    zombie_pod = get(cluster, f"{PODS}/{zombie}")
-    if zombie_pod is not None:
-        ended = (zombie_pod["status"].get("containerStatuses") or [{}])[0].get("state", {})
-        print(f"first executor {zombie}: {ended}; rollback {rollback['startedAt']}..")
-    executor_log = container_log(cluster, zombie, "spark-kubernetes-executor")
-    print("first executor log:", executor_log[-3000:])
+    if policy == "OnFailure" and point != "after-commit":
+        assert "rolled_back" in log, log
+    for zombie in zombies:
+        executor_log = container_log(cluster, zombie, "spark-kubernetes-executor")
+        print(f"first executor {zombie} log:", executor_log[-1500:])
+    # the run that completed: real pods on the node; its executor pod made by its driver (whose
+    # pod and the app own it), bound by the scheduler, run by the kubelet, its own pod IP
+    done = wait_for(
+        "the completed driver pod to end",
+        lambda: (
+            (p := get(cluster, f"{PODS}/{second_name}"))
+            and p["status"].get("phase") in ("Succeeded", "Failed")
+            and p
+        ),
+        timeout=60,
+        report=report,
+    )
+    assert (done["spec"]["nodeName"], done["status"]["phase"]) == (NODE_NAME, "Succeeded")
+    selector = f"spark-role=executor,sparkoperator.k8s.io/app-name={name}"
+    (executor,) = [p for p in pods(cluster, selector) if p["metadata"]["name"] not in zombies]
+    owners = {(r["kind"], r["uid"]) for r in executor["metadata"]["ownerReferences"]}
+    assert ("Pod", second["metadata"]["uid"]) in owners, owners
+    assert ("SparkApplication", created["metadata"]["uid"]) in owners, owners
+    assert executor["spec"]["nodeName"] == NODE_NAME
+    assert executor["status"]["podIP"] != done["status"]["podIP"]
+    assert status["executorState"][executor["metadata"]["name"]] == "COMPLETED", status
 
     # every row once: a plain directory reader (Spark's rules: "." and "_" files are hidden)
-    # and sparkguard's committed-only reader; no temp or uncommitted file
+    # and sparkguard's committed-only reader; no temp or uncommitted file. A first write rolled
+    # back removed the location it created, so the rerun's commit is the job's only instant;
+    # after-commit, the killed driver's commit is, and the rerun skipped its write.
     plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
     ids = plain.column("id").to_pylist()
     assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
     assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
     assert leftovers(table) == []
+    assert states_of(table, job_id) == [timeline.State.COMMITTED]
 
     # deleting the app leaves no pod and no ConfigMap of it
     cluster.request("DELETE", f"{APPS}/{name}")
@@ -310,6 +437,321 @@ def test_driver_killed_mid_write_is_rolled_back_by_the_next_driver_and_every_row
         timeout=120,
         report=report,
     )
+    took["to nothing left"] = time.monotonic() - started
+    print("seconds:", {k: round(v, 1) for k, v in took.items()})
 
 
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+
+QUOTA = "sparkguard-no-pods"
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_a_refused_submission_is_recovered_and_every_row_once(
+    protected: Protected, policy: str
+) -> None:
+    """SUBMISSION_FAILED by upstream's real ``spark-submit`` failing: a ResourceQuota of no
+    pods in the namespace (a full quota: the commonest refused submission on a cluster) makes
+    the API server refuse the driver pod, and is removed once upstream reported the failure.
+
+    OnFailure (one submission retry, 2 s apart): upstream submits again itself; sparkguard
+    neither rolls back nor resubmits. Never: upstream makes the app FAILED; sparkguard rolls
+    back (nothing: no driver ran) and resubmits once. The app ends COMPLETED, every row once."""
+    cluster, data = protected.cluster, protected.data
+    name = f"{policy.lower()}-submission-failed"
+    table = data / name
+    app = protected_app(name, data, table, policy=policy)
+    if policy == "OnFailure":
+        app["spec"]["restartPolicy"] |= {
+            "onSubmissionFailureRetries": 1,
+            "onSubmissionFailureRetryInterval": 2,
+        }
+    app["metadata"]["annotations"][appmeta.BACKOFF] = "2s"
+    report = lambda: node_report(cluster, name)  # noqa: E731
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": QUOTA, "namespace": NAMESPACE},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    cluster.apply_manifest([quota])
+    try:
+        created = protected.chart.create(app)
+        # Never: FAILED follows SUBMISSION_FAILED at once (a poll may see only FAILED)
+        wait_for(
+            "the refused submission",
+            lambda: state(cluster, name) in ("SUBMISSION_FAILED", "FAILED"),
+            timeout=180,
+            report=report,
+        )
+    finally:
+        cluster.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/resourcequotas/{QUOTA}")
+    wait_for(
+        f"{name} to complete",
+        lambda: state(cluster, name) == "COMPLETED",
+        timeout=600,
+        report=report,
+    )
+
+    events = cluster.audit_events()
+    written = transitions.written_states(events, NAMESPACE, name)
+    print("states written:", written)
+    assert tuple(written) == transitions.SUBMISSION_FAILED[policy], report()
+    # the refusal was the API server's, reported through spark-submit's failure
+    refused = [
+        ((e.get("requestObject") or {}).get("status") or {}).get("applicationState", {})
+        for e in events
+        if (e.get("objectRef") or {}).get("name") == name
+        and (e.get("objectRef") or {}).get("subresource") == "status"
+    ]
+    messages = [s.get("errorMessage", "") for s in refused if s.get("state") == "SUBMISSION_FAILED"]
+    assert any("quota" in m for m in messages), messages
+    reasons = protected.chart.event_reasons(name)
+    print("events:", reasons)
+    if policy == "Never":
+        assert reasons.count("Resubmitted") == 1, reasons
+    else:
+        assert "Resubmitted" not in reasons, reasons
+        assert "RollbackStarted" not in reasons, reasons
+    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
+    ids = plain.column("id").to_pylist()
+    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
+    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
+    assert leftovers(table) == []
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    assert states_of(table, job_id) == [timeline.State.COMMITTED]
+    cluster.request("DELETE", f"{APPS}/{name}")
+    wait_for(
+        "the app's pods to be gone",
+        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
+        timeout=120,
+        report=report,
+    )
+
+
+def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(protected: Protected) -> None:
+    """Never and ``timeToLiveSeconds: 1``: the driver SIGKILLed mid-write, upstream makes the
+    app FAILED and deletes it a second after its terminationTime, while sparkguard waits out
+    its backoff (10 minutes here). sparkguard's finalizer holds the deletion until the job's
+    write is rolled back; then the app goes with its pods, and nothing of the killed write is
+    left: not a temp file, not the table location it created."""
+    cluster, data = protected.cluster, protected.data
+    name = "never-ttl"
+    table = data / name
+    app = protected_app(name, data, table, policy="Never")
+    app["spec"]["timeToLiveSeconds"] = 1
+    app["metadata"]["annotations"][appmeta.BACKOFF] = "10m"
+    created = protected.chart.create(app)
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    report = lambda: node_report(cluster, name)  # noqa: E731
+    wait_for(
+        "the driver mid-write",
+        lambda: _mid_write(table) and get(cluster, f"{PODS}/{name}-driver"),
+        timeout=600,
+        report=report,
+    )
+    pid = driver_jvm(name)
+    assert pid is not None, report()
+    os.kill(pid, signal.SIGKILL)
+    held: list[list[str]] = []
+
+    def gone() -> bool:
+        found = get(cluster, f"{APPS}/{name}")
+        if found is not None and found["metadata"].get("deletionTimestamp"):
+            held.append(list(found["metadata"].get("finalizers") or []))
+        return found is None
+
+    wait_for(f"{name} to be deleted by its TTL", gone, timeout=300, report=report)
+    written = transitions.written_states(cluster.audit_events(), NAMESPACE, name)
+    print("states written:", written, "finalizers while deleted:", held[:3])
+    assert tuple(written) == transitions.TTL_DELETED
+    # the deletion was upstream's (its TTL), and it waited for sparkguard's rollback
+    deleted_by = [
+        e["user"]["username"]
+        for e in cluster.audit_events()
+        if e["verb"] == "delete"
+        and (e.get("objectRef") or {}).get("resource") == "sparkapplications"
+        and (e.get("objectRef") or {}).get("name") == name
+    ]
+    controller = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE_NAME}-controller"
+    assert deleted_by, "no deletion of the app was recorded"
+    assert set(deleted_by) == {controller}, deleted_by
+    assert protected.chart.event_reasons(name).count("RolledBackOnDelete") == 1
+    assert leftovers(table) == []
+    assert states_of(table, job_id) == []  # the rollback removed the location the write made
+    wait_for(
+        "the app's pods to be gone",
+        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
+        timeout=120,
+        report=report,
+    )
+
+
+HOOKS = "/apis/admissionregistration.k8s.io/v1"
+
+
+@contextlib.contextmanager
+def upstream_webhooks_off(cluster: KubeCluster) -> Iterator[None]:
+    """spark-operator installed with ``webhook.enable=false``: its webhook configurations
+    gone (the pod webhook and the app defaulter), put back as they were afterwards."""
+    saved: list[tuple[str, JsonObj]] = []
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        for item in cluster.request("GET", f"{HOOKS}/{kind}")[1]["items"]:
+            if item["metadata"]["name"].startswith(RELEASE_NAME):
+                saved.append((kind, item))
+                cluster.request("DELETE", f"{HOOKS}/{kind}/{item['metadata']['name']}")
+    try:
+        yield
+    finally:
+        for kind, item in saved:
+            meta = {k: item["metadata"][k] for k in ("name", "labels") if k in item["metadata"]}
+            cluster.request("POST", f"{HOOKS}/{kind}", {**item, "metadata": meta})
+
+
+def test_without_upstreams_pod_webhook_the_app_is_reported_unprotected(
+    protected: Protected,
+) -> None:
+    """Upstream's webhook off (its chart's ``webhook.enable=false``): the driver pod runs
+    without what sparkguard's admission put in the app (the rollback initContainer, the marker
+    sidecar, their volumes: only upstream's pod webhook copies them into pods; the app's own
+    security context and volume come through a pod template). sparkguard's operator sees the
+    pod and reports the app unprotected (a Warning Event naming the fix, two annotations).
+    Never, max-retries 0: if the job fails for lack of its sidecar, sparkguard rolls its write
+    back and gives up; either way no reader sees an uncommitted row."""
+    cluster, data, chart = protected.cluster, protected.data, protected.chart
+    name = "never-no-webhook"
+    table = data / name
+    app = protected_app(name, data, table, policy="Never")
+    app["metadata"]["annotations"][appmeta.MAX_RETRIES] = "0"
+    # Without the webhook nothing of spec.driver/executor reaches the pods but what Spark's own
+    # conf carries: "restricted" would refuse them, and the volume would be missing. A pod
+    # template (spark.kubernetes.*.podTemplateFile, which upstream writes from spec.*.template)
+    # is how such a platform gives pods their security context and volumes.
+    for role in ("driver", "executor"):
+        container = {
+            "name": f"spark-kubernetes-{role}",
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [{"name": VOLUME, "mountPath": str(data)}],
+        }
+        app["spec"][role]["template"] = {
+            "spec": {
+                "securityContext": POD_SECURITY,
+                "containers": [container],
+                "volumes": app["spec"]["volumes"],
+            }
+        }
+    report = lambda: node_report(cluster, name)  # noqa: E731
+    with upstream_webhooks_off(cluster):
+        created = chart.create(app)
+        job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+        driver = wait_for(
+            "the driver pod",
+            lambda: get(cluster, f"{PODS}/{name}-driver"),
+            timeout=300,
+            report=report,
+        )
+    inits = [c["name"] for c in driver["spec"].get("initContainers") or []]
+    assert mutation.ROLLBACK_INIT_NAME not in inits, inits
+    notes = wait_for(
+        "the app reported unprotected",
+        lambda: (n := chart.notes(name)).get(appmeta.PROTECTION) == "unprotected" and n,
+        timeout=180,
+        report=report,
+    )
+    assert "webhook.enable=true" in notes[appmeta.PROTECTION_REASON], notes
+    assert "Unprotected" in chart.event_reasons(name)
+    final = wait_for(
+        f"{name} to end",
+        lambda: (
+            (
+                (now := state(cluster, name)) == "COMPLETED"
+                or (now == "FAILED" and chart.notes(name).get(appmeta.PHASE) == "Exhausted")
+            )
+            and now
+        ),
+        timeout=600,
+        report=report,
+    )
+    print(f"{name} ended {final}; sparkguard's phase {chart.notes(name).get(appmeta.PHASE)}")
+    # a plain reader sees the write whole or not at all, and nothing uncommitted stays
+    assert leftovers(table) == []
+    if table.exists() and final == "COMPLETED":
+        assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
+    else:
+        assert timeline.State.COMMITTED not in states_of(table, job_id)
+        plain = [p for p in table.rglob("*.parquet") if not p.name.startswith((".", "_"))]
+        assert plain == [], plain
+    cluster.request("DELETE", f"{APPS}/{name}")
+    wait_for(
+        "the app's pods to be gone",
+        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
+        timeout=120,
+        report=report,
+    )
+
+
+def test_the_leader_killed_mid_recovery_the_other_replica_finishes_it_once(
+    protected: Protected,
+) -> None:
+    """Never; the driver SIGKILLed mid-write; replica ``a``, the leader, SIGKILLed while it
+    recovers the app (Recovering or RolledBack). Replica ``b`` takes the Lease and, once the
+    claim expired, the recovery: the rollback again (idempotent), one resubmission. COMPLETED,
+    every row once. Last in the module: replica ``a`` stays dead."""
+    cluster, data, chart = protected.cluster, protected.data, protected.chart
+    assert chart.lease_holder().startswith(f"{chart.release.name}-operator-a-")
+    name = "never-leader-killed"
+    table = data / name
+    app = protected_app(name, data, table, policy="Never")
+    # long enough for the kill to land before the resubmission, whatever the timing
+    app["metadata"]["annotations"][appmeta.BACKOFF] = "4s"
+    created = protected.chart.create(app)
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    report = lambda: f"{node_report(cluster, name)}\n{chart.output()}"  # noqa: E731
+    wait_for(
+        "the driver mid-write",
+        lambda: _mid_write(table) and get(cluster, f"{PODS}/{name}-driver"),
+        timeout=600,
+        report=report,
+    )
+    pid = driver_jvm(name)
+    assert pid is not None, report()
+    os.kill(pid, signal.SIGKILL)
+    killed_in = wait_for(
+        "replica a recovering the app",
+        lambda: (
+            chart.notes(name).get(appmeta.PHASE) in ("Recovering", "RolledBack")
+            and chart.notes(name)[appmeta.PHASE]
+        ),
+        timeout=180,
+        report=report,
+    )
+    chart.processes["a"].send_signal(signal.SIGKILL)
+    print("replica a SIGKILLed in", killed_in)
+    wait_for(
+        f"{name} to complete",
+        lambda: state(cluster, name) == "COMPLETED",
+        timeout=600,
+        report=report,
+    )
+    assert chart.processes["a"].wait(10) == -signal.SIGKILL
+    assert chart.lease_holder().startswith(f"{chart.release.name}-operator-b-")
+    written = transitions.written_states(cluster.audit_events(), NAMESPACE, name)
+    assert tuple(written) == transitions.WRITTEN["Never", "mid-write"], written
+    notes, reasons = chart.notes(name), chart.event_reasons(name)
+    assert reasons.count("Resubmitted") == 1, reasons
+    assert notes[appmeta.ATTEMPT] == "1", notes
+    assert (get(cluster, f"{APPS}/{name}") or {})["status"]["executionAttempts"] == 1
+    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
+    ids = plain.column("id").to_pylist()
+    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
+    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
+    assert leftovers(table) == []
+    assert states_of(table, job_id) == [timeline.State.COMMITTED]
+    cluster.request("DELETE", f"{APPS}/{name}")
+    wait_for(
+        "the app's pods to be gone",
+        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
+        timeout=120,
+        report=report,
+    )

@@ -6,14 +6,14 @@ the chart's ServiceAccount (webhook on 127.0.0.1); a SparkApplication opted in w
 *mutated* driver pod locally (initContainers, marker sidecar, driver with the injected conf)
 and reports status like spark-operator. The first run is killed mid-write; the operator rolls
 back with the real library and resubmits; the second run completes; the table holds every row
-exactly once. Where the claim is about the operator (its replicas, spark-operator's own
-restart), the driver is the light one (``tests/e2e/light_driver.py``: sparkguard's Python
-writer without a JVM); ``test_driver_pod.py`` runs the demo's Spark job in the mutated pod.
+exactly once. Where the claim is about the operator (its replicas), the driver is the light
+one (``tests/e2e/light_driver.py``: sparkguard's Python writer without a JVM);
+``test_driver_pod.py`` runs the demo's Spark job in the mutated pod.
 
-The same with an **unchanged job**: a plain PySpark job that never imports sparkguard
-(``df.write.mode("append").parquet``), run with the conf admission injected (the JVM layer:
-sparkguard's commit protocol, its jar from the library volume), SIGKILLed mid-write, rolled back
-and resubmitted by the operator: every row exactly once, no uncommitted file.
+An **unchanged job's** first ``saveAsTable`` (the JVM layer) killed mid-save runs here on the
+stand-in. Its ``df.write.parquet`` killed at each point under both restart policies, and
+spark-operator's own OnFailure restart, run on upstream's spark-operator with real pods
+(``test_recovery_on_node.py``), which replaced their stand-in versions here.
 
 The main scenario runs the chart's two replicas as ``sparkguard operator`` processes and
 SIGKILLs the leader in the middle of the recovery: the other replica takes the Lease and the
@@ -40,10 +40,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sparkguard.operator import appmeta, mutation
-from sparkguard.spark_lib.spark import sparkconf
+from sparkguard.operator import appmeta
 from sparkguard.spark_lib.storage import reader, timeline
-from sparkguard.spark_lib.tools import bundle
 from tests.chart import operator_harness as harness
 from tests.e2e.standin import StandInSparkOperator
 from tests.kubebench.bench import KubeBench
@@ -220,7 +218,16 @@ class ChartReplicas(ChartOperator):
 
 @pytest.fixture
 def chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartReplicas]:
-    """``helm install`` (2 replicas), then both replicas as processes with the chart's env + SA.
+    """:func:`installed_chart_replicas` on ``tmp_path``."""
+    with installed_chart_replicas(kube_bench, tmp_path) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def installed_chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartReplicas]:
+    """``helm install`` (2 replicas), then both replicas as processes with the chart's env + SA
+    (``sparkguard operator``, the product's own command); tables and journals under
+    ``tmp_path``.
 
     Replica ``a`` starts first and becomes the leader; the webhook configuration points at
     replica ``b`` (one URL: the bench has no Service to spread admission over both), which
@@ -251,7 +258,9 @@ def chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartRepli
     sa_kubeconfig = kube_bench.service_account_kubeconfig(
         release.namespace, release.service_account
     )
-    cluster = ChartReplicas(kube_bench, api, app_namespace, RealRollback(), release=release)
+    cluster = ChartReplicas(
+        kube_bench, api, app_namespace, RealRollback(), release=release, workdir=tmp_path
+    )
     base = {k: v for k, v in os.environ.items() if not k.startswith("SPARKGUARD_")}
     ports = {}
     try:
@@ -447,31 +456,6 @@ def test_killed_run_is_rolled_back_resubmitted_and_exactly_once(
     assert states == [timeline.State.COMMITTED]
 
 
-def test_restart_by_spark_operator_is_cleaned_by_the_rollback_init_container(
-    scenario_operator: ChartOperator,
-) -> None:
-    """restartPolicy OnFailure: spark-operator restarts the driver; the operator stays out."""
-    cluster = scenario_operator
-    base = _app_dir(cluster, "restarts")
-    table = base / "orders"
-    policy = {"type": "OnFailure", "onFailureRetries": 1, "onFailureRetryInterval": 1}
-    created = cluster.create(spark_app("restarts", restartPolicy=policy))
-    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
-    standin = _run_until_completed(
-        cluster, "restarts", table=table, workdir=base / "pods", job="light"
-    )
-    reasons = cluster.event_reasons("restarts")
-    assert len(standin.runs) == 2
-    assert standin.runs[1]["generation"] == standin.runs[0]["generation"]  # no resubmission
-    assert "FAILED" not in standin.states  # spark-operator's own retry: FAILING, PENDING_RERUN
-    # the operator never acted: no FAILED was final
-    assert [s for s in cluster.rollback.summaries if s["jobId"] == job_id] == []
-    assert "Resubmitted" not in reasons
-    rows, duplicates, missing = _exactly_once(str(table))
-    assert (rows, duplicates, missing) == (ROWS, 0, 0)
-    assert _uncommitted_files(table) == []
-
-
 PLAIN_ROWS = 2_000_000
 PLAIN_PARTITIONS = 8
 
@@ -482,61 +466,6 @@ def _mid_write(table: Path) -> bool:
     written = len(list(table.glob(".part-*.sg-tmp-*")))
     outcomes = list((table / timeline.SPARKGUARD_DIR / "timeline").glob("*.outcome"))
     return 0 < written < PLAIN_PARTITIONS and not outcomes
-
-
-def test_unchanged_job_killed_mid_write_is_rolled_back_resubmitted_and_exactly_once(
-    scenario_operator: ChartOperator,
-) -> None:
-    """A plain PySpark job (never imports sparkguard) with only the conf admission injected."""
-    cluster = scenario_operator
-    base = _app_dir(cluster, "plain")
-    table = base / "plain"
-    created = cluster.create(spark_app("plain", annotations={appmeta.BACKOFF: "1s"}))
-    conf = created["spec"]["sparkConf"]
-    # Admission injected the JVM layer: nothing in the app asked for it but the opt-in label.
-    assert conf[sparkconf.COMMIT_PROTOCOL_KEY] == sparkconf.PROTOCOL_CLASS
-    assert conf[sparkconf.JARS_KEY] == mutation.JAR_URI
-    assert conf["spark.sparkguard.markers.type"] == "TIMELINE_SERVER_BASED"
-    job_id = conf["spark.sparkguard.jobId"]
-    standin = _run_until_completed(
-        cluster, "plain", table=table, workdir=base / "pods", job="plain", rows=PLAIN_ROWS,
-        partitions=PLAIN_PARTITIONS, kill_when=lambda: _mid_write(table),
-    )  # fmt: skip
-    reasons = cluster.event_reasons("plain")
-    # Run 0 was SIGKILLed mid-write; the operator rolled back and resubmitted; run 1 committed.
-    assert [run["exit"] for run in standin.runs] == [128 + signal.SIGKILL, 0]  # as a container
-    assert standin.runs[1]["generation"] == standin.runs[0]["generation"] + 1
-    assert {"RolledBack", "Resubmitted"} <= set(reasons)
-    assert reasons.count("Resubmitted") == 1
-    assert cluster.notes("plain")[appmeta.ATTEMPT] == "1"
-    # The operator's rollback undid the killed write: its temp files removed (none was ever
-    # published), none committed.
-    summary = next(s for s in cluster.rollback.summaries if s["jobId"] == job_id)
-    assert len(summary["instantsRolledBack"]) == 1
-    assert summary["instantsCommitted"] == []
-    assert summary["tempFilesRemoved"] >= 1
-    assert summary["tablesRemoved"] == [str(table)]  # the killed write created the location
-    # The jar the driver loaded came from the library volume (the bundle the initContainer wrote).
-    for index in range(2):
-        assert (
-            (table.parent / "pods" / f"run-{index}" / "volumes" / mutation.LIB_VOLUME)
-            .joinpath(bundle.JAR_IN_BUNDLE)
-            .is_file()
-        )
-    # The table: every row exactly once, every data file in the directory committed, nothing
-    # temporary or marked left, the killed instant rolled back and the rerun's committed.
-    rows, duplicates, missing = _exactly_once(str(table), rows=PLAIN_ROWS, column="n")
-    assert (rows, duplicates, missing) == (PLAIN_ROWS, 0, 0)
-    assert _uncommitted_files(table) == []
-    committed = sorted(Path(p).name for p in reader.committed_paths(str(table)))
-    assert committed == sorted(p.name for p in table.glob("part-*"))
-    assert len(committed) == PLAIN_PARTITIONS
-    leftovers = [p.name for p in table.rglob("*") if ".sg-tmp-" in p.name or "_temporary" in p.name]
-    assert leftovers == []
-    markers = table / timeline.SPARKGUARD_DIR / "markers"
-    assert not markers.exists() or list(markers.iterdir()) == []
-    states = [s.state for s in timeline.timeline_for(str(table)).statuses(job_id=job_id)]
-    assert states == [timeline.State.COMMITTED]  # the killed write's location was removed
 
 
 def test_new_managed_table_killed_mid_save_as_table_is_removed_and_created_by_the_resubmission(

@@ -3,9 +3,11 @@
 ``kube_node_cluster`` (``tests/kubebench/node.py``) is ``kube_cluster`` with a node: the
 kubelet built from the bench's Kubernetes module and the bench's container runtime
 (``kubebench-cri``: containers as local processes, a network namespace per pod). The
-SparkApplications here run a real PySpark job (``node_job.py``) in cluster mode: upstream's
+SparkApplication here runs a real PySpark job (``node_job.py``) in cluster mode: upstream's
 controller runs spark-submit, the kubelet runs the driver pod, the driver asks the API server
-for an executor pod, the scheduler binds it and the kubelet runs it. One module-scoped cluster
+for an executor pod, the scheduler binds it and the kubelet runs it. (A job run to COMPLETED on
+a driver and an executor pod is ``test_recovery_on_node.py``'s every case: it checks the pods
+as the test that was here did.) One module-scoped cluster
 serves every test; its teardown fails if the node left a process, mount or link, or changed a
 host kernel setting.
 """
@@ -216,56 +218,6 @@ def test_init_containers_and_native_sidecar_run_in_order(kube_node_cluster: Kube
         assert log.splitlines() == ["first", "second", "sidecar"]
     finally:
         kube_node_cluster.request("DELETE", f"{PODS}/{name}")
-
-
-def test_spark_application_runs_on_real_pods(
-    kube_node_cluster: KubeCluster, apps: Callable[[str, Path, str], str], tmp_path: Path
-) -> None:
-    """Upstream's controller submits a PySpark job in cluster mode; the kubelet runs the
-    driver pod; the driver gets an executor pod that the scheduler binds to the node and the
-    kubelet runs; the job's tasks write on the executor; the driver pod Succeeded and the
-    application COMPLETED."""
-    name = apps("node-write", tmp_path, "write")
-    status = wait_for(
-        f"{name} to complete",
-        lambda: (
-            (s := app_state(kube_node_cluster, name)).get("applicationState", {}).get("state")
-            in ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
-            and s
-        ),
-        timeout=480,
-        report=lambda: node_report(kube_node_cluster, name),
-    )
-    assert status["applicationState"]["state"] == "COMPLETED", status
-    # upstream reads the driver container's exit; the kubelet reports the pod's terminal phase
-    # only once it has stopped the pod, a moment later
-    driver = wait_for(
-        "the driver pod to succeed",
-        lambda: (
-            (p := get(kube_node_cluster, f"{PODS}/{name}-driver"))
-            and p["status"].get("phase") in ("Succeeded", "Failed")
-            and p
-        ),
-        timeout=60,
-        report=lambda: node_report(kube_node_cluster, name),
-    )
-    assert driver["spec"]["nodeName"] == NODE_NAME
-    assert driver["status"]["phase"] == "Succeeded"
-    assert terminated(driver)["exitCode"] == 0
-    # the executor pod: created by the driver, bound by the scheduler, run by the kubelet
-    executors = pods(kube_node_cluster, f"spark-role=executor,sparkoperator.k8s.io/app-name={name}")
-    assert len(executors) == 1, [p["metadata"]["name"] for p in executors]
-    executor = executors[0]
-    assert executor["spec"]["nodeName"] == NODE_NAME
-    assert terminated(executor).get("startedAt"), executor["status"]
-    owners = [(r["kind"], r["name"]) for r in executor["metadata"]["ownerReferences"]]
-    assert ("Pod", f"{name}-driver") in owners, owners
-    assert executor["status"]["podIP"] != driver["status"]["podIP"]
-    assert status["executorState"] == {executor["metadata"]["name"]: "COMPLETED"}
-    # what the tasks wrote, committed
-    rows = tmp_path / "rows"
-    assert (rows / "_SUCCESS").exists()
-    assert len(list(rows.glob("part-*.parquet"))) == 2
 
 
 def test_a_deleted_driver_pod_ends_its_executor(

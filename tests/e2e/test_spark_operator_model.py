@@ -27,6 +27,7 @@ from kubernetes import client
 from sparkguard.operator import appmeta, finalizers
 from sparkguard.spark_lib.storage import timeline
 from tests.e2e import standin as standin_
+from tests.e2e import transitions
 from tests.e2e.conftest import (
     LIGHT_ROWS,
     leftovers,
@@ -48,7 +49,7 @@ def _succeeded(cluster: ChartOperator, name: str) -> bool:
 
 
 @pytest.mark.parametrize("policy", ["Never", "OnFailure"])
-def test_submission_failed(model_operator: ChartOperator, policy: str) -> None:
+def test_submission_failed(model_operator: ChartOperator, crd_version: str, policy: str) -> None:
     """spark-submit fails once (the pod webhook denied the driver pod, say).
 
     OnFailure: spark-operator resubmits after onSubmissionFailureRetryInterval x attempts; FAILED
@@ -70,6 +71,9 @@ def test_submission_failed(model_operator: ChartOperator, policy: str) -> None:
     serve_until(standin, lambda: _succeeded(cluster, name), what=f"app {name} to succeed")
     reasons = cluster.event_reasons(name)
     assert standin.states[0] == "SUBMISSION_FAILED"
+    if crd_version == "2.x":  # the differential test: what upstream v2.5.2 writes here
+        written = transitions.written_states(cluster.bench.audit_events(), cluster.namespace, name)
+        assert tuple(written) == transitions.SUBMISSION_FAILED[policy], written
     assert len(standin.runs) == 1  # one driver pod: the failed submission started none
     if policy == "OnFailure":
         assert "FAILED" not in standin.states
@@ -166,7 +170,7 @@ def test_a_dropped_rerun_is_nudged_once(model_operator: ChartOperator, lost_by: 
 
 
 def test_a_spec_edit_while_running_kills_the_driver_mid_write(
-    model_operator: ChartOperator,
+    model_operator: ChartOperator, crd_version: str
 ) -> None:
     """A user edits the spec while the driver writes: spark-operator invalidates the app in
     RUNNING, deletes the driver pod, resets the attempt counters and reruns it under the same
@@ -194,6 +198,9 @@ def test_a_spec_edit_while_running_kills_the_driver_mid_write(
     reasons = cluster.event_reasons(name)
     assert edits == ["suspend", "sparkConf"]
     assert standin.states.count("INVALIDATING") == 1  # the sparkConf edit, not the suspend one
+    if crd_version == "2.x":  # the differential test: what upstream v2.5.2 writes here
+        written = transitions.written_states(cluster.bench.audit_events(), cluster.namespace, name)
+        assert tuple(written) == transitions.SPEC_EDIT, written
     assert "FAILED" not in standin.states
     assert "FAILING" not in standin.states
     assert [run["ended_by"] for run in standin.runs] == ["deleted", "exited"]
@@ -210,7 +217,7 @@ def test_a_spec_edit_while_running_kills_the_driver_mid_write(
 
 
 def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(
-    model_operator: ChartOperator,
+    model_operator: ChartOperator, crd_version: str
 ) -> None:
     """spark-operator deletes a FAILED app ``timeToLiveSeconds`` after its terminationTime
     (``reconcileTerminatedSparkApplication``), maybe while sparkguard waits out its backoff;
@@ -234,6 +241,9 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(
 
     serve_until(standin, gone, what=f"app {name} to be deleted by its TTL")
     assert any(finalizers.FINALIZER in held for held in seen), seen
+    if crd_version == "2.x":  # the differential test: what upstream v2.5.2 writes here
+        written = transitions.written_states(cluster.bench.audit_events(), cluster.namespace, name)
+        assert tuple(written) == transitions.TTL_DELETED, written
     assert cluster.event_reasons(name).count("RolledBackOnDelete") == 1
     table = cluster.workdir / name / "table"
     assert leftovers(table) == []

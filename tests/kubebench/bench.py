@@ -734,9 +734,15 @@ class KubeBench:
     def _write_audit_policy(self) -> Path:
         assert self._workdir is not None
         policy = self._workdir / "audit-policy.yaml"
+        # Status writes of spark apps with their bodies: the application-state sequence an
+        # operator wrote (tests/e2e/transitions.py), every write, in order, none missed.
         policy.write_text(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\n"
-            "omitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
+            "omitStages: [RequestReceived]\nrules:\n"
+            "  - level: Request\n    verbs: [update, patch]\n"
+            "    resources:\n      - group: sparkoperator.k8s.io\n"
+            "        resources: [sparkapplications/status, scheduledsparkapplications/status]\n"
+            "  - level: Metadata\n"
         )
         return policy
 
