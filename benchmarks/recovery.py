@@ -2,6 +2,11 @@
 
     PYTHONSAFEPATH=1 .venv/bin/python benchmarks/recovery.py [--quick] [--apps N]
         [--failing-fraction F] [--rollback-seconds S] [--no-kill] [--profile DIR]
+    PYTHONSAFEPATH=1 .venv/bin/python benchmarks/recovery.py --real-operator [--rounds N]
+
+``--real-operator`` is another benchmark (``benchmarks/_restart.py`` says what it times):
+upstream's spark-operator with real pods, a killed driver's next driver reached through
+sparkguard's rollback and resubmission against spark-operator's own OnFailure restart.
 
 On the real kube-apiserver bench (tests/kubebench). Two operator replicas run as processes
 (``tests/operator/replica.py``: the product's kopf handlers, leader election, claims, patches
@@ -561,11 +566,29 @@ def main() -> int:
     parser.add_argument(
         "--profile", type=Path, help="py-spy each replica; collapsed stacks into this folder"
     )
+    parser.add_argument(
+        "--real-operator",
+        action="store_true",
+        help="instead: a driver's death to the next driver's first task on upstream's "
+        "spark-operator with real pods, sparkguard against spark-operator's own restart",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="--real-operator: rounds")
     args = parser.parse_args()
     if args.quick:
         args.apps = 100
     # The kube bench runs only inside the network guard: re-run this command there.
     netguard.reexec_inside()
+    if args.real_operator:
+        if args.rounds < 1:
+            print("operator benchmark: --rounds must be >= 1")
+            return 2
+        import _restart  # beside this file; starts nothing on import
+
+        started = time.monotonic()
+        line = _restart.run(args.rounds)
+        log(f"took {time.monotonic() - started:.0f}s")
+        print(line, flush=True)
+        return 0
     if not 0 < args.failing_fraction <= 1 or args.apps < 10:
         print("operator benchmark: --apps must be >= 10 and --failing-fraction in (0, 1]")
         return 2
