@@ -46,18 +46,18 @@ def test_reaction_is_timed_between_the_stored_patches() -> None:
     assert times["app-2"] == bench._Stored(failed=100.0, resubmitted=105.0)
 
 
-def test_real_operator_mode_times_from_the_first_starting_task_line() -> None:
-    """``--real-operator`` reads the next driver's first task from its CRI container log (the
-    runtime's own timestamps, nanoseconds, UTC); lines before it and other lines do not
-    count; a log without a task gives None."""
+def test_real_operator_mode_times_from_the_first_running_task_line() -> None:
+    """``--real-operator`` reads the next driver's first task from its executor's CRI
+    container log (the runtime's own timestamps, nanoseconds, UTC); lines before it and other
+    lines do not count; a log without a task gives None."""
     restart = load("_restart")
     log = "\n".join(
         [
             "2026-12-07T13:20:00.598796296Z stderr F 26/12/07 13:20:00 INFO SparkContext: x",
-            "2026-12-07T13:20:01.250000000Z stderr F 26/12/07 13:20:01 INFO TaskSetManager: "
-            "Starting task 0.0 in stage 0.0 (TID 0) (192.0.2.9, executor 1, partition 0)",
-            "2026-12-07T13:20:02.000000000Z stderr F 26/12/07 13:20:02 INFO TaskSetManager: "
-            "Starting task 1.0 in stage 0.0 (TID 1)",
+            "2026-12-07T13:20:01.250000000Z stderr F 26/12/07 13:20:01 INFO Executor: "
+            "Running task 0.0 in stage 0.0 (TID 0)",
+            "2026-12-07T13:20:02.000000000Z stderr F 26/12/07 13:20:02 INFO Executor: "
+            "Running task 1.0 in stage 0.0 (TID 1)",
         ]
     )
     at = restart.first_task_at(log)
