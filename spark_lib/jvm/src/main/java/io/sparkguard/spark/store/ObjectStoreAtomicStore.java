@@ -299,7 +299,16 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
           if (keep.contains(id)) {
             seen.add(id);
           } else {
-            abort.invoke(fs, key, id);
+            try {
+              abort.invoke(fs, key, id);
+            } catch (java.lang.reflect.InvocationTargetException e) {
+              if (!uploadGone(e.getCause())) {
+                throw e;
+              }
+              // Gone already: this abort applied and its answer was lost, so the SDK's retry
+              // met NoSuchUpload (404); or another cleaner aborted it first. Either way it is
+              // aborted, which is all this step asks.
+            }
             aborted++;
           }
         }
@@ -312,6 +321,22 @@ public final class ObjectStoreAtomicStore extends HadoopFileSystemStore {
       return new Aborted(eachLeftovers(targets), false);
     }
     return new Aborted(aborted, true);
+  }
+
+  /**
+   * Whether {@code error} (or a cause of it) says the multipart upload does not exist: S3A
+   * translated it to {@link FileNotFoundException}, or the AWS SDK's {@code
+   * NoSuchUploadException} (the store's 404 NoSuchUpload) came through untranslated. Matched by
+   * name: the SDK is not on this module's compile classpath.
+   */
+  static boolean uploadGone(Throwable error) {
+    for (Throwable t = error; t != null; t = t.getCause() == t ? null : t.getCause()) {
+      if (t instanceof FileNotFoundException
+          || "NoSuchUploadException".equals(t.getClass().getSimpleName())) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private int eachLeftovers(java.util.Collection<Path> targets) throws IOException {
