@@ -262,7 +262,9 @@ def test_driver_killed_is_recovered_and_every_row_once(
     """``sigkill``: the driver's JVM SIGKILLed (its executor sees the connection drop and
     exits at once). ``delete-pod``: the driver pod deleted (SIGTERM, then Spark's own
     shutdown); its executor pod stays (the app owns it too) and may outlive the driver into
-    the next driver's rollback: the zombie case.
+    the next driver's rollback: the zombie case. ``spec-edit``: a user edits the spec while the
+    driver writes (``suspend`` alone, then a conf key): upstream's INVALIDATING deletes the
+    driver pod and reruns the app; sparkguard sees no failure.
 
     OnFailure: upstream reruns the driver itself, and the rerun's rollback initContainer undoes
     the killed write (after-commit: publishes the committed one, R8a). Never: upstream makes the
