@@ -29,7 +29,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -49,7 +49,7 @@ from tests.e2e.test_recovery_scenario import (
     _mid_write,
     installed_chart_replicas,
 )
-from tests.e2e.test_spark_on_node import get, node_report, pods, spark_app, wait_for
+from tests.e2e.test_spark_on_node import PODS, get, node_report, pods, spark_app, wait_for
 from tests.kubebench.bench import JsonObj
 from tests.kubebench.cluster import OPERATOR_NAMESPACE, RELEASE_NAME, KubeCluster
 from tests.kubebench.fixtures import CLUSTER_JOB_NAMESPACE
@@ -60,6 +60,8 @@ pytestmark = [pytest.mark.kube, pytest.mark.spark]
 NAMESPACE = CLUSTER_JOB_NAMESPACE
 APPS = f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{NAMESPACE}/sparkapplications"
 CONFIG_MAPS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+#: what a wait's failure adds to its message: the app's state, pods and logs
+Report = Callable[[], str]
 VOLUME = "sparkguard-data"
 #: what an app must set itself to run under "restricted" (sparkguard's containers get theirs).
 #: A user: the kubelet takes an image that names none (the bench's) as root and refuses it
@@ -255,6 +257,57 @@ def _at(point: str, table: Path) -> bool:
     return bool(outcomes) and bool(temp)
 
 
+def _driver_at(cluster: KubeCluster, name: str, table: Path, point: str, report: Report) -> JsonObj:
+    """App ``name``'s first driver pod, once it is at kill point ``point`` on ``table``."""
+    found: JsonObj = wait_for(
+        f"the first driver at {point}",
+        lambda: _at(point, table) and get(cluster, f"{PODS}/{name}-driver"),
+        timeout=600,
+        report=report,
+    )
+    return found
+
+
+def _sigkill_driver(name: str, report: Report) -> None:
+    """SIGKILL the JVM of app ``name``'s driver (as the OOM killer ends one)."""
+    pid = driver_jvm(name)
+    assert pid is not None, report()
+    os.kill(pid, signal.SIGKILL)
+
+
+def _every_row_once(table: Path, job_id: str) -> None:
+    """Every row once for a plain directory reader (Spark's rules: "." and "_" files are
+    hidden) and for sparkguard's committed-only reader; no temp or uncommitted file; the job's
+    one instant on ``table`` is committed (a first write rolled back removed the location it
+    created)."""
+    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
+    ids = plain.column("id").to_pylist()
+    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
+    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
+    assert leftovers(table) == []
+    assert states_of(table, job_id) == [timeline.State.COMMITTED]
+
+
+def _deleted_leaving_nothing(
+    cluster: KubeCluster, name: str, report: Report, config_maps_before: set[str] | None = None
+) -> None:
+    """Delete app ``name`` (unless it is gone already) and wait until no pod of it is left,
+    nor (given the ConfigMaps there were before it) a ConfigMap."""
+    if get(cluster, f"{APPS}/{name}") is not None:
+        cluster.request("DELETE", f"{APPS}/{name}")
+
+    def nothing_left() -> bool:
+        if pods(cluster, f"sparkoperator.k8s.io/app-name={name}"):
+            return False
+        return config_maps_before is None or _config_maps(cluster) <= config_maps_before
+
+    wait_for("the app's pods and ConfigMaps to be gone", nothing_left, timeout=120, report=report)
+
+
+def _config_maps(cluster: KubeCluster) -> set[str]:
+    return {c["metadata"]["name"] for c in cluster.request("GET", CONFIG_MAPS)[1]["items"]}
+
+
 @pytest.mark.parametrize(("policy", "point", "how"), CASES, ids=["-".join(c) for c in CASES])
 def test_driver_killed_is_recovered_and_every_row_once(
     protected: Protected, policy: str, point: str, how: str
@@ -274,9 +327,7 @@ def test_driver_killed_is_recovered_and_every_row_once(
     cluster, data = protected.cluster, protected.data
     name = f"{policy.lower()}-{point}-{how}"
     table = data / name
-    config_maps_before = {
-        c["metadata"]["name"] for c in cluster.request("GET", CONFIG_MAPS)[1]["items"]
-    }
+    config_maps_before = _config_maps(cluster)
     app = protected_app(name, data, table, policy=policy)
     app["spec"]["sparkConf"] |= PAUSES.get(point, {})
     created = protected.chart.create(app)
@@ -292,16 +343,9 @@ def test_driver_killed_is_recovered_and_every_row_once(
     started = time.monotonic()
     took: dict[str, float] = {}
 
-    first = wait_for(
-        f"the first driver at {point}",
-        lambda: _at(point, table) and get(cluster, f"{PODS}/{name}-driver"),
-        timeout=600,
-        report=report,
-    )
+    first = _driver_at(cluster, name, table, point, report)
     if how == "sigkill":
-        pid = driver_jvm(name)
-        assert pid is not None, report()
-        os.kill(pid, signal.SIGKILL)
+        _sigkill_driver(name, report)
     elif how == "delete-pod":
         cluster.request("DELETE", f"{PODS}/{name}-driver")
     else:  # spec-edit: suspend alone is no rerun; any other spec field is (upstream's filter)
@@ -416,34 +460,14 @@ def test_driver_killed_is_recovered_and_every_row_once(
     assert executor["status"]["podIP"] != done["status"]["podIP"]
     assert status["executorState"][executor["metadata"]["name"]] == "COMPLETED", status
 
-    # every row once: a plain directory reader (Spark's rules: "." and "_" files are hidden)
-    # and sparkguard's committed-only reader; no temp or uncommitted file. A first write rolled
-    # back removed the location it created, so the rerun's commit is the job's only instant;
-    # after-commit, the killed driver's commit is, and the rerun skipped its write.
-    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
-    ids = plain.column("id").to_pylist()
-    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
-    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
-    assert leftovers(table) == []
-    assert states_of(table, job_id) == [timeline.State.COMMITTED]
-
+    # every row once, nothing uncommitted; the job's one instant is the rerun's commit (the
+    # killed first write's location removed), or after-commit the killed driver's (the rerun
+    # skipped its write)
+    _every_row_once(table, job_id)
     # deleting the app leaves no pod and no ConfigMap of it
-    cluster.request("DELETE", f"{APPS}/{name}")
-    wait_for(
-        "the app's pods and ConfigMaps to be gone",
-        lambda: (
-            not pods(cluster, f"sparkoperator.k8s.io/app-name={name}")
-            and {c["metadata"]["name"] for c in cluster.request("GET", CONFIG_MAPS)[1]["items"]}
-            <= config_maps_before
-        ),
-        timeout=120,
-        report=report,
-    )
+    _deleted_leaving_nothing(cluster, name, report, config_maps_before)
     took["to nothing left"] = time.monotonic() - started
     print("seconds:", {k: round(v, 1) for k, v in took.items()})
-
-
-PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
 
 QUOTA = "sparkguard-no-pods"
@@ -516,20 +540,8 @@ def test_a_refused_submission_is_recovered_and_every_row_once(
     else:
         assert "Resubmitted" not in reasons, reasons
         assert "RollbackStarted" not in reasons, reasons
-    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
-    ids = plain.column("id").to_pylist()
-    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
-    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
-    assert leftovers(table) == []
-    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
-    assert states_of(table, job_id) == [timeline.State.COMMITTED]
-    cluster.request("DELETE", f"{APPS}/{name}")
-    wait_for(
-        "the app's pods to be gone",
-        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
-        timeout=120,
-        report=report,
-    )
+    _every_row_once(table, created["spec"]["sparkConf"]["spark.sparkguard.jobId"])
+    _deleted_leaving_nothing(cluster, name, report)
 
 
 def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(protected: Protected) -> None:
@@ -547,15 +559,8 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(protected: Pr
     created = protected.chart.create(app)
     job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
     report = lambda: node_report(cluster, name)  # noqa: E731
-    wait_for(
-        "the driver mid-write",
-        lambda: _mid_write(table) and get(cluster, f"{PODS}/{name}-driver"),
-        timeout=600,
-        report=report,
-    )
-    pid = driver_jvm(name)
-    assert pid is not None, report()
-    os.kill(pid, signal.SIGKILL)
+    _driver_at(cluster, name, table, "mid-write", report)
+    _sigkill_driver(name, report)
     held: list[list[str]] = []
 
     def gone() -> bool:
@@ -582,12 +587,7 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(protected: Pr
     assert protected.chart.event_reasons(name).count("RolledBackOnDelete") == 1
     assert leftovers(table) == []
     assert states_of(table, job_id) == []  # the rollback removed the location the write made
-    wait_for(
-        "the app's pods to be gone",
-        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
-        timeout=120,
-        report=report,
-    )
+    _deleted_leaving_nothing(cluster, name, report)
 
 
 HOOKS = "/apis/admissionregistration.k8s.io/v1"
@@ -684,13 +684,7 @@ def test_without_upstreams_pod_webhook_the_app_is_reported_unprotected(
         assert timeline.State.COMMITTED not in states_of(table, job_id)
         plain = [p for p in table.rglob("*.parquet") if not p.name.startswith((".", "_"))]
         assert plain == [], plain
-    cluster.request("DELETE", f"{APPS}/{name}")
-    wait_for(
-        "the app's pods to be gone",
-        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
-        timeout=120,
-        report=report,
-    )
+    _deleted_leaving_nothing(cluster, name, report)
 
 
 def test_the_leader_killed_mid_recovery_the_other_replica_finishes_it_once(
@@ -710,15 +704,8 @@ def test_the_leader_killed_mid_recovery_the_other_replica_finishes_it_once(
     created = protected.chart.create(app)
     job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
     report = lambda: f"{node_report(cluster, name)}\n{chart.output()}"  # noqa: E731
-    wait_for(
-        "the driver mid-write",
-        lambda: _mid_write(table) and get(cluster, f"{PODS}/{name}-driver"),
-        timeout=600,
-        report=report,
-    )
-    pid = driver_jvm(name)
-    assert pid is not None, report()
-    os.kill(pid, signal.SIGKILL)
+    _driver_at(cluster, name, table, "mid-write", report)
+    _sigkill_driver(name, report)
     killed_in = wait_for(
         "replica a recovering the app",
         lambda: (
@@ -744,16 +731,5 @@ def test_the_leader_killed_mid_recovery_the_other_replica_finishes_it_once(
     assert reasons.count("Resubmitted") == 1, reasons
     assert notes[appmeta.ATTEMPT] == "1", notes
     assert (get(cluster, f"{APPS}/{name}") or {})["status"]["executionAttempts"] == 1
-    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
-    ids = plain.column("id").to_pylist()
-    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
-    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
-    assert leftovers(table) == []
-    assert states_of(table, job_id) == [timeline.State.COMMITTED]
-    cluster.request("DELETE", f"{APPS}/{name}")
-    wait_for(
-        "the app's pods to be gone",
-        lambda: not pods(cluster, f"sparkoperator.k8s.io/app-name={name}"),
-        timeout=120,
-        report=report,
-    )
+    _every_row_once(table, job_id)
+    _deleted_leaving_nothing(cluster, name, report)
