@@ -124,7 +124,8 @@ class OperatorConfig:
     pod_name: str | None = None
     #: a rollback claim not renewed for this long is taken over (its holder renews it at 1/3)
     claim_ttl_seconds: float = 30.0
-    #: how long a resubmitted app may stay FAILED before the resubmission is patched again
+    #: how long a resubmitted app may stay FAILED (or its rerun unsubmitted in PENDING_RERUN)
+    #: before the resubmission is patched again
     resubmit_timeout_seconds: float = 60.0
     #: longest time a deleted opted-in app is held for its rollback (then a Warning, and the
     #: finalizer goes anyway); see "Deleted apps" in docs/operator.md

@@ -22,8 +22,9 @@ Several operators may look at one app (two replicas, a lease that expired mid-ro
 ``Recovering`` patch carries a *claim* (holder and expiry, ``recovery.sparkguard.io/claim``),
 written with a resourceVersion precondition, so exactly one of them wins it; the others wait
 until it expires (its holder renews it while its rollback runs) and only then take over. A
-resubmitted app that stays FAILED past ``resubmit_timeout`` is patched again (a *nudge*),
-because spark-operator's rerun on a spec change is best effort.
+resubmitted app that stays FAILED, or whose rerun stays unsubmitted in PENDING_RERUN, past
+``resubmit_timeout`` is patched again (a *nudge*), because spark-operator's rerun on a spec
+change is best effort.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ from typing import Any, Final
 from sparkguard.operator import appmeta, finalizers, mutation
 from sparkguard.operator import config as config_
 
+#: spark-operator's state between a spec change's INVALIDATING and the rerun's spark-submit: it
+#: submits once the old driver pod is gone, woken by that pod's deletion event
+#: (reconcilePendingRerunSparkApplication). The event handler drops a pod event whose
+#: submission id is not the app's (event_handler.go enqueueSparkAppForUpdate), and an app
+#: that spark-operator submitted twice (a write to the app while its first spark-submit ran makes
+#: the status write conflict, and reconcileNewSparkApplication's retry runs spark-submit again,
+#: which fails: SUBMISSION_FAILED, with the first driver running) names the second submission
+#: while its pod is the first's: the deletion is dropped and the rerun waits for ever.
+PENDING_RERUN: Final = "PENDING_RERUN"
 #: spark-operator's final failure. SUBMISSION_FAILED and FAILING are never final: spark-operator
 #: retries them itself (OnFailure/Always within onSubmissionFailureRetries/onFailureRetries) or
 #: moves them to FAILED on its next reconcile (kubeflow/spark-operator
@@ -568,6 +578,8 @@ def decide(  # noqa: PLR0911, PLR0912 - one return per row of the decision table
     * the handled failure, rolled back → WAIT until next-retry-at, then RESUBMIT;
     * the handled failure, Resubmitted, still FAILED → WAIT until the resubmission is due to be
       answered, then NUDGE (the same attempt, patched again);
+    * Resubmitted, PENDING_RERUN with the rerun not submitted (:func:`_rerun_not_submitted`) →
+      the same WAIT, then NUDGE;
     * the handled failure, settled (Exhausted/CommittedNotResubmitted) → NOTHING;
     * any other state → NOTHING.
     """
@@ -615,6 +627,24 @@ def decide(  # noqa: PLR0911, PLR0912 - one return per row of the decision table
             action=Action.NOTHING,
             reason=f"state {state!r}: its operator (spark-operator) retries it, restarts it "
             "or makes it final",
+        )
+    handled_failure = values.get(appmeta.HANDLED_FAILURE)
+    if (
+        state == PENDING_RERUN
+        and not apache
+        and phase == Phase.RESUBMITTED.value
+        and handled_failure
+        and _rerun_not_submitted(app)
+    ):
+        # our resubmission's rerun, not submitted yet: nudge it if it waits too long
+        return _verify_resubmission(
+            app,
+            attempt=attempt,
+            failure=handled_failure,
+            options=options,
+            now=now,
+            config=config,
+            waiting_in=state,
         )
     if seen.outcome is not Outcome.FAILED or seen.failure is None:
         return Decision(action=Action.NOTHING, reason=f"state {state or 'new'!r} needs nothing")
@@ -775,6 +805,15 @@ def _resubmit(
     )
 
 
+def _rerun_not_submitted(app: Mapping[str, Any]) -> bool:
+    """Whether ``app``'s status is that of a spec change's rerun before its spark-submit: the
+    INVALIDATING reset zeroes ``submissionAttempts`` and ``lastSubmissionAttemptTime``
+    (controller.go resetSparkApplicationStatus), which spark-operator's own OnFailure retry
+    (from FAILING) keeps. A purely computational function with no side-effects."""
+    status = app.get("status") or {}
+    return not status.get("submissionAttempts") and not status.get("lastSubmissionAttemptTime")
+
+
 def _verify_resubmission(
     app: Mapping[str, Any],
     *,
@@ -783,12 +822,17 @@ def _verify_resubmission(
     options: appmeta.Options,
     now: datetime.datetime,
     config: config_.OperatorConfig,
+    waiting_in: str | None = None,
 ) -> Decision:
-    """Resubmitted, yet spark-operator still reports the failure we handled: wait, then nudge.
+    """Resubmitted, yet spark-operator still reports the failure we handled, or (``waiting_in``
+    PENDING_RERUN) has not submitted the rerun: wait, then nudge.
 
     spark-operator reruns an app whose spec changed from an event filter that is best effort
-    (a conflicting status write drops the rerun with only an Event), so a resubmission that
-    is not answered within ``resubmit_timeout`` is patched again with a new spec change.
+    (a conflicting status write drops the rerun with only an Event), and submits the rerun
+    only when an event of the old driver pod's deletion reaches it (which it may drop: see
+    :data:`PENDING_RERUN`), so a resubmission that is not answered within ``resubmit_timeout``
+    is patched again with a new spec change (any write to the app wakes a waiting rerun; a spec
+    change also reruns one that was dropped).
     """
     record = _resubmission_of(app)
     if record is None:  # resubmitted by an operator version that did not verify
@@ -815,10 +859,19 @@ def _verify_resubmission(
         )
     nudge = nudges + 1
     waited = (now - at).total_seconds()
+    if waiting_in is None:
+        what = (
+            f"the app still reports the failure sparkguard handled ({failure}): spark-operator "
+            "dropped the rerun"
+        )
+    else:
+        what = (
+            f"spark-operator has not submitted the rerun ({waiting_in}: it lost the event of "
+            "the old driver pod's deletion)"
+        )
     message = (
-        f"attempt {attempt} of job {options.job_id} was resubmitted {waited:.0f}s ago but the "
-        f"app still reports the failure sparkguard handled ({failure}): spark-operator "
-        f"dropped the rerun; patched the spec again (retry {nudge})"
+        f"attempt {attempt} of job {options.job_id} was resubmitted {waited:.0f}s ago but "
+        f"{what}; patched the spec again (retry {nudge})"
     )
     return Decision(
         action=Action.NUDGE,

@@ -163,6 +163,41 @@ def test_an_unanswered_resubmission_is_patched_again(config: config_.OperatorCon
     assert again.patch["spec"] == {"sparkConf": {recovery.CONF_RESUBMISSION: "1.2"}}
 
 
+def test_a_rerun_left_unsubmitted_in_pending_rerun_is_patched_again(
+    config: config_.OperatorConfig,
+) -> None:
+    """spark-operator submits a spec change's rerun only when the old driver pod's deletion
+    event reaches it, and drops that event when the pod carries another submission id than the
+    app (spark-operator submitted twice): the rerun waits in PENDING_RERUN for ever. After the
+    timeout, nudge it, as a dropped rerun. spark-operator's own OnFailure retry also passes
+    PENDING_RERUN (the attempts kept): that one is never nudged."""
+    config = dataclasses.replace(config, resubmit_timeout_seconds=60)
+    failed = _app(status=failed_status(), **{appmeta.BACKOFF: "0"})
+    app = _rolled_back(failed, _decide(failed, config))
+    resubmitted = _apply(app, _decide(app, config).patch)
+    # what the INVALIDATING reset leaves (resetSparkApplicationStatus), then PENDING_RERUN
+    invalidated = failed_status(state="PENDING_RERUN")
+    for key in ("submissionAttempts", "executionAttempts", "lastSubmissionAttemptTime"):
+        del invalidated[key]
+    waiting = {**resubmitted, "status": invalidated}
+    early = _decide(waiting, config, NOW + datetime.timedelta(seconds=59))
+    assert early.action is Action.WAIT
+    assert early.retry_at == NOW + datetime.timedelta(seconds=60)
+    nudge = _decide(waiting, config, NOW + datetime.timedelta(seconds=61))
+    assert nudge.action is Action.NUDGE
+    assert nudge.patch["spec"] == {"sparkConf": {recovery.CONF_RESUBMISSION: "1.1"}}
+    assert "has not submitted the rerun (PENDING_RERUN" in nudge.reason
+    # submitted since (the attempts counted again): the rerun is under way
+    submitted = {**waiting, "status": {**invalidated, "submissionAttempts": 1}}
+    later = NOW + datetime.timedelta(hours=1)
+    assert _decide(submitted, config, later).action is Action.NOTHING
+    # an OnFailure retry of the rerun by spark-operator itself, hours later: not ours
+    retrying = {**resubmitted, "status": failed_status(state="PENDING_RERUN")}
+    assert _decide(retrying, config, later).action is Action.NOTHING
+    # nor PENDING_RERUN of an app sparkguard never resubmitted
+    assert _decide(_app(status=invalidated), config, later).action is Action.NOTHING
+
+
 def test_nudge_interval_doubles_up_to_ten_minutes() -> None:
     intervals = [recovery.nudge_interval(n, timeout=60) for n in range(6)]
     assert intervals == [60, 120, 240, 480, 600, 600]
