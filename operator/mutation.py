@@ -196,8 +196,12 @@ def build_sidecar(
     own securityContext (see :func:`harden`). ``data_mounts``: the driver container's own
     volume mounts (see :func:`add_data_mounts`). ``native``: as a Kubernetes native
     sidecar (an initContainer with ``restartPolicy: Always``, Kubernetes >= 1.29), which the
-    kubelet stops once the driver container has ended, so the pod reaches Succeeded/Failed;
-    its startupProbe holds the driver back until the sidecar serves. Otherwise, a regular
+    kubelet stops once the driver container has ended, so the pod reaches Succeeded/Failed.
+    It has no startupProbe: the driver starts as soon as the sidecar's process has, and the
+    sidecar serves long before the driver's first marker (the JVM's start and Spark's set-up
+    come first); a marker sent earlier meets a refused connection, which every marker client
+    retries within its deadline, as with the regular sidecar, which never held the driver
+    back (docs/decisions.md, "The native sidecar has no startup probe"). Otherwise, a regular
     container, it drains and exits once the driver's JVM is gone (``--exit-with-process``,
     which needs ``spec.driver.shareProcessNamespace``), so the pod still ends.
     """
@@ -235,11 +239,6 @@ def build_sidecar(
         container["command"] += ["--exit-with-process", DRIVER_PROCESS_PATTERN]
     if native:
         container["restartPolicy"] = "Always"
-        container["startupProbe"] = {
-            "httpGet": {"path": "/readyz", "port": port},
-            "periodSeconds": 1,
-            "failureThreshold": 60,
-        }
     _add_storage_env(container, options)
     _add_pull_policy(container, config)
     harden(container, config=config, pod_security=pod_security)

@@ -385,7 +385,7 @@ def _pruned(value: Any, schema: dict[str, Any], path: str) -> list[str]:
 
 def test_the_mutated_app_is_kept_whole_by_the_apache_crd(config: config_.OperatorConfig) -> None:
     """Every field admission writes exists in the CRD's v1 schema with its type: nothing is
-    pruned (in particular the native sidecar's restartPolicy and startupProbe)."""
+    pruned (in particular the native sidecar's restartPolicy and readinessProbe)."""
     schema = _crd_schema()
     app = _with_owner(apache_app())
     assert _pruned(app["spec"], schema["properties"]["spec"], "spec") == []

@@ -99,7 +99,7 @@ def test_an_admitted_app_comes_back_intact(crd_cluster: Cluster) -> None:
     assert {mutation.LIB_INIT_NAME, mutation.ROLLBACK_INIT_NAME} <= set(init)
     if native:  # 2.x keeps restartPolicy: a native sidecar
         assert init[mutation.SIDECAR_NAME]["restartPolicy"] == "Always"
-        assert init[mutation.SIDECAR_NAME]["startupProbe"]["httpGet"]["path"] == "/readyz"
+        assert init[mutation.SIDECAR_NAME]["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert mutation.SIDECAR_NAME not in sidecars
     else:  # 1.x would prune it: sparkguard chose the regular sidecar
         assert mutation.SIDECAR_NAME not in init

@@ -374,7 +374,10 @@ def test_native_sidecar_is_an_init_container_that_restarts_always(
     assert names == [mutation.LIB_INIT_NAME, mutation.ROLLBACK_INIT_NAME, mutation.SIDECAR_NAME]
     sidecar = spec["driver"]["initContainers"][-1]
     assert sidecar["restartPolicy"] == "Always"
-    assert sidecar["startupProbe"]["httpGet"] == {"path": "/readyz", "port": 7070}
+    # no startup probe: the driver starts beside it (its marker clients retry a refused
+    # connection); readiness is what the probe reports
+    assert "startupProbe" not in sidecar
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 7070}
     # Idempotent, and an app mutated before (regular sidecar) keeps it where it is.
     once = mutation.mutate(app, config=config, native_sidecar=True)
     assert mutation.mutate(once, config=config, native_sidecar=True) == once
