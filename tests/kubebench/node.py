@@ -303,6 +303,11 @@ class KubeNode:
         host_port = self.bench.server.removeprefix("https://")
         python = str(Path(sys.executable))
         spark_home = self.spark_home or pyspark_home()
+        # the archive of this interpreter's PySpark (dumped once per machine; a pytest run has
+        # it already): another Spark home's JVMs run without one
+        archive = None
+        if self.spark_home is None:
+            archive, _ = jvm_options.ensure_archive(cached_jars.cache_root())
         java_home = _java_home()
         cri_config = {
             "socket": str(socket),
@@ -336,9 +341,9 @@ class KubeNode:
                 python=python,
                 java_home=java_home,
                 path=os.environ.get("PATH", "/usr/bin:/bin"),
-                # the drivers' and executors' JVMs: C1 only and the serial collector, as every
-                # test JVM (tests/support/jvm_options.py: about half a job's CPU on 2 cores)
-                java_options=jvm_options.COMPILER_AND_GC,
+                # the drivers' and executors' JVMs: C1 only, the serial collector and the
+                # class-data archive, as every test JVM (tests/support/jvm_options.py)
+                java_options=jvm_options.java_options(archive),
             ),
         }
         cri_config_file = self.dir / "cri.json"

@@ -115,11 +115,15 @@ def ensure_archive(
     return path, "dumped"
 
 
+def java_options(archive: Path | None) -> str:
+    """The test JVMs' options: C1, the serial collector and the archive when there is one."""
+    if archive is None:
+        return COMPILER_AND_GC
+    return f"{COMPILER_AND_GC} -XX:SharedArchiveFile={archive} {QUIET_CDS}"
+
+
 def spark_submit_opts(archive: Path | None, *, tmpdir: Path) -> str:
-    """The test drivers' JVM options, with the archive when there is one; their temp files
+    """The test drivers' JVM options (:func:`java_options`); their temp files
     (``java.io.tmpdir``: Spark's local directories, the codecs' native libraries) in
     ``tmpdir``."""
-    options = f"{COMPILER_AND_GC} {run_tmp.java_options(tmpdir)}"
-    if archive is None:
-        return options
-    return f"{options} -XX:SharedArchiveFile={archive} {QUIET_CDS}"
+    return f"{java_options(archive)} {run_tmp.java_options(tmpdir)}"
