@@ -13,6 +13,7 @@ import pytest
 
 from sparkguard.spark_lib.storage import reader, timeline
 from tests.chart import operator_harness as harness
+from tests.e2e import transitions
 from tests.e2e.standin import StandInSparkOperator
 from tests.e2e.test_recovery_scenario import ChartOperator, installed_chart_operator
 from tests.kubebench.bench import KubeBench
@@ -71,6 +72,14 @@ def light_standin(cluster: ChartOperator, name: str, **kwargs: Any) -> StandInSp
         job="light",
         **kwargs,
     )
+
+
+def model_did(cluster: ChartOperator, standin: StandInSparkOperator) -> transitions.Trace:
+    """The differential test's model side: the states ``standin`` wrote to its app's status
+    (the bench's audit log, read as upstream's is) and its driver pod actions."""
+    events = cluster.bench.audit_events()
+    states = transitions.written_states(events, cluster.namespace, standin.name)
+    return transitions.Trace(tuple(states), tuple(standin.driver_pods))
 
 
 def serve_until(

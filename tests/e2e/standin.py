@@ -37,6 +37,7 @@ from typing import Any, Final, cast
 
 from kubernetes import client, watch
 
+from tests.e2e import transitions
 from tests.e2e.kubelet import (
     DriverPod,
     DriverPodStillRunningError,
@@ -273,6 +274,9 @@ class StandInSparkOperator(Kubelet):
         self.events: list[tuple[str, str]] = []
         #: every status state the stand-in wrote, in order (FAILED must never appear between)
         self.states: list[str] = []
+        #: what it did to the driver pod, as ``transitions.driver_pod_actions`` reads upstream's
+        #: from the audit log: created (spark-submit's pod), deleted (a pod that still existed)
+        self.driver_pods: list[str] = []
 
     # -- the API side -----------------------------------------------------------------------
     def app(self) -> dict[str, Any]:
@@ -652,10 +656,16 @@ class StandInSparkOperator(Kubelet):
         period); NotFound is fine. Executors go later, by GC (``executor_linger_s``)."""
         pod = self.pods.get(driver_pod_name(app))
         if pod is not None:
+            self._driver_pod_action(transitions.DELETED)
             self._delete_pod(pod)
+
+    def _driver_pod_action(self, action: str) -> None:
+        if not self.driver_pods or self.driver_pods[-1] != action:
+            self.driver_pods.append(action)
 
     def _start_pod_of(self, app: Mapping[str, Any], *, pod_name: str, submission: str) -> None:
         """spark-submit's effect: the driver pod exists, the kubelet starts it."""
+        self._driver_pod_action(transitions.CREATED)
         spec = copy.deepcopy(app["spec"])
         driver = spec["driver"]
         super()._start_pod(

@@ -31,7 +31,14 @@ import pytest
 from sparkguard.operator import appmeta
 from sparkguard.spark_lib.storage import timeline
 from tests.e2e import transitions
-from tests.e2e.conftest import leftovers, light_standin, rows_once, serve_until, states_of
+from tests.e2e.conftest import (
+    leftovers,
+    light_standin,
+    model_did,
+    rows_once,
+    serve_until,
+    states_of,
+)
 from tests.e2e.test_recovery_scenario import ChartOperator
 from tests.operator.apps import spark_app
 
@@ -99,9 +106,8 @@ def _recovery(cluster: ChartOperator, crd_version: str, policy: str, kill_point:
     if crd_version == "2.x":
         # the differential test: the model wrote what upstream v2.5.2 writes in the same
         # scenario (test_recovery_on_node.py checks the real operator against the same table)
-        events = cluster.bench.audit_events()
-        written = transitions.written_states(events, cluster.namespace, name)
-        assert tuple(written) == transitions.WRITTEN[policy, kill_point], written
+        did = model_did(cluster, standin)
+        assert did == transitions.SCENARIOS["killed", policy], did
 
     # The first driver died where asked; its lingering executor is gone now. Before a commit
     # it was still to write when its driver died: its late marker was refused (the old pod's

@@ -44,7 +44,6 @@ from tests.e2e import transitions
 from tests.e2e.conftest import leftovers, rows_once, states_of
 from tests.e2e.test_recovery_scenario import (
     PLAIN_PARTITIONS,
-    PLAIN_ROWS,
     ChartReplicas,
     _mid_write,
     installed_chart_replicas,
@@ -83,6 +82,11 @@ POLICIES: Final[dict[str, JsonObj]] = {
     },
 }
 KILL_POINTS: Final = ("before-files", "mid-write", "after-commit")
+#: the job's rows, in PLAIN_PARTITIONS tasks on the executor's one core, one after the other:
+#: each task's temp file stays hidden until the job's outcome, so mid-write lasts from the first
+#: task's file to the last task's end (about 5 s under the suite's load; the test polls every
+#: 100 ms). Every run of every case writes them all once more: more rows only cost time.
+ROWS: Final = 500_000
 
 
 @dataclasses.dataclass
@@ -116,7 +120,9 @@ def protected_namespace(cluster: KubeCluster) -> Iterator[Protected]:
     )
     cluster.apply_manifest(_volume(data))
     try:
-        with installed_chart_replicas(cluster, data) as chart:
+        # a rerun upstream left unsubmitted is nudged after 15 s, not the chart's 60 s (a
+        # normal rerun leaves PENDING_RERUN within a second or two)
+        with installed_chart_replicas(cluster, data, operator={"resubmitTimeout": "15s"}) as chart:
             _no_operator_pods(cluster)
             yield Protected(cluster, dataclasses.replace(chart, namespace=NAMESPACE), data)
     finally:
@@ -188,7 +194,7 @@ def protected_app(name: str, data: Path, table: Path, *, policy: str = "OnFailur
     app["metadata"]["labels"] = {appmeta.ENABLED: "true"}
     app["metadata"]["annotations"] = {appmeta.BACKOFF: "1s"}
     spec["mainApplicationFile"] = f"local://{demo.PLAIN_JOB}"
-    spec["arguments"] = [str(table), str(PLAIN_ROWS), str(PLAIN_PARTITIONS)]
+    spec["arguments"] = [str(table), str(ROWS), str(PLAIN_PARTITIONS)]
     spec["restartPolicy"] = POLICIES[policy]
     # spark.kubernetes.executor.deleteOnTermination stays false (spark_app): a driver that
     # shuts down leaves its executor pod, as a SIGKILLed one always does: the worst case
@@ -221,9 +227,11 @@ def state(cluster: KubeCluster, name: str) -> str:
     return str(((app.get("status") or {}).get("applicationState") or {}).get("state", ""))
 
 
-def container_log(cluster: KubeCluster, pod: str, container: str) -> str:
+def container_log(cluster: KubeCluster, pod: str, container: str, uid: str = "*") -> str:
+    """The log of ``container`` in pod ``pod`` (``uid``: that pod's, not an earlier one's of
+    the same name, whose logs the kubelet may not have removed yet)."""
     assert cluster.node is not None
-    logs = sorted(cluster.node.pod_logs.glob(f"{NAMESPACE}_{pod}_*/{container}/*.log"))
+    logs = sorted(cluster.node.pod_logs.glob(f"{NAMESPACE}_{pod}_{uid}/{container}/*.log"))
     return "\n".join(p.read_text(errors="replace") for p in logs)
 
 
@@ -282,8 +290,8 @@ def _every_row_once(table: Path, job_id: str) -> None:
     created)."""
     plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
     ids = plain.column("id").to_pylist()
-    assert (len(ids), len(set(ids))) == (PLAIN_ROWS, PLAIN_ROWS)
-    assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
+    assert (len(ids), len(set(ids))) == (ROWS, ROWS)
+    assert rows_once(table, rows=ROWS) == (ROWS, 0, 0)
     assert leftovers(table) == []
     assert states_of(table, job_id) == [timeline.State.COMMITTED]
 
@@ -302,6 +310,23 @@ def _deleted_leaving_nothing(
         return config_maps_before is None or _config_maps(cluster) <= config_maps_before
 
     wait_for("the app's pods and ConfigMaps to be gone", nothing_left, timeout=120, report=report)
+
+
+#: upstream's controller as the API server knows it (its ``spark-submit`` uses its kubeconfig)
+UPSTREAM: Final = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE_NAME}-controller"
+
+
+def _did_as_upstream_does(
+    cluster: KubeCluster, name: str, scenario: tuple[str, str], report: Report
+) -> list[JsonObj]:
+    """The differential test's real side: what upstream's controller did to app ``name`` (its
+    status writes and its driver pod actions, from the audit log) is the table's ``scenario``,
+    which the stand-in is checked against too. Returns the audit events."""
+    events = cluster.audit_events()
+    seen = transitions.observed(events, NAMESPACE, name, operator=UPSTREAM)
+    print("upstream did:", seen)
+    assert seen == transitions.SCENARIOS[scenario], report()
+    return events
 
 
 def _config_maps(cluster: KubeCluster) -> set[str]:
@@ -384,13 +409,12 @@ def test_driver_killed_is_recovered_and_every_row_once(
         report=report,
     )
     took["to COMPLETED"] = time.monotonic() - started
-    # what upstream wrote, every status write (the audit log): the differential test's table
-    written = transitions.written_states(cluster.audit_events(), NAMESPACE, name)
-    print("states written:", written)
-    # the driver pod deleted writes the same: the pod's SIGTERM ends the driver container with
-    # an error before the pod is gone, FAILING (a poll of the app misses it)
-    expected = transitions.SPEC_EDIT if how == "spec-edit" else transitions.WRITTEN[policy, point]
-    assert tuple(written) == expected, report()
+    # what upstream did, every status write and driver pod action (the audit log): the
+    # differential test's table. The driver pod deleted writes the same as a SIGKILL: the pod's
+    # SIGTERM ends the driver container with an error before the pod is gone, FAILING (a poll
+    # of the app misses it)
+    scenario = ("spec-edit", "Never") if how == "spec-edit" else ("killed", policy)
+    _did_as_upstream_does(cluster, name, scenario, report)
     status = (get(cluster, f"{APPS}/{name}") or {})["status"]
     notes = protected.chart.notes(name)
     reasons = protected.chart.event_reasons(name)
@@ -430,7 +454,9 @@ def test_driver_killed_is_recovered_and_every_row_once(
         mutation.ROLLBACK_INIT_NAME
     ]["state"]["terminated"]
     assert rollback["exitCode"] == 0, rollback
-    log = container_log(cluster, second_name, mutation.ROLLBACK_INIT_NAME)
+    log = container_log(
+        cluster, second_name, mutation.ROLLBACK_INIT_NAME, second["metadata"]["uid"]
+    )
     print("rollback initContainer:", rollback["startedAt"], rollback["finishedAt"], log[-2000:])
     assert "does not exist yet" not in log, log
     if policy == "OnFailure" and point != "after-commit":
@@ -520,10 +546,7 @@ def test_a_refused_submission_is_recovered_and_every_row_once(
         report=report,
     )
 
-    events = cluster.audit_events()
-    written = transitions.written_states(events, NAMESPACE, name)
-    print("states written:", written)
-    assert tuple(written) == transitions.SUBMISSION_FAILED[policy], report()
+    events = _did_as_upstream_does(cluster, name, ("submission-failed", policy), report)
     # the refusal was the API server's, reported through spark-submit's failure
     refused = [
         ((e.get("requestObject") or {}).get("status") or {}).get("applicationState", {})
@@ -570,23 +593,233 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(protected: Pr
         return found is None
 
     wait_for(f"{name} to be deleted by its TTL", gone, timeout=300, report=report)
-    written = transitions.written_states(cluster.audit_events(), NAMESPACE, name)
-    print("states written:", written, "finalizers while deleted:", held[:3])
-    assert tuple(written) == transitions.TTL_DELETED
+    print("finalizers while deleted:", held[:3])
+    events = _did_as_upstream_does(cluster, name, ("ttl-deleted", "Never"), report)
     # the deletion was upstream's (its TTL), and it waited for sparkguard's rollback
     deleted_by = [
         e["user"]["username"]
-        for e in cluster.audit_events()
+        for e in events
         if e["verb"] == "delete"
         and (e.get("objectRef") or {}).get("resource") == "sparkapplications"
         and (e.get("objectRef") or {}).get("name") == name
     ]
-    controller = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE_NAME}-controller"
     assert deleted_by, "no deletion of the app was recorded"
-    assert set(deleted_by) == {controller}, deleted_by
+    assert set(deleted_by) == {UPSTREAM}, deleted_by
     assert protected.chart.event_reasons(name).count("RolledBackOnDelete") == 1
     assert leftovers(table) == []
     assert states_of(table, job_id) == []  # the rollback removed the location the write made
+    _deleted_leaving_nothing(cluster, name, report)
+
+
+SCHEDULED = f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{NAMESPACE}/scheduledsparkapplications"
+#: what upstream labels each run of a ScheduledSparkApplication with
+#: (common.LabelScheduledSparkAppName)
+SCHEDULED_APP_LABEL = "sparkoperator.k8s.io/scheduled-app-name"
+
+
+def test_a_scheduled_run_killed_mid_write_is_recovered_once(protected: Protected) -> None:
+    """A ScheduledSparkApplication opted in by its label. Upstream's scheduled controller
+    creates each run as ``<name>-<UnixNano>`` with the scheduled app's labels (not its
+    annotations) and an owner reference to it (controller.go ``createSparkApplication``);
+    sparkguard admits the run as its own job (``<namespace>.<run>``). The first run's driver
+    is SIGKILLed mid-write; Never: upstream makes the run FAILED, sparkguard rolls back and
+    resubmits the run. The schedule is suspended once the first run exists: under Forbid a
+    FAILED run counts as finished, and a second run would append the same rows to the same
+    table. The run ends COMPLETED with every row once; deleting the scheduled app takes its run
+    and the run's pods (the garbage collector, once sparkguard's finalizer let the run go)."""
+    cluster, data = protected.cluster, protected.data
+    name = "scheduled"
+    table = data / name
+    template = protected_app(name, data, table, policy="Never")
+    cluster.request(
+        "POST",
+        SCHEDULED,
+        {
+            "apiVersion": "sparkoperator.k8s.io/v1beta2",
+            "kind": "ScheduledSparkApplication",
+            "metadata": {"name": name, "labels": {**template["metadata"]["labels"], "team": "a"}},
+            "spec": {
+                "schedule": "@every 3s",
+                "concurrencyPolicy": "Forbid",
+                "template": template["spec"],
+            },
+        },
+    )
+
+    def runs() -> list[JsonObj]:
+        found = cluster.request("GET", f"{APPS}?labelSelector={SCHEDULED_APP_LABEL}={name}")[1]
+        return list(found["items"])
+
+    first = wait_for("the first run", lambda: (r := runs()) and r[0], timeout=120)
+    merge = "application/merge-patch+json"
+    cluster.request("PATCH", f"{SCHEDULED}/{name}", {"spec": {"suspend": True}}, content_type=merge)
+    run = first["metadata"]["name"]
+    assert run.removeprefix(f"{name}-").isdigit(), run
+    assert first["metadata"]["labels"]["team"] == "a"
+    assert first["metadata"]["ownerReferences"][0]["kind"] == "ScheduledSparkApplication"
+    # admitted as its own job, with the rollback initContainer and the JVM layer
+    conf = first["spec"]["sparkConf"]
+    job_id = conf["spark.sparkguard.jobId"]
+    assert job_id == f"{NAMESPACE}.{run}", conf
+    assert conf[sparkconf.COMMIT_PROTOCOL_KEY] == sparkconf.PROTOCOL_CLASS
+    inits = [c["name"] for c in first["spec"]["driver"].get("initContainers") or []]
+    assert mutation.ROLLBACK_INIT_NAME in inits, inits
+    # sparkguard's options are annotations, which no run gets: the default backoff (30 s) is
+    # what a user's run waits; annotate the run, as a user could, to keep the test short. Once
+    # upstream wrote SUBMITTED: a write while its first spark-submit runs makes it submit twice
+    # (test_a_write_to_the_app_while_upstream_submits_it_is_recovered)
+    wait_for(
+        "the run submitted",
+        lambda: state(cluster, run) in ("SUBMITTED", "RUNNING"),
+        timeout=120,
+    )
+    cluster.request(
+        "PATCH",
+        f"{APPS}/{run}",
+        {"metadata": {"annotations": {appmeta.BACKOFF: "1s"}}},
+        content_type=merge,
+    )
+    report = lambda: node_report(cluster, run)  # noqa: E731
+    _driver_at(cluster, run, table, "mid-write", report)
+    _sigkill_driver(run, report)
+    wait_for(
+        f"{run} to complete",
+        lambda: state(cluster, run) == "COMPLETED",
+        timeout=600,
+        report=report,
+    )
+    _did_as_upstream_does(cluster, run, ("killed", "Never"), report)
+    reasons = protected.chart.event_reasons(run)
+    assert reasons.count("Resubmitted") == 1, reasons
+    assert [r["metadata"]["name"] for r in runs()] == [run]  # suspended: no second run
+    _every_row_once(table, job_id)
+
+    cluster.request("DELETE", f"{SCHEDULED}/{name}")
+    wait_for(
+        "the run to go with its scheduled app",
+        lambda: get(cluster, f"{APPS}/{run}") is None,
+        timeout=120,
+        report=report,
+    )
+    _deleted_leaving_nothing(cluster, run, report)
+
+
+def _upstream_submitting(name: str) -> int | None:
+    """The PID of the JVM of upstream's ``spark-submit --deploy-mode cluster`` of app
+    ``name`` (a host process of its controller), or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in argv]
+        submit = "org.apache.spark.deploy.SparkSubmit" in words and "cluster" in words
+        if submit and "--name" in words and words[words.index("--name") + 1] == name:
+            return int(entry.name)
+    return None
+
+
+def test_a_write_to_the_app_while_upstream_submits_it_is_recovered(protected: Protected) -> None:
+    """Never. Anyone writes to the app (a label, an annotation: a user's kubectl, a GitOps
+    controller) while upstream's first ``spark-submit`` of it runs (held there with SIGSTOP,
+    so the write lands in that window every time). Upstream's status write after the submission
+    then conflicts, and reconcileNewSparkApplication's retry runs spark-submit again, which
+    fails (the driver pod exists): SUBMISSION_FAILED, then FAILED, while the first driver runs.
+    sparkguard rolls back and resubmits; upstream's INVALIDATING deletes the first driver pod,
+    and the rerun waits in PENDING_RERUN for that pod's deletion event, which upstream drops
+    (the pod names the first submission, the app the second: event_handler.go). sparkguard
+    nudges the rerun after its resubmit timeout (15 s here); COMPLETED, every row once."""
+    cluster, data = protected.cluster, protected.data
+    name = "never-written-while-submitted"
+    table = data / name
+    created = protected.chart.create(protected_app(name, data, table, policy="Never"))
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    report = lambda: node_report(cluster, name)  # noqa: E731
+    submit = wait_for("upstream's spark-submit", lambda: _upstream_submitting(name), timeout=120)
+    os.kill(submit, signal.SIGSTOP)
+    try:
+        cluster.request(
+            "PATCH",
+            f"{APPS}/{name}",
+            {"metadata": {"annotations": {"example.com/owner": "team-a"}}},
+            content_type="application/merge-patch+json",
+        )
+    finally:
+        os.kill(submit, signal.SIGCONT)
+    wait_for(
+        f"{name} to complete",
+        lambda: state(cluster, name) == "COMPLETED",
+        timeout=600,
+        report=report,
+    )
+    seen = transitions.observed(cluster.audit_events(), NAMESPACE, name, operator=UPSTREAM)
+    print("upstream did:", seen)
+    assert seen == transitions.SUBMITTED_TWICE, report()
+    reasons = protected.chart.event_reasons(name)
+    print("sparkguard's events:", reasons)
+    assert reasons.count("Resubmitted") == 1, reasons
+    assert reasons.count("ResubmitRetried") == 1, reasons
+    assert protected.chart.notes(name)[appmeta.ATTEMPT] == "1"
+    _every_row_once(table, job_id)
+    _deleted_leaving_nothing(cluster, name, report)
+
+
+def _executor_jvm(cluster: KubeCluster, name: str) -> int | None:
+    """The PID of the JVM of app ``name``'s executor pod (named after Spark's app name, not
+    the SparkApplication's: found by its label), seen from the node's host."""
+    selector = f"spark-role=executor,sparkoperator.k8s.io/app-name={name}"
+    names = {p["metadata"]["name"] for p in pods(cluster, selector)}
+    for entry in Path("/proc").iterdir():
+        if not names or not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in argv]
+        executor = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend" in words
+        if executor and "--podName" in words and words[words.index("--podName") + 1] in names:
+            return int(entry.name)
+    return None
+
+
+def test_an_executor_killed_mid_write_is_replaced_and_every_row_once(protected: Protected) -> None:
+    """The executor's JVM SIGKILLed while its tasks write (the OOM killer, a node lost): Spark's
+    driver asks for a new executor pod and runs the lost tasks again there; the killed
+    attempts' files are never committed (the protocol commits one attempt per task). No rerun:
+    upstream writes no failure, sparkguard does nothing. COMPLETED, every row once."""
+    cluster, data = protected.cluster, protected.data
+    name = "onfailure-executor-killed"
+    table = data / name
+    created = protected.chart.create(protected_app(name, data, table, policy="OnFailure"))
+    job_id = created["spec"]["sparkConf"]["spark.sparkguard.jobId"]
+    report = lambda: node_report(cluster, name)  # noqa: E731
+    pid = wait_for(
+        "the executor at mid-write",
+        lambda: _mid_write(table) and _executor_jvm(cluster, name),
+        timeout=600,
+        report=report,
+    )
+    os.kill(pid, signal.SIGKILL)
+    selector = f"spark-role=executor,sparkoperator.k8s.io/app-name={name}"
+    (lost,) = [p["metadata"]["name"] for p in pods(cluster, selector)]
+    wait_for(
+        f"{name} to complete",
+        lambda: state(cluster, name) == "COMPLETED",
+        timeout=600,
+        report=report,
+    )
+    seen = transitions.observed(cluster.audit_events(), NAMESPACE, name, operator=UPSTREAM)
+    assert seen == transitions.UNDISTURBED, report()
+    executors = (get(cluster, f"{APPS}/{name}") or {})["status"]["executorState"]
+    print("executors:", executors)
+    assert executors.pop(lost) == "FAILED", executors
+    assert list(executors.values()) == ["COMPLETED"], executors
+    reasons = protected.chart.event_reasons(name)
+    assert not {"RollbackStarted", "Resubmitted"} & set(reasons), reasons
+    _every_row_once(table, job_id)
     _deleted_leaving_nothing(cluster, name, report)
 
 
@@ -679,7 +912,7 @@ def test_without_upstreams_pod_webhook_the_app_is_reported_unprotected(
     # a plain reader sees the write whole or not at all, and nothing uncommitted stays
     assert leftovers(table) == []
     if table.exists() and final == "COMPLETED":
-        assert rows_once(table, rows=PLAIN_ROWS) == (PLAIN_ROWS, 0, 0)
+        assert rows_once(table, rows=ROWS) == (ROWS, 0, 0)
     else:
         assert timeline.State.COMMITTED not in states_of(table, job_id)
         plain = [p for p in table.rglob("*.parquet") if not p.name.startswith((".", "_"))]
@@ -725,8 +958,7 @@ def test_the_leader_killed_mid_recovery_the_other_replica_finishes_it_once(
     )
     assert chart.processes["a"].wait(10) == -signal.SIGKILL
     assert chart.lease_holder().startswith(f"{chart.release.name}-operator-b-")
-    written = transitions.written_states(cluster.audit_events(), NAMESPACE, name)
-    assert tuple(written) == transitions.WRITTEN["Never", "mid-write"], written
+    _did_as_upstream_does(cluster, name, ("killed", "Never"), report)
     notes, reasons = chart.notes(name), chart.event_reasons(name)
     assert reasons.count("Resubmitted") == 1, reasons
     assert notes[appmeta.ATTEMPT] == "1", notes

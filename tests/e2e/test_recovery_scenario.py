@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -224,10 +224,12 @@ def chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartRepli
 
 
 @contextlib.contextmanager
-def installed_chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartReplicas]:
+def installed_chart_replicas(
+    kube_bench: KubeBench, tmp_path: Path, *, operator: Mapping[str, Any] | None = None
+) -> Iterator[ChartReplicas]:
     """``helm install`` (2 replicas), then both replicas as processes with the chart's env + SA
     (``sparkguard operator``, the product's own command); tables and journals under
-    ``tmp_path``.
+    ``tmp_path``; ``operator``: more of the chart's ``operator`` values.
 
     Replica ``a`` starts first and becomes the leader; the webhook configuration points at
     replica ``b`` (one URL: the bench has no Service to spread admission over both), which
@@ -242,6 +244,7 @@ def installed_chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[
             # short, so the test's takeover after the kill is quick
             "leaderElection": {"leaseDuration": "2s"},
             "claimTtl": "3s",
+            **(operator or {}),
         },
         "sidecar": {"port": harness.free_port(), "allowedRoots": [str(tmp_path)]},
     }

@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
     LIGHT_ROWS,
     leftovers,
     light_standin,
+    model_did,
     rows_once,
     serve_until,
     states_of,
@@ -72,8 +73,8 @@ def test_submission_failed(model_operator: ChartOperator, crd_version: str, poli
     reasons = cluster.event_reasons(name)
     assert standin.states[0] == "SUBMISSION_FAILED"
     if crd_version == "2.x":  # the differential test: what upstream v2.5.2 writes here
-        written = transitions.written_states(cluster.bench.audit_events(), cluster.namespace, name)
-        assert tuple(written) == transitions.SUBMISSION_FAILED[policy], written
+        did = model_did(cluster, standin)
+        assert did == transitions.SCENARIOS["submission-failed", policy], did
     assert len(standin.runs) == 1  # one driver pod: the failed submission started none
     if policy == "OnFailure":
         assert "FAILED" not in standin.states
@@ -199,8 +200,8 @@ def test_a_spec_edit_while_running_kills_the_driver_mid_write(
     assert edits == ["suspend", "sparkConf"]
     assert standin.states.count("INVALIDATING") == 1  # the sparkConf edit, not the suspend one
     if crd_version == "2.x":  # the differential test: what upstream v2.5.2 writes here
-        written = transitions.written_states(cluster.bench.audit_events(), cluster.namespace, name)
-        assert tuple(written) == transitions.SPEC_EDIT, written
+        did = model_did(cluster, standin)
+        assert did == transitions.SCENARIOS["spec-edit", "Never"], did
     assert "FAILED" not in standin.states
     assert "FAILING" not in standin.states
     assert [run["ended_by"] for run in standin.runs] == ["deleted", "exited"]
@@ -242,8 +243,8 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(
     serve_until(standin, gone, what=f"app {name} to be deleted by its TTL")
     assert any(finalizers.FINALIZER in held for held in seen), seen
     if crd_version == "2.x":  # the differential test: what upstream v2.5.2 writes here
-        written = transitions.written_states(cluster.bench.audit_events(), cluster.namespace, name)
-        assert tuple(written) == transitions.TTL_DELETED, written
+        did = model_did(cluster, standin)
+        assert did == transitions.SCENARIOS["ttl-deleted", "Never"], did
     assert cluster.event_reasons(name).count("RolledBackOnDelete") == 1
     table = cluster.workdir / name / "table"
     assert leftovers(table) == []
