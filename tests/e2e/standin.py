@@ -424,8 +424,14 @@ class StandInSparkOperator(Kubelet):
                 time.sleep(0.01)
 
     def _reconcile(self) -> None:
-        """Upstream: ``controller.go`` ``Reconcile``: dispatch on the state."""
-        state = ((self.app().get("status") or {}).get("applicationState") or {}).get("state", "")
+        """Upstream: ``controller.go`` ``Reconcile``: an app being deleted (held by another's
+        finalizer, sparkguard's) has its driver pod deleted (``handleSparkApplicationDeletion``:
+        ``deleteSparkResources``); else dispatch on the state."""
+        app = self.app()
+        if (app.get("metadata") or {}).get("deletionTimestamp"):
+            self._delete_resources(app)
+            return
+        state = ((app.get("status") or {}).get("applicationState") or {}).get("state", "")
         handlers: dict[str, Callable[[], None]] = {
             "": self._reconcile_new,
             "SUBMISSION_FAILED": self._reconcile_failed_submission,

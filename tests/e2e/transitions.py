@@ -86,15 +86,16 @@ class Trace:
 #: (scenario, restartPolicy) → what spark-operator does. ``killed``: the driver died (where
 #: it died, before files, mid-write or after the commit, changes nothing here). A refused
 #: submission made no pod (the API server refused it) and its retry's deletion found none
-#: (validateSparkResourceDeletion: NotFound); an app deleted by its TTL keeps its one pod
-#: until the garbage collector takes it with the app.
+#: (validateSparkResourceDeletion: NotFound); an app deleted by its TTL while sparkguard's
+#: finalizer holds it has its driver pod deleted by upstream at once (Reconcile →
+#: handleSparkApplicationDeletion: deleteSparkResources), before the app goes.
 SCENARIOS: Final[Mapping[tuple[str, str], Trace]] = {
     ("killed", "OnFailure"): Trace(ON_FAILURE_RETRY, RERUN),
     ("killed", "Never"): Trace(NEVER_RESUBMITTED, RERUN),
     ("submission-failed", "OnFailure"): Trace(SUBMISSION_FAILED["OnFailure"], (CREATED,)),
     ("submission-failed", "Never"): Trace(SUBMISSION_FAILED["Never"], (CREATED,)),
     ("spec-edit", "Never"): Trace(SPEC_EDIT, RERUN),
-    ("ttl-deleted", "Never"): Trace(TTL_DELETED, (CREATED,)),
+    ("ttl-deleted", "Never"): Trace(TTL_DELETED, (CREATED, DELETED)),
 }
 #: a run nothing disturbed (an executor lost and replaced is Spark's own business: upstream
 #: marks that executor FAILED in executorState and nothing else); the model has no executors
