@@ -110,7 +110,7 @@ def restart_seconds(protected: node.Protected, name: str, mode: str) -> float:
         first = node.wait_for(
             f"{name}'s first task", first_driver_working, timeout=600, report=lambda: ""
         )
-        pid = node.driver_jvm(name)
+        pid = node.driver_jvm()
         assert pid is not None, f"no driver JVM of {name}"
         os.kill(pid, signal.SIGKILL)
         killed = time.time()

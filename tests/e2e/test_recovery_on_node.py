@@ -33,7 +33,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from sparkguard.operator import appmeta, mutation
@@ -205,9 +207,10 @@ def protected_app(name: str, data: Path, table: Path, *, policy: str = "OnFailur
     return app
 
 
-def driver_jvm(name: str) -> int | None:
-    """The PID of the JVM in app ``name``'s driver container (Spark's SparkSubmit in client
-    mode, as Spark's image runs it in the driver pod), seen from the node's host."""
+def driver_jvm(job: Path = demo.PLAIN_JOB) -> int | None:
+    """The PID of the driver JVM running ``job`` (Spark's SparkSubmit in client mode, as Spark's
+    image runs it in the driver pod; one driver of a job at a time), seen from the node's
+    host."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -217,7 +220,7 @@ def driver_jvm(name: str) -> int | None:
             continue
         words = [w.decode(errors="replace") for w in argv]
         submit = "org.apache.spark.deploy.SparkSubmit" in words and "client" in words
-        if submit and any(w.endswith(demo.PLAIN_JOB.name) for w in words):
+        if submit and any(w.endswith(job.name) for w in words):
             return int(entry.name)
     return None
 
@@ -278,7 +281,7 @@ def _driver_at(cluster: KubeCluster, name: str, table: Path, point: str, report:
 
 def _sigkill_driver(name: str, report: Report) -> None:
     """SIGKILL the JVM of app ``name``'s driver (as the OOM killer ends one)."""
-    pid = driver_jvm(name)
+    pid = driver_jvm()
     assert pid is not None, report()
     os.kill(pid, signal.SIGKILL)
 
@@ -820,6 +823,93 @@ def test_an_executor_killed_mid_write_is_replaced_and_every_row_once(protected: 
     reasons = protected.chart.event_reasons(name)
     assert not {"RollbackStarted", "Resubmitted"} & set(reasons), reasons
     _every_row_once(table, job_id)
+    _deleted_leaving_nothing(cluster, name, report)
+
+
+STREAM_JOB: Final = Path(__file__).resolve().with_name("node_stream_job.py")
+#: the stream's input: files of STREAM_ROWS rows each, one file per micro-batch
+STREAM_FILES: Final = 4
+STREAM_ROWS: Final = 1_000
+
+
+def _sink_files(sink: Path) -> tuple[set[str], set[str]]:
+    """The data files Spark's file sink committed (its ``_spark_metadata`` log: ``add``
+    entries), and the data files a plain directory reader sees (neither ``.`` nor ``_``
+    names, anywhere under ``sink``); both as paths relative to ``sink``."""
+    committed: set[str] = set()
+    for log in sorted((sink / "_spark_metadata").glob("*")):
+        if log.name.startswith(".") or not log.is_file():
+            continue
+        for line in log.read_text().splitlines()[1:]:  # the first line is the version
+            entry = json.loads(line)
+            if entry.get("action") == "add":
+                path = Path(entry["path"].removeprefix("file:"))
+                committed.add(str(path.relative_to(sink)))
+    plain = {
+        str(f.relative_to(sink))
+        for f in sink.rglob("*.parquet")
+        if not any(part.startswith((".", "_")) for part in f.relative_to(sink).parts)
+    }
+    return committed, plain
+
+
+def test_a_streaming_query_killed_mid_batch_resumes_and_every_row_once(
+    protected: Protected,
+) -> None:
+    """OnFailure. A plain Structured Streaming job (``node_stream_job.py``: a parquet file
+    source, one file per micro-batch, Spark's parquet file sink, ``availableNow``) under the JVM
+    layer admission injected (its checkpoint file manager and streaming commit protocol). The
+    driver is SIGKILLed while a batch after the first is in flight (its offsets logged, its
+    commit not). Upstream's retry runs the next driver: its rollback initContainer undoes what
+    the killed batch left, the query resumes from its checkpoint and writes the rest. COMPLETED;
+    the sink holds every input row once, for Spark's reader (the files its ``_spark_metadata``
+    lists) and for a plain directory reader, which sees no other file; no temp file is left."""
+    cluster, data = protected.cluster, protected.data
+    name = "onfailure-stream-sigkill"
+    source, sink, checkpoint = (data / name / part for part in ("in", "out", "checkpoint"))
+    source.mkdir(parents=True)
+    for i in range(STREAM_FILES):
+        rows = pa.table({"n": pa.array(range(i * STREAM_ROWS, (i + 1) * STREAM_ROWS), pa.int64())})
+        pq.write_table(rows, source / f"part-{i}.parquet")
+    app = protected_app(name, data, sink, policy="OnFailure")
+    app["spec"]["mainApplicationFile"] = f"local://{STREAM_JOB}"
+    app["spec"]["arguments"] = [str(source), str(sink), str(checkpoint), "2"]
+    created = protected.chart.create(app)
+    conf = created["spec"]["sparkConf"]
+    assert conf[sparkconf.CHECKPOINT_MANAGER_KEY] == sparkconf.CHECKPOINT_MANAGER_CLASS, conf
+    report = lambda: node_report(cluster, name)  # noqa: E731
+
+    def mid_batch() -> bool:
+        """A batch after the first is logged, not committed, and its tasks have files open
+        (the JVM protocol's hidden temp names: each task opens its file, then waits for its
+        rows, which the job's tasks hold back PAUSE_S seconds)."""
+        offsets = {p.name for p in (checkpoint / "offsets").glob("[0-9]*")}
+        commits = {p.name for p in (checkpoint / "commits").glob("[0-9]*")}
+        if not any(b != "0" and b not in commits for b in offsets):
+            return False
+        return any(".sg-tmp-" in p.name for p in sink.rglob("*"))
+
+    wait_for("a batch after the first in flight", mid_batch, timeout=600, report=report)
+    pid = wait_for("the driver's JVM", lambda: driver_jvm(STREAM_JOB), timeout=30, report=report)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(
+        f"{name} to complete",
+        lambda: state(cluster, name) == "COMPLETED",
+        timeout=600,
+        report=report,
+    )
+    _did_as_upstream_does(cluster, name, ("killed", "OnFailure"), report)
+    # the next driver's rollback initContainer undid the killed batch's write
+    log = container_log(cluster, f"{name}-driver", mutation.ROLLBACK_INIT_NAME)
+    assert "rolled_back" in log, log
+    committed, plain = _sink_files(sink)
+    assert plain == committed, (sorted(plain - committed), sorted(committed - plain))
+    ids = ds.dataset([str(sink / f) for f in sorted(committed)], format="parquet")
+    values = ids.to_table(columns=["n"]).column("n").to_pylist()
+    total = STREAM_FILES * STREAM_ROWS
+    assert (len(values), len(set(values))) == (total, total)
+    temp = [str(p) for p in sink.rglob("*") if ".sg-tmp-" in p.name]
+    assert temp == [], temp
     _deleted_leaving_nothing(cluster, name, report)
 
 
