@@ -612,9 +612,18 @@ class StandInSparkOperator(Kubelet):
             return
         now = datetime.datetime.now(datetime.UTC)
         if is_expired(app, now=now):
-            self.custom.delete_namespaced_custom_object(
+            deleted = self.custom.delete_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, self.name
             )
+            # Held by a finalizer (sparkguard's): upstream's next Reconcile, which the
+            # deletion's own event starts at once, deletes the driver pod
+            # (handleSparkApplicationDeletion). The model takes that step now: its event
+            # would race the finalizer's holder, which upstream's at-once reconcile never
+            # loses to a rollback.
+            if isinstance(deleted, dict) and (deleted.get("metadata") or {}).get(
+                "deletionTimestamp"
+            ):
+                self._delete_resources(app)
             return
         ttl = app["spec"].get("timeToLiveSeconds")
         ended = _parse_time((app.get("status") or {}).get("terminationTime"))
