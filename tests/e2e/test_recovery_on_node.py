@@ -55,6 +55,7 @@ from tests.kubebench.bench import JsonObj
 from tests.kubebench.cluster import OPERATOR_NAMESPACE, RELEASE_NAME, KubeCluster
 from tests.kubebench.fixtures import CLUSTER_JOB_NAMESPACE
 from tests.kubebench.node import NODE_NAME
+from tests.support.process import find_process
 
 pytestmark = [pytest.mark.kube, pytest.mark.spark]
 
@@ -211,18 +212,12 @@ def driver_jvm(job: Path = demo.PLAIN_JOB) -> int | None:
     """The PID of the driver JVM running ``job`` (Spark's SparkSubmit in client mode, as Spark's
     image runs it in the driver pod; one driver of a job at a time), seen from the node's
     host."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [w.decode(errors="replace") for w in argv]
+
+    def driver(words: list[str]) -> bool:
         submit = "org.apache.spark.deploy.SparkSubmit" in words and "client" in words
-        if submit and any(w.endswith(job.name) for w in words):
-            return int(entry.name)
-    return None
+        return submit and any(w.endswith(job.name) for w in words)
+
+    return find_process(driver)
 
 
 def state(cluster: KubeCluster, name: str) -> str:
@@ -320,15 +315,16 @@ UPSTREAM: Final = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{RELEASE_NAME}-co
 
 
 def _did_as_upstream_does(
-    cluster: KubeCluster, name: str, scenario: tuple[str, str], report: Report
+    cluster: KubeCluster, name: str, expected: transitions.Trace, report: Report
 ) -> list[JsonObj]:
     """The differential test's real side: what upstream's controller did to app ``name`` (its
-    status writes and its driver pod actions, from the audit log) is the table's ``scenario``,
-    which the stand-in is checked against too. Returns the audit events."""
+    status writes and its driver pod actions, from the audit log) is ``expected`` (a scenario
+    of the table the stand-in is checked against too, or one only the real operator runs).
+    Returns the audit events."""
     events = cluster.audit_events()
     seen = transitions.observed(events, NAMESPACE, name, operator=UPSTREAM)
     print("upstream did:", seen)
-    assert seen == transitions.SCENARIOS[scenario], report()
+    assert seen == expected, report()
     return events
 
 
@@ -417,7 +413,7 @@ def test_driver_killed_is_recovered_and_every_row_once(
     # SIGTERM ends the driver container with an error before the pod is gone, FAILING (a poll
     # of the app misses it)
     scenario = ("spec-edit", "Never") if how == "spec-edit" else ("killed", policy)
-    _did_as_upstream_does(cluster, name, scenario, report)
+    _did_as_upstream_does(cluster, name, transitions.SCENARIOS[scenario], report)
     status = (get(cluster, f"{APPS}/{name}") or {})["status"]
     notes = protected.chart.notes(name)
     reasons = protected.chart.event_reasons(name)
@@ -549,7 +545,9 @@ def test_a_refused_submission_is_recovered_and_every_row_once(
         report=report,
     )
 
-    events = _did_as_upstream_does(cluster, name, ("submission-failed", policy), report)
+    events = _did_as_upstream_does(
+        cluster, name, transitions.SCENARIOS["submission-failed", policy], report
+    )
     # the refusal was the API server's, reported through spark-submit's failure
     refused = [
         ((e.get("requestObject") or {}).get("status") or {}).get("applicationState", {})
@@ -597,7 +595,9 @@ def test_time_to_live_deletes_a_failed_app_only_after_its_rollback(protected: Pr
 
     wait_for(f"{name} to be deleted by its TTL", gone, timeout=300, report=report)
     print("finalizers while deleted:", held[:3])
-    events = _did_as_upstream_does(cluster, name, ("ttl-deleted", "Never"), report)
+    events = _did_as_upstream_does(
+        cluster, name, transitions.SCENARIOS["ttl-deleted", "Never"], report
+    )
     # the deletion was upstream's (its TTL), and it waited for sparkguard's rollback
     deleted_by = [
         e["user"]["username"]
@@ -691,7 +691,7 @@ def test_a_scheduled_run_killed_mid_write_is_recovered_once(protected: Protected
         timeout=600,
         report=report,
     )
-    _did_as_upstream_does(cluster, run, ("killed", "Never"), report)
+    _did_as_upstream_does(cluster, run, transitions.SCENARIOS["killed", "Never"], report)
     reasons = protected.chart.event_reasons(run)
     assert reasons.count("Resubmitted") == 1, reasons
     assert [r["metadata"]["name"] for r in runs()] == [run]  # suspended: no second run
@@ -710,18 +710,12 @@ def test_a_scheduled_run_killed_mid_write_is_recovered_once(protected: Protected
 def _upstream_submitting(name: str) -> int | None:
     """The PID of the JVM of upstream's ``spark-submit --deploy-mode cluster`` of app
     ``name`` (a host process of its controller), or None."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [w.decode(errors="replace") for w in argv]
-        submit = "org.apache.spark.deploy.SparkSubmit" in words and "cluster" in words
-        if submit and "--name" in words and words[words.index("--name") + 1] == name:
-            return int(entry.name)
-    return None
+
+    def submit(words: list[str]) -> bool:
+        cluster = "org.apache.spark.deploy.SparkSubmit" in words and "cluster" in words
+        return cluster and "--name" in words and words[words.index("--name") + 1] == name
+
+    return find_process(submit)
 
 
 def test_a_write_to_the_app_while_upstream_submits_it_is_recovered(protected: Protected) -> None:
@@ -757,9 +751,7 @@ def test_a_write_to_the_app_while_upstream_submits_it_is_recovered(protected: Pr
         timeout=600,
         report=report,
     )
-    seen = transitions.observed(cluster.audit_events(), NAMESPACE, name, operator=UPSTREAM)
-    print("upstream did:", seen)
-    assert seen == transitions.SUBMITTED_TWICE, report()
+    _did_as_upstream_does(cluster, name, transitions.SUBMITTED_TWICE, report)
     reasons = protected.chart.event_reasons(name)
     print("sparkguard's events:", reasons)
     assert reasons.count("Resubmitted") == 1, reasons
@@ -774,18 +766,12 @@ def _executor_jvm(cluster: KubeCluster, name: str) -> int | None:
     the SparkApplication's: found by its label), seen from the node's host."""
     selector = f"spark-role=executor,sparkoperator.k8s.io/app-name={name}"
     names = {p["metadata"]["name"] for p in pods(cluster, selector)}
-    for entry in Path("/proc").iterdir():
-        if not names or not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        words = [w.decode(errors="replace") for w in argv]
-        executor = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend" in words
-        if executor and "--podName" in words and words[words.index("--podName") + 1] in names:
-            return int(entry.name)
-    return None
+
+    def executor(words: list[str]) -> bool:
+        backend = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend" in words
+        return backend and "--podName" in words and words[words.index("--podName") + 1] in names
+
+    return find_process(executor) if names else None
 
 
 def test_an_executor_killed_mid_write_is_replaced_and_every_row_once(protected: Protected) -> None:
@@ -814,8 +800,7 @@ def test_an_executor_killed_mid_write_is_replaced_and_every_row_once(protected: 
         timeout=600,
         report=report,
     )
-    seen = transitions.observed(cluster.audit_events(), NAMESPACE, name, operator=UPSTREAM)
-    assert seen == transitions.UNDISTURBED, report()
+    _did_as_upstream_does(cluster, name, transitions.UNDISTURBED, report)
     executors = (get(cluster, f"{APPS}/{name}") or {})["status"]["executorState"]
     print("executors:", executors)
     assert executors.pop(lost) == "FAILED", executors
@@ -898,7 +883,7 @@ def test_a_streaming_query_killed_mid_batch_resumes_and_every_row_once(
         timeout=600,
         report=report,
     )
-    _did_as_upstream_does(cluster, name, ("killed", "OnFailure"), report)
+    _did_as_upstream_does(cluster, name, transitions.SCENARIOS["killed", "OnFailure"], report)
     # the next driver's rollback initContainer undid the killed batch's write
     log = container_log(cluster, f"{name}-driver", mutation.ROLLBACK_INIT_NAME)
     assert "rolled_back" in log, log
@@ -1048,7 +1033,7 @@ def test_the_leader_killed_mid_recovery_the_other_replica_finishes_it_once(
     )
     assert chart.processes["a"].wait(10) == -signal.SIGKILL
     assert chart.lease_holder().startswith(f"{chart.release.name}-operator-b-")
-    _did_as_upstream_does(cluster, name, ("killed", "Never"), report)
+    _did_as_upstream_does(cluster, name, transitions.SCENARIOS["killed", "Never"], report)
     notes, reasons = chart.notes(name), chart.event_reasons(name)
     assert reasons.count("Resubmitted") == 1, reasons
     assert notes[appmeta.ATTEMPT] == "1", notes

@@ -1,4 +1,4 @@
-"""Killing a whole driver at once, as a pod's death does.
+"""Killing a whole driver at once, as a pod's death does; finding a process by its command line.
 
 A job started with ``start_new_session=True`` leads its own session. ``os.killpg`` on it
 is not enough: PySpark's worker daemon moves itself into a process group of its own
@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -47,3 +48,18 @@ def kill_session(sid: int, *, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"session {sid} still runs {members} after SIGKILL")
         time.sleep(0.02)
+
+
+def find_process(matches: Callable[[list[str]], bool]) -> int | None:
+    """The PID of a process whose command line (its words) ``matches``, or None: for a test
+    that kills or stops one JVM among many (a pod's, a controller's child)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # exited while we looked
+            continue
+        if matches([w.decode(errors="replace") for w in argv]):
+            return int(entry.name)
+    return None
