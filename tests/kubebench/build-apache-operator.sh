@@ -28,6 +28,7 @@
 # Progress goes to stderr; on success the only line on stdout is the bin dir.
 #
 # Options:  --force     rebuild even if the stamp matches
+#           --stamp     print the stamp a build would be checked against, build nothing
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -43,10 +44,12 @@ tar_sha256=9ac7e8537b79d27e8b90d5fb63a0836cc49097ffa81677b586431370effe800e
 main_class=org.apache.spark.k8s.operator.SparkOperator
 
 force=0
+print_stamp=0
 for arg in "$@"; do
   case "$arg" in
     --force) force=1 ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    --stamp) print_stamp=1 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
     *) die "unknown argument: $arg" ;;
   esac
 done
@@ -90,11 +93,18 @@ jdk_version="$("$jdk/bin/javac" -version 2>&1)"
 want_stamp="$(
   {
     echo "version=$version tar=$tar_sha256 jdk=$jdk $jdk_version"
+    # contents and names relative to the script's folder only: the stamp must not depend on
+    # the path the script was called by (scripts/test.sh calls it relative, the bench's
+    # fixture absolute; a path in it made every warm run build twice)
     find "$poms" -name pom.xml -printf '%P\n' | LC_ALL=C sort |
-      while IFS= read -r f; do sha256sum "$poms/$f"; done
-    sha256sum "$0"
+      while IFS= read -r f; do echo "$f $(sha256sum <"$poms/$f" | cut -d' ' -f1)"; done
+    sha256sum <"${BASH_SOURCE[0]}" | cut -d' ' -f1
   } | sha256sum | cut -d' ' -f1
 )"
+if [[ $print_stamp -eq 1 ]]; then
+  echo "$want_stamp"
+  exit 0
+fi
 
 source_ok() { [[ -f "$base/src.sha256" && "$(cat "$base/src.sha256")" == "$tar_sha256" && -d "$src/spark-operator" ]]; }
 build_ok() {
