@@ -134,3 +134,25 @@ def test_an_expected_failure_is_no_skip(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess(*ARGS)
     result.stdout.fnmatch_lines(["*real kube-apiserver tests: 1 passed, 1 xfailed*"])
     assert result.ret == pytest.ExitCode.OK
+
+
+class _Item:
+    """What ``bench_group`` reads of a collected test."""
+
+    def __init__(self, nodeid: str, *fixturenames: str) -> None:
+        self.nodeid = nodeid
+        self.fixturenames = fixturenames
+
+
+def test_every_test_of_a_node_shares_one_group_whichever_operator_it_runs() -> None:
+    """One kubelet and one pod network at a time: Kubeflow's node cluster and the Apache
+    operator's node bench go to one worker, one after the other."""
+    from tests.kubebench.fixtures import bench_group
+
+    groups = {
+        bench_group(_Item("tests/e2e/a.py::t", "kube_node_cluster")),  # type: ignore[arg-type]
+        bench_group(_Item("tests/e2e/b.py::t", "apache_node_bench")),  # type: ignore[arg-type]
+    }
+    assert groups == {"kube-node"}
+    plain = bench_group(_Item("tests/e2e/c.py::t", "apache_operator_bench"))  # type: ignore[arg-type]
+    assert plain == "kube-apache"

@@ -45,7 +45,15 @@ from sparkguard.spark_lib.storage import reader, timeline
 from tests.chart import operator_harness as harness
 from tests.e2e.standin import StandInSparkOperator
 from tests.kubebench.bench import KubeBench
-from tests.operator.apps import GROUP, PLURAL, VERSION, spark_app
+from tests.operator.apps import (
+    APACHE_GROUP,
+    APACHE_VERSION,
+    GROUP,
+    PLURAL,
+    VERSION,
+    apache_app,
+    spark_app,
+)
 
 pytestmark = [pytest.mark.kube, pytest.mark.spark]
 ROWS = 12_000
@@ -225,11 +233,16 @@ def chart_replicas(kube_bench: KubeBench, tmp_path: Path) -> Iterator[ChartRepli
 
 @contextlib.contextmanager
 def installed_chart_replicas(
-    kube_bench: KubeBench, tmp_path: Path, *, operator: Mapping[str, Any] | None = None
+    kube_bench: KubeBench,
+    tmp_path: Path,
+    *,
+    operator: Mapping[str, Any] | None = None,
+    apache: bool = False,
 ) -> Iterator[ChartReplicas]:
     """``helm install`` (2 replicas), then both replicas as processes with the chart's env + SA
     (``sparkguard operator``, the product's own command); tables and journals under
-    ``tmp_path``; ``operator``: more of the chart's ``operator`` values.
+    ``tmp_path``; ``operator``: more of the chart's ``operator`` values; ``apache``: the bench
+    serves the Apache operator's kind only (the webhook is probed with one of those).
 
     Replica ``a`` starts first and becomes the leader; the webhook configuration points at
     replica ``b`` (one URL: the bench has no Service to spread admission over both), which
@@ -298,7 +311,7 @@ def installed_chart_replicas(
                 ca_pem=kube_bench.ca_pem,
             ),
         )
-        _wait_for_webhook(cluster)
+        _wait_for_webhook(cluster, apache=apache)
         yield cluster
     finally:
         for process in cluster.processes.values():
@@ -316,14 +329,20 @@ def installed_chart_replicas(
         api.close()
 
 
-def _wait_for_webhook(cluster: ChartOperator) -> None:
+def _wait_for_webhook(cluster: ChartOperator, *, apache: bool = False) -> None:
+    """Until the API server calls the operator's webhook for a new app (of Kubeflow's kind, or
+    the Apache operator's)."""
     probe = f"probe-{uuid.uuid4().hex[:6]}"
+    kind = (APACHE_GROUP, APACHE_VERSION, cluster.namespace, PLURAL)
+    if not apache:
+        kind = (GROUP, VERSION, cluster.namespace, PLURAL)
+    custom = client.CustomObjectsApi(cluster.api)
 
     def mutated() -> bool:
-        created = cluster.create(spark_app(probe))
-        client.CustomObjectsApi(cluster.api).delete_namespaced_custom_object(
-            GROUP, VERSION, cluster.namespace, PLURAL, probe
-        )
+        app = apache_app(probe, namespace=cluster.namespace) if apache else spark_app(probe)
+        app["metadata"]["namespace"] = cluster.namespace
+        created = custom.create_namespaced_custom_object(*kind, app)
+        custom.delete_namespaced_custom_object(*kind, probe)
         return "spark.sparkguard.jobId" in created["spec"]["sparkConf"]
 
     harness.eventually(mutated, what="the apiserver to call the operator's webhook")

@@ -170,6 +170,7 @@ class ApacheOperatorBench(KubeCluster):
         try:
             deadline = time.monotonic() + self._startup_timeout
             self._start_control_plane(deadline)
+            self._start_node(deadline)
             objects = render_apache_operator_chart(self.apache, job_namespaces=self.job_namespaces)
             for namespace in (OPERATOR_NAMESPACE, *self.job_namespaces):
                 self.ensure_namespace(namespace)

@@ -293,10 +293,7 @@ class KubeCluster(KubeBench):
         try:
             deadline = time.monotonic() + self._startup_timeout
             self._start_control_plane(deadline)
-            if self._with_node:
-                assert self.bin_dir is not None
-                self.node = KubeNode(self, self.bin_dir)
-                self.node.start(deadline)
+            self._start_node(deadline)
             objects = render_spark_operator_chart(self.release, job_namespaces=self.job_namespaces)
             for namespace in (OPERATOR_NAMESPACE, *self.job_namespaces):
                 self.ensure_namespace(namespace)
@@ -363,6 +360,14 @@ class KubeCluster(KubeBench):
             proc = self._start(name, argv)
             url = f"https://127.0.0.1:{port}/healthz"
             self._wait_for(self._answers_ok(proc, url), deadline, f"{name} /healthz", proc)
+
+    def _start_node(self, deadline: float) -> None:
+        """The node (the real kubelet and the bench's runtime) when started with ``node=True``;
+        waits until it is Ready."""
+        if self._with_node:
+            assert self.bin_dir is not None
+            self.node = KubeNode(self, self.bin_dir)
+            self.node.start(deadline)
 
     def _answers_ok(self, proc: kubebench._Process, url: str) -> Callable[[], bool]:
         if self._health_opener is None:

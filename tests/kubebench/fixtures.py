@@ -4,7 +4,7 @@ kube-controller-manager, kube-scheduler and upstream's spark-operator), and the 
 ``apache_operator_bench`` (a started :class:`~tests.kubebench.apache.ApacheOperatorBench`: a bench
 of its own with the Apache Spark Kubernetes Operator, built from its release source) and
 ``kube_node_cluster`` (the same as ``kube_cluster`` with a node: the real kubelet and the
-bench's runtime).
+bench's runtime), and ``apache_node_bench`` (``apache_operator_bench`` with such a node).
 
 Register from the root conftest with ``pytest_plugins = ["tests.kubebench.fixtures"]``.
 
@@ -34,11 +34,22 @@ from tests.kubebench.node import host_sysctls
 #: the prefix of the bench modules' xdist groups (:func:`bench_group`)
 BENCH_GROUP = "kube"
 #: the fixtures that start a bench (their tests are marked ``kube``)
-BENCH_FIXTURES = ("kube_bench", "kube_cluster", "kube_node_cluster", "apache_operator_bench")
+BENCH_FIXTURES = (
+    "kube_bench",
+    "kube_cluster",
+    "kube_node_cluster",
+    "apache_operator_bench",
+    "apache_node_bench",
+)
+#: the fixtures that start a node (one at a time: they share its bridge and pod network)
+NODE_FIXTURES = frozenset({"kube_node_cluster", "apache_node_bench"})
 #: the namespace where ``kube_cluster``'s spark-operator watches SparkApplications
 CLUSTER_JOB_NAMESPACE = "spark-jobs"
 #: the namespace where ``apache_operator_bench``'s operator watches SparkApplications
 APACHE_JOB_NAMESPACE = "spark-apps"
+#: JOSDK's rate limiter at upstream's defaults (5 reconciles per app in 15 s) holds an app's
+#: reconciles back by up to 15 s in a restart; the tests' apps reconcile more often
+APACHE_RATE: Final = {"spark.kubernetes.operator.reconciler.rateLimiter.maxLoopForPeriod": "50"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,7 +89,7 @@ def bench_group(item: pytest.Item) -> str:
     (kube-apiserver + etcd: seconds) once. Namespaces and names are per test, so two benches
     share nothing."""
     fixturenames = set(getattr(item, "fixturenames", ()))
-    if "kube_node_cluster" in fixturenames:
+    if NODE_FIXTURES & fixturenames:
         return "kube-node"
     if "apache_operator_bench" in fixturenames:
         return "kube-apache"
@@ -107,7 +118,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
     built = item.config.stash.get(_STARTED, False)
     if {"kube_cluster", "kube_node_cluster"} & set(getattr(item, "fixturenames", ())):
         built = item.config.stash.get(_CLUSTER_STARTED, False)
-    if "apache_operator_bench" in getattr(item, "fixturenames", ()):
+    if {"apache_operator_bench", "apache_node_bench"} & set(getattr(item, "fixturenames", ())):
         built = item.config.stash.get(_APACHE_STARTED, False)
     if built or not _needs_bench(item):
         return None
@@ -151,9 +162,18 @@ def kube_node_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     runtime (``tests/kubebench/node.py``), so upstream's spark-operator gets real pods. One per
     test module (it holds a kubelet, the drivers' and executors' JVMs), stopped after it with
     nothing left (no process, mount, pod network or kernel setting of its own)."""
+    yield from _with_node(request, KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE], node=True))
+
+
+def _with_node(
+    request: pytest.FixtureRequest,
+    cluster: _Started,
+    key: pytest.StashKey[bool] = _CLUSTER_STARTED,
+) -> Iterator[_Started]:
+    """:func:`_started` for a cluster with a node, which must leave nothing behind: no process,
+    mount or pod network of its own, the host's kernel settings as they were."""
     sysctls = host_sysctls()
-    cluster = KubeCluster(job_namespaces=[CLUSTER_JOB_NAMESPACE], node=True)
-    yield from _started(request, cluster)
+    yield from _started(request, cluster, key)
     left = _node_leftovers(cluster)
     if any(left.values()) or host_sysctls() != sysctls:
         raise KubeBenchError(
@@ -202,11 +222,19 @@ def apache_operator_bench(request: pytest.FixtureRequest) -> Iterator[ApacheOper
     CRD would replace the bench's (written from our model of it). Module scope: one module
     uses it, and its processes (a JVM, a control plane) are not left idling for the rest of
     the run."""
-    # JOSDK's rate limiter at upstream's defaults (5 reconciles per app in 15 s) holds an
-    # app's reconciles back by up to 15 s in a restart; the tests' apps reconcile more often.
-    rate = {"spark.kubernetes.operator.reconciler.rateLimiter.maxLoopForPeriod": "50"}
-    bench = ApacheOperatorBench(job_namespaces=[APACHE_JOB_NAMESPACE], properties=rate)
+    bench = ApacheOperatorBench(job_namespaces=[APACHE_JOB_NAMESPACE], properties=APACHE_RATE)
     yield from _started(request, bench, _APACHE_STARTED)
+
+
+@pytest.fixture(scope="module")
+def apache_node_bench(request: pytest.FixtureRequest) -> Iterator[ApacheOperatorBench]:
+    """``apache_operator_bench`` with a node (the real kubelet and the bench's runtime, as
+    ``kube_node_cluster`` has): upstream's Apache operator gets real pods. One per module,
+    stopped with nothing left."""
+    bench = ApacheOperatorBench(
+        job_namespaces=[APACHE_JOB_NAMESPACE], properties=APACHE_RATE, node=True
+    )
+    yield from _with_node(request, bench, _APACHE_STARTED)
 
 
 class _KubeTally:
