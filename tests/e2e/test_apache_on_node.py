@@ -20,7 +20,7 @@ The driver's JVM is SIGKILLed mid-write (as the kernel's OOM killer ends one):
   app (new uid, ``resubmitted-from`` the old one), whose first driver completes.
 
 Either way every row once (a plain reader and the committed-only reader), nothing
-uncommitted or temporary left, and once the app is deleted no pod of it.
+uncommitted or temporary left, and once the app is deleted no pod or ConfigMap of it.
 """
 
 from __future__ import annotations
@@ -228,13 +228,22 @@ def _kill_first_driver_mid_write(cluster: Cluster, name: str, table: Path) -> Js
 
 
 def _deleted_leaving_nothing(cluster: Cluster, name: str) -> None:
+    """Delete app ``name`` and wait until nothing of it is left: no pod, and none of the
+    ConfigMaps upstream made for its drivers (``<name>-<attempt>-…``: the driver's conf, the
+    pod templates), which go with the driver pods that own them."""
+
+    def config_maps() -> list[str]:
+        _, found = cluster.bench.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps")
+        names = [c["metadata"]["name"] for c in found["items"]]
+        return [n for n in names if n.startswith(f"{name}-")]
+
     if cluster.app(name) is not None:
         cluster.bench.request("DELETE", f"{APPS}/{name}")
     wait_for(
-        f"{name} and its pods to be gone",
-        lambda: cluster.app(name) is None and not cluster.pods(name),
+        f"{name}, its pods and ConfigMaps to be gone",
+        lambda: cluster.app(name) is None and not cluster.pods(name) and not config_maps(),
         timeout=120,
-        report=lambda: cluster.report(name),
+        report=lambda: f"{cluster.report(name)}\nConfigMaps: {config_maps()}",
     )
 
 
