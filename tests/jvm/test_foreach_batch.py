@@ -217,10 +217,13 @@ def test_foreach_batch_killed_after_its_write_mid_write_and_at_random_is_exactly
 
 
 def writes_committed(query: Query, count: int) -> Callable[[], bool]:
-    """True once ``count`` writes committed and none is in progress."""
+    """True once ``count`` writes committed, their files published, and none is in progress.
+    (An outcome comes before its publication: a kill between the two is rolled forward, a case
+    of its own; here the write must be whole when the driver dies.)"""
 
     def reached() -> bool:
         outcomes = query.glob("_sparkguard/timeline/*.outcome")
-        return len(outcomes) >= count and not query.undecided_with_markers()
+        publishing = query.glob(".*.sg-tmp-*")
+        return len(outcomes) >= count and not publishing and not query.undecided_with_markers()
 
     return reached
