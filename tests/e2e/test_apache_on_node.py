@@ -35,24 +35,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-import pyarrow.dataset as ds
 import pytest
 
 from sparkguard.operator import appmeta, mutation
 from sparkguard.spark_lib.spark import sparkconf
-from sparkguard.spark_lib.storage import timeline
 from sparkguard.spark_lib.tools import demo
-from tests.e2e.conftest import leftovers, rows_once, states_of
-from tests.e2e.test_recovery_on_node import driver_jvm
+from tests.e2e.test_recovery_on_node import ROWS, _every_row_once, _no_operator_pods, driver_jvm
 from tests.e2e.test_recovery_scenario import (
     PLAIN_PARTITIONS,
     ChartReplicas,
     _mid_write,
     installed_chart_replicas,
 )
-from tests.e2e.test_spark_on_node import wait_for
+from tests.e2e.test_spark_on_node import get, wait_for
 from tests.kubebench.apache import ApacheOperatorBench
-from tests.kubebench.bench import JsonObj, KubeApiError
+from tests.kubebench.bench import JsonObj
 from tests.kubebench.fixtures import APACHE_JOB_NAMESPACE
 from tests.kubebench.node import NODE_NAME
 
@@ -63,8 +60,6 @@ APPS: Final = f"/apis/spark.apache.org/v1/namespaces/{NAMESPACE}/sparkapplicatio
 PODS: Final = f"/api/v1/namespaces/{NAMESPACE}/pods"
 #: the label upstream's operator puts on every pod of an app
 APP_LABEL: Final = "spark.operator/spark-app-name"
-#: the rows of the job, in PLAIN_PARTITIONS tasks on the executor's one core
-ROWS: Final = 500_000
 VOLUME: Final = "data"
 
 
@@ -77,13 +72,7 @@ class Cluster:
     data: Path
 
     def get(self, path: str) -> JsonObj | None:
-        try:
-            _, found = self.bench.request("GET", path)
-        except KubeApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(found)
+        return get(self.bench, path)
 
     def app(self, name: str) -> JsonObj | None:
         return self.get(f"{APPS}/{name}")
@@ -127,21 +116,6 @@ def cluster(apache_node_bench: ApacheOperatorBench) -> Iterator[Cluster]:
             yield Cluster(apache_node_bench, replicas, data)
     finally:
         shutil.rmtree(data)
-
-
-def _no_operator_pods(bench: ApacheOperatorBench) -> None:
-    """The chart's Deployment at 0 replicas: the test runs its operator as processes, and the
-    kubelet would run the Deployment's too."""
-    _, found = bench.request("GET", "/apis/apps/v1/deployments")
-    for deployment in found["items"]:
-        meta = deployment["metadata"]
-        if meta["namespace"].startswith("sparkguard-e2e-"):
-            bench.request(
-                "PATCH",
-                f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}/scale",
-                {"spec": {"replicas": 0}},
-                content_type="application/merge-patch+json",
-            )
 
 
 def _pod_template(role: str, data: Path) -> JsonObj:
@@ -199,15 +173,6 @@ def apache_app(name: str, data: Path, table: Path, **notes: str) -> JsonObj:
             "executorSpec": _pod_template("executor", data),
         },
     }
-
-
-def _every_row_once(table: Path, job_id: str) -> None:
-    plain = ds.dataset(str(table), format="parquet").to_table(columns=["id"])
-    ids = plain.column("id").to_pylist()
-    assert (len(ids), len(set(ids))) == (ROWS, ROWS)
-    assert rows_once(table, rows=ROWS) == (ROWS, 0, 0)
-    assert leftovers(table) == []
-    assert states_of(table, job_id) == [timeline.State.COMMITTED]
 
 
 def _kill_first_driver_mid_write(cluster: Cluster, name: str, table: Path) -> JsonObj:
@@ -276,6 +241,16 @@ def _completed_run(cluster: Cluster, name: str, pod_name: str) -> JsonObj:
     return done
 
 
+def _marked_succeeded(cluster: Cluster, name: str) -> None:
+    """Until sparkguard's operator marked app ``name`` Succeeded (its phase annotation)."""
+    wait_for(
+        f"sparkguard to mark {name} Succeeded",
+        lambda: appmeta.of(cluster.app(name) or {}).get(appmeta.PHASE) == "Succeeded",
+        timeout=120,
+        report=lambda: cluster.report(name),
+    )
+
+
 def _rollback_init(cluster: Cluster, pod: JsonObj) -> tuple[JsonObj, str]:
     """The rollback initContainer's end state in ``pod`` and its log."""
     statuses = {s["name"]: s for s in pod["status"]["initContainerStatuses"]}
@@ -315,12 +290,7 @@ def test_a_driver_killed_mid_write_is_restarted_by_upstream_and_every_row_once(
     killed = time.monotonic() - started
 
     second = _completed_run(cluster, name, f"{name}-1-driver")
-    wait_for(
-        "sparkguard to mark the app Succeeded",
-        lambda: appmeta.of(cluster.app(name) or {}).get(appmeta.PHASE) == "Succeeded",
-        timeout=120,
-        report=lambda: cluster.report(name),
-    )
+    _marked_succeeded(cluster, name)
     print(f"{name}: killed at {killed:.1f}s, done at {time.monotonic() - started:.1f}s")
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
     ended, log = _rollback_init(cluster, second)
@@ -356,12 +326,7 @@ def test_a_final_failure_is_rolled_back_and_the_app_recreated_and_every_row_once
 
     new = wait_for("the app recreated", recreated, timeout=300, report=lambda: cluster.report(name))
     done = _completed_run(cluster, name, f"{name}-0-driver")
-    wait_for(
-        "sparkguard to mark the recreated app Succeeded",
-        lambda: appmeta.of(cluster.app(name) or {}).get(appmeta.PHASE) == "Succeeded",
-        timeout=120,
-        report=lambda: cluster.report(name),
-    )
+    _marked_succeeded(cluster, name)
     print(f"{name}: done at {time.monotonic() - started:.1f}s")
     notes = appmeta.of(new)
     assert notes[appmeta.RESUBMITTED_FROM] == old_uid
