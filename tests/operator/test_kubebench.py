@@ -7,6 +7,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -14,7 +15,13 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubebench.bench import BUILD_SCRIPT, KubeBench, KubeBenchError, ensure_binaries
+from tests.kubebench.bench import (
+    BUILD_SCRIPT,
+    KubeApiError,
+    KubeBench,
+    KubeBenchError,
+    ensure_binaries,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -312,3 +319,34 @@ def test_failed_build_raises_with_message(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(KubeBenchError, match="'go' not found"):
         ensure_binaries()
     assert not os.path.exists(tmp_path / "kube")
+
+
+def test_requests_keep_one_connection_a_thread_and_outlive_an_apiserver_restart() -> None:
+    """The bench's requests reuse one kept-alive connection per thread (not a TLS handshake a
+    request); after kube-apiserver is SIGKILLed and restarted, a thread's stale connection is
+    seen before reuse, so a POST (never resent: it may have been carried out) goes through on a
+    new one, and so does a GET."""
+    path = "/api/v1/namespaces/default/configmaps"
+    with KubeBench() as bench, ThreadPoolExecutor(max_workers=1) as worker:
+
+        def request(method: str, target: str, body: Any = None) -> tuple[int, Any, Any]:
+            status, found = bench.request(method, target, body)
+            conn = bench._connections._local.conn
+            return status, found, (conn, conn.sock)
+
+        _, _, first = worker.submit(request, "GET", path).result()
+        for _ in range(5):
+            assert worker.submit(request, "GET", path).result()[2] == first
+        # the calling thread has a connection of its own
+        assert request("GET", path)[2][0] is not first[0]
+
+        bench.restart_apiserver()  # its readiness probe renews this thread's connection only
+        made = {"metadata": {"name": f"kb-{uuid.uuid4().hex[:8]}"}, "data": {"k": "v"}}
+        status, _, after = worker.submit(request, "POST", path, made).result()
+        assert status == 201
+        assert after[1] is not first[1]
+        _, found, _ = worker.submit(request, "GET", f"{path}/{made['metadata']['name']}").result()
+        assert found["data"] == {"k": "v"}
+        with pytest.raises(KubeApiError) as refused:
+            worker.submit(request, "POST", path, made).result()
+        assert refused.value.status == 409
