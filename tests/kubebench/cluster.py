@@ -45,7 +45,7 @@ from typing import Any, Self
 from tests.kubebench import bench as kubebench
 from tests.kubebench.bench import HERE, JsonObj, KubeBench, KubeBenchError
 from tests.kubebench.node import KubeNode, pyspark_home
-from tests.support import netguard
+from tests.support import cached_jars, jvm_options, netguard
 
 __all__ = [
     "SPARK_OPERATOR_BUILD_SCRIPT",
@@ -488,8 +488,12 @@ class KubeCluster(KubeBench):
         host_port = self.server.removeprefix("https://")
         host, _, port = host_port.rpartition(":")
         spark_home = pyspark_home()
+        # spark-submit's JVM (one per submission, seconds of CPU each): C1 only, the serial
+        # collector and the class-data archive, as every test JVM (tests/support/jvm_options.py)
+        archive, _ = jvm_options.ensure_archive(cached_jars.cache_root())
         env = {
             "SPARK_HOME": str(spark_home),
+            "SPARK_SUBMIT_OPTS": jvm_options.java_options(archive),
             "KUBERNETES_SERVICE_HOST": host,
             "KUBERNETES_SERVICE_PORT": port,
             "KUBECONFIG": kubeconfig,
