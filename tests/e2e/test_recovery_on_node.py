@@ -320,9 +320,17 @@ def _did_as_upstream_does(
     """The differential test's real side: what upstream's controller did to app ``name`` (its
     status writes and its driver pod actions, from the audit log) is ``expected`` (a scenario
     of the table the stand-in is checked against too, or one only the real operator runs).
-    Returns the audit events."""
-    events = cluster.audit_events()
-    seen = transitions.observed(events, NAMESPACE, name, operator=UPSTREAM)
+    Returns the audit events.
+
+    The API server writes a request's audit event once its response is complete: a state a
+    test has just read may not be in the log yet, so the log is read again for a while."""
+    deadline = time.monotonic() + 20
+    while True:
+        events = cluster.audit_events()
+        seen = transitions.observed(events, NAMESPACE, name, operator=UPSTREAM)
+        if seen == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     print("upstream did:", seen)
     assert seen == expected, report()
     return events
@@ -979,7 +987,8 @@ def test_without_upstreams_pod_webhook_the_app_is_reported_unprotected(
         report=report,
     )
     assert "webhook.enable=true" in notes[appmeta.PROTECTION_REASON], notes
-    assert "Unprotected" in chart.event_reasons(name)
+    # the Event is posted after the annotations
+    wait_for("the Unprotected event", lambda: "Unprotected" in chart.event_reasons(name))
     final = wait_for(
         f"{name} to end",
         lambda: (
