@@ -738,13 +738,16 @@ class KubeBench:
         assert self._workdir is not None
         policy = self._workdir / "audit-policy.yaml"
         # Status writes of spark apps with their bodies: the application-state sequence an
-        # operator wrote (tests/e2e/transitions.py), every write, in order, none missed.
+        # operator wrote (tests/e2e/transitions.py), every write, in order, none missed. The
+        # admin's reads are not recorded: they are the tests' polls (ten a second, a request
+        # each) and the node components' reads, which no test asks the log about.
         policy.write_text(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\n"
             "omitStages: [RequestReceived]\nrules:\n"
             "  - level: Request\n    verbs: [update, patch]\n"
             "    resources:\n      - group: sparkoperator.k8s.io\n"
             "        resources: [sparkapplications/status, scheduledsparkapplications/status]\n"
+            f"  - level: None\n    users: [{ADMIN_USER}]\n    verbs: [get]\n"
             "  - level: Metadata\n"
         )
         return policy
