@@ -271,7 +271,12 @@ def test_a_scheduled_run_that_fails_is_recovered(model_operator: ChartOperator) 
                 "labels": {appmeta.ENABLED_LABEL: "true", "team": "data"},
                 "annotations": {"example.com/owner": "data-team"},
             },
-            "spec": {"schedule": "@every 2s", "concurrencyPolicy": "Forbid", "template": template},
+            # the first run is read after a later one completed: kept by the history limits
+            # (upstream's default keeps one of each, and deletes the first run under load)
+            "spec": {
+                "schedule": "@every 2s", "concurrencyPolicy": "Forbid", "template": template,
+                "successfulRunHistoryLimit": 10, "failedRunHistoryLimit": 10,
+            },
         },
     )  # fmt: skip
 
