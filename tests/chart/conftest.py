@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tests.support import yamlfast
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "sparkguard"
 
@@ -123,7 +124,7 @@ def render(
     for path, text in sorted(rendered.items()):
         if path.endswith("NOTES.txt"):
             continue
-        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+        objects.extend(doc for doc in yamlfast.load_all(text) if doc)
     return objects
 
 

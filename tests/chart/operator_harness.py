@@ -20,7 +20,6 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -31,6 +30,7 @@ from tests.chart.conftest import CHART
 from tests.kubebench.bench import KubeBench
 from tests.operator.apps import GROUP, PLURAL, VERSION
 from tests.operator.kmocking import FakeRollback
+from tests.support import yamlfast
 
 T = TypeVar("T")
 
@@ -134,7 +134,7 @@ def install(bench: KubeBench, *, name: str, namespace: str, values: dict[str, An
     release = _helm(bench, namespace).install(
         str(CHART), name, values, namespace=namespace, timeout=120
     )
-    objects = [doc for doc in yaml.safe_load_all(release["manifest"]) if doc]
+    objects = [doc for doc in yamlfast.load_all(release["manifest"]) if doc]
     return Release(name=name, namespace=namespace, objects=objects)
 
 

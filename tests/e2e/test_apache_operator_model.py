@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.chart import operator_harness as harness
 from tests.e2e import apache_rules as rules
 from tests.e2e import apache_standin as apache
 from tests.kubebench.bench import APACHE_SPARK_OPERATOR_CRD, KubeBench
+from tests.support import yamlfast
 
 pytestmark = [pytest.mark.kube]
 NAMESPACE = "apache-model"
@@ -29,7 +29,7 @@ NAMESPACE = "apache-model"
 @pytest.fixture(scope="module")
 def apache_api(kube_bench: KubeBench) -> Iterator[client.ApiClient]:
     """The bench with the Apache operator's CRD installed and a namespace for its apps."""
-    kube_bench.apply_manifest(list(yaml.safe_load_all(APACHE_SPARK_OPERATOR_CRD.read_text())))
+    kube_bench.apply_manifest(yamlfast.load_all(APACHE_SPARK_OPERATOR_CRD.read_text()))
     kube_bench.wait_for_crd(f"{apache.PLURAL}.{apache.GROUP}")
     kube_bench.ensure_namespace(NAMESPACE)
     api = kube_bench.api_client()

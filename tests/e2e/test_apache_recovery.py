@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from sparkguard.operator import appmeta, finalizers
@@ -41,6 +40,7 @@ from tests.e2e.conftest import LIGHT_ROWS, leftovers, light_standin, rows_once, 
 from tests.e2e.test_recovery_scenario import ChartOperator, installed_chart_operator
 from tests.kubebench.bench import APACHE_SPARK_OPERATOR_CRD, KubeBench
 from tests.operator.apps import apache_app, spark_app
+from tests.support import yamlfast
 
 pytestmark = [pytest.mark.kube]
 CRD_NAME = f"{apache.PLURAL}.{apache.GROUP}"
@@ -90,7 +90,7 @@ def cluster(kube_bench: KubeBench, tmp_path_factory: pytest.TempPathFactory) -> 
     workdir = tmp_path_factory.mktemp("e2e-apache")
     env = {"SPARKGUARD_CRD_CHECK_INTERVAL": "1s"}
     with installed_chart_operator(kube_bench, workdir, env) as chart:
-        kube_bench.apply_manifest(list(yaml.safe_load_all(APACHE_SPARK_OPERATOR_CRD.read_text())))
+        kube_bench.apply_manifest(yamlfast.load_all(APACHE_SPARK_OPERATOR_CRD.read_text()))
         kube_bench.wait_for_crd(CRD_NAME)
         yield Apache(chart)
 

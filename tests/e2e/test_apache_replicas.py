@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from sparkguard.operator import appmeta
@@ -27,6 +26,7 @@ from tests.e2e.conftest import LIGHT_ROWS, leftovers, rows_once, states_of
 from tests.e2e.test_recovery_scenario import ChartReplicas, chart_replicas
 from tests.kubebench.bench import APACHE_SPARK_OPERATOR_CRD, KubeBench
 from tests.operator.apps import apache_app
+from tests.support import yamlfast
 
 pytestmark = [pytest.mark.kube]
 __all__ = ["chart_replicas"]  # the fixture, used here
@@ -35,7 +35,7 @@ __all__ = ["chart_replicas"]  # the fixture, used here
 @pytest.fixture(scope="module")
 def apache_crd(kube_bench: KubeBench) -> None:
     """The Apache CRD, installed before the replicas start (and left: another group's CRD)."""
-    kube_bench.apply_manifest(list(yaml.safe_load_all(APACHE_SPARK_OPERATOR_CRD.read_text())))
+    kube_bench.apply_manifest(yamlfast.load_all(APACHE_SPARK_OPERATOR_CRD.read_text()))
     kube_bench.wait_for_crd(f"{apache.PLURAL}.{apache.GROUP}")
 
 

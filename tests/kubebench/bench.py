@@ -1364,9 +1364,9 @@ def _collection_path(api_version: str, res: _Resource, namespace: str | None) ->
 def _load_objects(manifest: str | Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> list[JsonObj]:
     docs: list[Any]
     if isinstance(manifest, str):
-        import yaml
+        from tests.support import yamlfast
 
-        docs = list(yaml.safe_load_all(manifest))
+        docs = yamlfast.load_all(manifest)
     elif isinstance(manifest, Mapping):
         docs = [manifest]
     else:

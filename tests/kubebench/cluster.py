@@ -127,7 +127,8 @@ def render_chart(
     """The objects of the chart in ``chart_dir`` installed as release ``name`` in
     ``namespace`` with ``values`` over its defaults (Helm's engine), in file order."""
     import helm_python as helm
-    import yaml
+
+    from tests.support import yamlfast
 
     chart = helm.Chart.load(str(chart_dir))
     rendered = chart.render(dict(values), name=name, namespace=namespace, is_install=True)
@@ -135,7 +136,7 @@ def render_chart(
     for path, text in sorted(rendered.items()):
         if path.endswith("NOTES.txt"):
             continue
-        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+        objects.extend(doc for doc in yamlfast.load_all(text) if doc)
     return objects
 
 
