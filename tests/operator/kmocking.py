@@ -155,28 +155,56 @@ async def operating(runtime: runtime_.Runtime) -> AsyncIterator[asyncio.Task[Non
     ready = asyncio.Event()
     settings = kopf.OperatorSettings()
     settings.queueing.idle_timeout = 0.2  # idle per-object workers exit fast: quick shutdowns
+    before = asyncio.all_tasks()
     task = asyncio.create_task(
         main.run(runtime, stop_flag=stop, ready_flag=ready, settings=settings)
     )
+    readiness = asyncio.create_task(ready.wait())
     try:
         done, _ = await asyncio.wait(
-            [task, asyncio.create_task(ready.wait())],
-            timeout=30,
-            return_when=asyncio.FIRST_COMPLETED,
+            [task, readiness], timeout=30, return_when=asyncio.FIRST_COMPLETED
         )
         if task in done:
             task.result()  # raises what stopped it
         yield task
     finally:
         stop.set()
+        readiness.cancel()
         # kopf stops its root tasks at once, then gives every other task created since it
-        # started 5 s to end: here those are kmock's handlers of kopf's finished watch
-        # requests, which only end when cancelled. Cancel once the root tasks had their time.
-        done, _ = await asyncio.wait([task], timeout=2)
-        if not done:
+        # started 5 s to end: here those include kmock's handlers of kopf's finished watch
+        # requests, which only end when cancelled. The operator's own tasks (its handlers
+        # among them) get up to 2 s; kmock's are not waited for.
+        await _operator_tasks_ended(task, before | {readiness}, within=2.0)
+        if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, timeout=30)
+
+
+async def _operator_tasks_ended(
+    run: asyncio.Task[None], earlier: set[asyncio.Task[Any]], *, within: float
+) -> None:
+    """Wait until ``run`` ended, or every task it started but kmock's server handlers did,
+    or ``within`` seconds passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    me = asyncio.current_task()
+    while not run.done() and loop.time() < deadline:
+        left = [
+            t
+            for t in asyncio.all_tasks()
+            if t not in earlier and t is not run and t is not me and not _served_by_kmock(t)
+        ]
+        if not left:
+            return
+        await asyncio.sleep(0.01)
+
+
+def _served_by_kmock(task: asyncio.Task[Any]) -> bool:
+    """A task of kmock's HTTP server (aiohttp's request handling), not of the operator."""
+    code = getattr(task.get_coro(), "cr_code", None)
+    filename = code.co_filename if code is not None else ""
+    return "/aiohttp/web" in filename or "/kmock/" in filename
 
 
 async def eventually(check: Callable[[], Any], *, within: float = 20.0) -> Any:
