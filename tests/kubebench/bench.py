@@ -1266,19 +1266,15 @@ class _KeepAlive:
         timeout: float,
     ) -> tuple[int, bytes]:
         """Send the request; return (status, body), any status."""
-        conn, reused = self._connection(server, context, timeout)
-        try:
-            return self._exchange(conn, method, path, data, headers)
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop()
-            if not (reused and method == "GET"):
-                raise _as_os_error(exc) from exc
-        conn, _ = self._connection(server, context, timeout)
-        try:
-            return self._exchange(conn, method, path, data, headers)
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop()
-            raise _as_os_error(exc) from exc
+        while True:
+            conn, reused = self._connection(server, context, timeout)
+            try:
+                return self._exchange(conn, method, path, data, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                # once more only for a GET on a reused connection: the next one is new
+                if not (reused and method == "GET"):
+                    raise _as_os_error(exc) from exc
 
     @staticmethod
     def _exchange(
