@@ -880,16 +880,12 @@ def test_a_streaming_query_killed_mid_batch_resumes_and_every_row_once(
         commits = {p.name for p in (checkpoint / "commits").glob("[0-9]*")}
         if not any(b != "0" and b not in commits for b in offsets):
             return False
-        # the batch's write undecided: an inflight instant without its outcome (a temp file
+        # the batch's write undecided: an instant the timeline reads as inflight (a temp file
         # also lives through the publication after the outcome, which a rollback rolls
         # forward, and through an abort: not the case this test kills)
-        names = {p.name for p in (sink / timeline.SPARKGUARD_DIR / "timeline").glob("*")}
-        undecided = [
-            n
-            for n in names
-            if n.endswith(".inflight") and n[: -len(".inflight")] + ".outcome" not in names
-        ]
-        return bool(undecided) and any(".sg-tmp-" in p.name for p in sink.rglob("*"))
+        instants = timeline.timeline_for(str(sink)).statuses() if sink.exists() else []
+        undecided = any(s.state is timeline.State.INFLIGHT for s in instants)
+        return undecided and any(".sg-tmp-" in p.name for p in sink.rglob("*"))
 
     wait_for("a batch after the first in flight", mid_batch, timeout=600, report=report)
     pid = wait_for("the driver's JVM", lambda: driver_jvm(STREAM_JOB), timeout=30, report=report)
